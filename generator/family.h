@@ -1,0 +1,140 @@
+/* family.h — a kernel family as the C side sees it: the problem it is asked to solve, the
+ * device it targets, a configuration of its tunable parameters, and the launch geometry. The
+ * family itself is Lua (templates/<name>/family.lua); this module loads the spec into a
+ * sandboxed Lua state and calls its functions, converting tables to these structs.
+ *
+ * Spec contract (family.lua returns a table):
+ *   name      string, equal to the folder name
+ *   op        "fwd" | "bwd" | "decode"
+ *   params    { NAME = {v1, v2, ...}, ... }  the tunable space, integer values, NAME in capitals
+ *   problems  { {problem fields...}, ... }   representative problems (CPU sweeps, expand/compile)
+ *   valid(cfg, problem, device)    -> true | false, "reason"
+ *   default(problem, device)       -> cfg table (every param given)
+ *   key(problem)                   -> string, the tuning bucket
+ *   launch(cfg, problem, device)   -> { grid = {gx, gy, gz}, block = {bx, by, bz}, smem = bytes,
+ *                                       entry = "kernel_name" }
+ *                    each grid entry is an integer, a problem variable name ("B", "H", "N", "BH",
+ *                    "nseq", "T"), or {var, div} meaning ceil(var / div).
+ *   source(cfg, problem, device)   -> { template = "<family>/<file>.cu", consts = {...} }
+ *                    consts become globals of the template's Lua environment (besides cfg
+ *                    params, the problem and device fields, which are always visible).
+ * Problem and device tables passed to Lua have the field names of the structs below
+ * (dtype as "f32"/"f16"/"bf16", op as its string, booleans as booleans, arch as a string). */
+#ifndef LAJIT_FAMILY_H
+#define LAJIT_FAMILY_H
+
+#include "core.h"
+#include "sandbox.h"
+
+typedef enum lj_op { LJ_OP_FWD = 0, LJ_OP_BWD = 1, LJ_OP_DECODE = 2 } lj_op;
+typedef enum lj_dtype { LJ_F32 = 0, LJ_F16 = 1, LJ_BF16 = 2 } lj_dtype;
+
+const char *lj_op_name(lj_op op);
+const char *lj_dtype_name(lj_dtype dt);
+int lj_dtype_parse(const char *s, lj_dtype *out); /* "f32|fp32|float32", "f16|fp16|float16",
+                                                     "bf16|bfloat16"; returns 0 if unknown */
+
+/* What a kernel is asked to compute. Shape fields are the actual sizes of a call (B, N vary
+ * within a bucket); the flags are compile-time specialisations. */
+typedef struct lj_problem {
+    lj_op op;
+    lj_dtype dtype;
+    int B, H, N, D, E; /* varlen: B = number of sequences, N = longest sequence (0 unknown) */
+    int T;             /* decode: steps per row (1..8) */
+    int decay;         /* s given: decay path */
+    int has_initial;   /* S_0 given */
+    int has_final;     /* S_N wanted */
+    int varlen;        /* cu_seqlens given */
+    int vk;            /* states stored [E, D] */
+    int want_ds;       /* backward: decay gradient requested */
+    int has_dsn;       /* backward: dS_N given */
+    int step_states;   /* decode: per-step states written */
+} lj_problem;
+
+/* The target: from the device when there is one, else from the arch table (offline compile). */
+typedef struct lj_device_info {
+    char arch[16];        /* "sm_80", "sm_86", "sm_90a", "sm_100a", "sm_120" */
+    int cc;               /* 80, 86, 90, 100, 120 */
+    int sms;              /* multiprocessors */
+    int smem_optin;       /* max dynamic shared memory per block after opt-in, bytes */
+    int smem_per_sm;      /* shared memory per multiprocessor, bytes */
+    int regs_per_sm;      /* 32-bit registers per multiprocessor */
+    int l2_bytes;
+    char name[128];       /* device name, or "offline sm_90a" */
+} lj_device_info;
+
+/* Arch table for offline compiles: fills info for a known arch string; returns 0 if unknown. */
+int lj_device_info_for_arch(const char *arch, lj_device_info *info);
+/* The exact arch string for a compute capability (90 -> "sm_90a", 100 -> "sm_100a", 86 ->
+ * "sm_86"). */
+void lj_arch_for_cc(int cc, char arch[16]);
+
+#define LJ_MAX_PARAMS 16
+#define LJ_PARAM_NAME 24
+
+/* One point of a family's parameter space. Names are sorted, so two equal configs compare
+ * equal field by field. */
+typedef struct lj_config {
+    int n;
+    char names[LJ_MAX_PARAMS][LJ_PARAM_NAME];
+    long long values[LJ_MAX_PARAMS];
+} lj_config;
+
+/* Value of a named parameter, or fallback when absent. */
+long long lj_config_get(const lj_config *cfg, const char *name, long long fallback);
+/* "BLOCK=64 TILE_V=32 WARPS=4" into out (always NUL-terminated). */
+void lj_config_format(const lj_config *cfg, char *out, size_t cap);
+
+typedef enum lj_grid_var {
+    LJ_VAR_ONE = 0, LJ_VAR_B, LJ_VAR_H, LJ_VAR_N, LJ_VAR_BH, LJ_VAR_NSEQ, LJ_VAR_T
+} lj_grid_var;
+
+/* One grid dimension: ceil(value_of(var) * mul / div). A constant c is {LJ_VAR_ONE, c, 1}. */
+typedef struct lj_grid_dim {
+    lj_grid_var var;
+    long long mul, div;
+} lj_grid_dim;
+
+typedef struct lj_launch {
+    lj_grid_dim grid[3];
+    unsigned block[3];
+    unsigned smem;      /* dynamic shared memory bytes */
+    char entry[64];     /* extern "C" kernel name */
+} lj_launch;
+
+typedef struct lj_family lj_family;
+
+/* Loads a family spec into L (from the embedded copy, or LAJIT_TEMPLATE_DIR when set in the
+ * env's template dir). LAJIT_ERR_NOT_FOUND for an unknown name. The family borrows L. */
+lajit_status lj_family_load(lj_env *env, lj_lua *L, const char *name, lj_family **out);
+void lj_family_free(lj_family *f);
+const char *lj_family_name(const lj_family *f);
+lj_op lj_family_op(const lj_family *f);
+
+/* The parameter space: number of params, each name and its candidate values (borrowed). */
+int lj_family_param_count(const lj_family *f);
+const char *lj_family_param_name(const lj_family *f, int i);
+int lj_family_param_values(const lj_family *f, int i, const long long **values);
+/* Every point of the product space, in a fixed order; *configs freed with lj_free. */
+lajit_status lj_family_all_configs(lj_family *f, lj_config **configs, int *count);
+/* The representative problems; *problems freed with lj_free. */
+lajit_status lj_family_problems(lj_family *f, lj_problem **problems, int *count);
+
+lajit_status lj_family_default(lj_family *f, const lj_problem *p, const lj_device_info *d,
+                               lj_config *out);
+/* *ok = 1 when valid; else reason holds the spec's reason. */
+lajit_status lj_family_valid(lj_family *f, const lj_config *c, const lj_problem *p,
+                             const lj_device_info *d, int *ok, char *reason, size_t cap);
+lajit_status lj_family_key(lj_family *f, const lj_problem *p, char *out, size_t cap);
+lajit_status lj_family_launch(lj_family *f, const lj_config *c, const lj_problem *p,
+                              const lj_device_info *d, lj_launch *out);
+/* Expands the family's template for (c, p, d). *source freed with lj_free. *name receives the
+ * template path ("la_recurrent/recurrent.cu") for diagnostics (static for the family's life). */
+lajit_status lj_family_source(lj_family *f, const lj_config *c, const lj_problem *p,
+                              const lj_device_info *d, char **source);
+
+/* The text of the family file's template hash input: every file of the family folder and of
+ * templates/common, concatenated in a fixed order (for the tuning database's template hash). */
+lajit_status lj_family_template_text(lj_family *f, char **text, size_t *len);
+
+#endif

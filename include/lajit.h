@@ -1,0 +1,210 @@
+/* lajit.h — the whole public C API of lajit, a JIT kernel generator for Lightning Attention
+ * (linear attention with an optional per-head scalar decay).
+ *
+ * An application includes this one header (and DLPack's dlpack.h, which it includes), links
+ * liblajit, creates a context and calls the op entry points on device pointers and a stream.
+ * Kernels are generated from templates, compiled with NVRTC on first use, cached in memory and
+ * on disk, and launched through the CUDA driver API. libcuda and NVRTC are loaded at run time:
+ * the library loads, expands and compiles kernels on a machine with no GPU and no driver.
+ *
+ * Conventions (as in SQLite and zstd):
+ * - Every fallible call returns lajit_status. Values are pinned and never reused.
+ * - lajit_errmsg(ctx) gives the detail of the last failure on that context; the text is owned by
+ *   the context and valid until the next call on it.
+ * - Outputs are written only on success. Destroy functions accept NULL.
+ * - The library never prints, exits or aborts; diagnostics go to the optional log callback.
+ * - Thread safety: a context is used by one thread at a time (use one context per thread);
+ *   distinct contexts are independent and may be used concurrently, and share the disk cache
+ *   safely. Functions without a context (version, status strings, decay helpers) are
+ *   thread-safe.
+ *
+ * The mathematics every op computes is the reference of DESIGN.md: per batch b and head h,
+ *   S_t = λ S_{t−1} + k_tᵀ v_t,   o_t = σ q_t S_t,   λ = exp(−s_h) (λ = 1 with no decay),
+ * with S in fp32 and an optional initial state S_0. */
+#ifndef LAJIT_H
+#define LAJIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dlpack/dlpack.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(LAJIT_BUILDING) && defined(__GNUC__)
+#define LAJIT_API __attribute__((visibility("default")))
+#else
+#define LAJIT_API
+#endif
+
+/* ---- Version ------------------------------------------------------------------------------ */
+
+#define LAJIT_VERSION_MAJOR 0
+#define LAJIT_VERSION_MINOR 1
+#define LAJIT_VERSION_PATCH 0
+#define LAJIT_VERSION_NUMBER \
+    (LAJIT_VERSION_MAJOR * 10000 + LAJIT_VERSION_MINOR * 100 + LAJIT_VERSION_PATCH)
+#define LAJIT_VERSION_STRING "0.1.0"
+
+/* The library's version number (LAJIT_VERSION_NUMBER of the build that made it) and string. */
+LAJIT_API unsigned lajit_version(void);
+LAJIT_API const char *lajit_version_string(void);
+
+/* ---- Status ------------------------------------------------------------------------------- */
+
+/* Pinned values: a value's meaning never changes and a retired value is never reused. */
+typedef enum lajit_status {
+    LAJIT_OK = 0,
+    LAJIT_ERR_INVALID_ARGUMENT = 1, /* NULL, bad tensor, bad shape/dtype/stride, bad option */
+    LAJIT_ERR_OUT_OF_MEMORY = 2,    /* a host allocation failed */
+    LAJIT_ERR_NO_DRIVER = 3,        /* libcuda is absent or is the toolkit's stub */
+    LAJIT_ERR_NO_DEVICE = 4,        /* the driver is there but the device is not */
+    LAJIT_ERR_DRIVER = 5,           /* a driver call failed (name in lajit_errmsg) */
+    LAJIT_ERR_NO_COMPILER = 6,      /* NVRTC could not be loaded and no cached kernel exists */
+    LAJIT_ERR_COMPILE = 7,          /* NVRTC rejected a kernel (log excerpt in lajit_errmsg) */
+    LAJIT_ERR_TEMPLATE = 8,         /* a template or family spec failed (Lua traceback) */
+    LAJIT_ERR_LIMIT = 9,            /* a template exceeded its instruction or memory limit */
+    LAJIT_ERR_UNSUPPORTED = 10,     /* a valid request no kernel of the family supports */
+    LAJIT_ERR_IO = 11,              /* a file could not be read or written */
+    LAJIT_ERR_CACHE = 12,           /* a cache directory or entry was refused */
+    LAJIT_ERR_DATABASE = 13,        /* a tuning database or bundle error (SQLite message) */
+    LAJIT_ERR_STRUCT_SIZE = 14,     /* struct_size of a descriptor is unknown to this build */
+    LAJIT_ERR_CHECK_FAILED = 15,    /* checked mode found bad device-side values */
+    LAJIT_ERR_NOT_FOUND = 16,       /* no such family, parameter or entry */
+    LAJIT_ERR_INTERNAL = 17         /* a bug in lajit; please report the message */
+} lajit_status;
+
+/* A short constant description of a status ("invalid argument"); never NULL. */
+LAJIT_API const char *lajit_status_string(lajit_status status);
+
+/* ---- Context ------------------------------------------------------------------------------ */
+
+typedef struct lajit_ctx lajit_ctx;
+
+/* Allocator in Lua's style: new_size 0 frees ptr (and returns NULL); otherwise behaves like
+ * realloc(ptr, new_size), ptr NULL allocates. old_size is the size ptr was allocated with (0
+ * when ptr is NULL). Returning NULL for new_size > 0 is an allocation failure. Every host
+ * allocation of a context (Lua states included) goes through it. */
+typedef void *(*lajit_alloc_fn)(void *user, void *ptr, size_t old_size, size_t new_size);
+
+typedef enum lajit_log_level {
+    LAJIT_LOG_ERROR = 0,
+    LAJIT_LOG_WARN = 1,
+    LAJIT_LOG_INFO = 2,
+    LAJIT_LOG_DEBUG = 3
+} lajit_log_level;
+
+/* Receives one message (no trailing newline), valid only during the call. */
+typedef void (*lajit_log_fn)(void *user, lajit_log_level level, const char *message);
+
+/* Context flags. */
+#define LAJIT_CTX_NO_DISK_CACHE 0x1u /* keep compiled kernels in memory only */
+#define LAJIT_CTX_CHECKED 0x2u       /* validate device-side values (costs a synchronisation) */
+#define LAJIT_CTX_NO_DEVICE 0x4u     /* never touch the driver: generation and compile only */
+
+typedef struct lajit_ctx_desc {
+    size_t struct_size;       /* sizeof(lajit_ctx_desc): lets later versions grow the struct */
+    int device;               /* CUDA device ordinal */
+    lajit_alloc_fn alloc;     /* NULL: the C library's realloc/free */
+    void *alloc_user;
+    lajit_log_fn log;         /* NULL: diagnostics are dropped */
+    void *log_user;
+    lajit_log_level log_level; /* messages above this level are not produced */
+    const char *cache_dir;    /* NULL: $LAJIT_CACHE_DIR, else $XDG_CACHE_HOME/lajit, else
+                                 ~/.cache/lajit. Copied at creation. */
+    uint32_t flags;           /* LAJIT_CTX_* */
+} lajit_ctx_desc;
+
+/* Fills *desc with the defaults (device 0, system allocator, no log, default cache). */
+LAJIT_API void lajit_ctx_desc_init(lajit_ctx_desc *desc);
+
+/* Creates a context. desc may be NULL for the defaults. The driver is not touched here: a
+ * context can be created on a machine with no GPU; ops that need one then fail with
+ * LAJIT_ERR_NO_DRIVER or LAJIT_ERR_NO_DEVICE. On failure *out is untouched. The environment
+ * variable LAJIT_CHECK=1 adds LAJIT_CTX_CHECKED. */
+LAJIT_API lajit_status lajit_ctx_create(const lajit_ctx_desc *desc, lajit_ctx **out);
+
+/* Destroys a context and everything it owns (Lua state, loaded modules). Accepts NULL. The
+ * caller must have synchronised the streams of the context's launches. */
+LAJIT_API void lajit_ctx_destroy(lajit_ctx *ctx);
+
+/* The detailed message of the last failed call on ctx ("" when none). Owned by ctx, valid until
+ * the next call on ctx. With ctx NULL, a constant text saying so. */
+LAJIT_API const char *lajit_errmsg(const lajit_ctx *ctx);
+
+/* ---- Kernel generation (no GPU needed) --------------------------------------------------- */
+
+/* Names of the built-in families, NULL-terminated, static. */
+LAJIT_API const char *const *lajit_family_names(void);
+
+/* Expands a family's template for one configuration and problem, given as "KEY=VALUE" strings
+ * (configuration parameters in capitals, problem fields such as dtype=bf16, D=128 in lower
+ * case; anything not given takes the family's representative problem and its default
+ * configuration), for arch ("sm_80", "sm_90a", "sm_100a", "sm_120"; NULL for sm_90a). On
+ * success *source is a NUL-terminated text the caller frees with lajit_free(ctx, ...). */
+LAJIT_API lajit_status lajit_expand(lajit_ctx *ctx, const char *family, const char *arch,
+                                    const char *const *assignments, size_t n_assignments,
+                                    char **source);
+
+/* Releases memory the library returned (lajit_expand's text). Accepts NULL. */
+LAJIT_API void lajit_free(lajit_ctx *ctx, void *ptr);
+
+/* ---- Attention ops ------------------------------------------------------------------------ */
+
+/* Flags of the op arguments. */
+#define LAJIT_STATE_VK 0x1u /* states and pools are [.., E, D] instead of [.., D, E] ("KV") */
+
+/* Forward (prefill / training). Tensors are DLPack views of device memory (kDLCUDA):
+ * - q, k [B,H,N,D] or any strided view of that shape with a unit last stride (so [B,N,H,D]
+ *   memory passes as a permuted view); v, o [B,H,N,E]. dtype float32, float16 or bfloat16, the
+ *   same for q, k, v and o.
+ * - varlen (cu_seqlens given): q, k [T,H,D], v, o [T,H,E] packed; cu_seqlens int32 [nseq+1]
+ *   from 0, non-decreasing, ending at T.
+ * - s: float32 [H], finite and >= 0; NULL selects the no-decay kernels.
+ * - initial_state (read) and final_state (written): float32 [B,H,D,E] ([B,H,E,D] with
+ *   LAJIT_STATE_VK), strided allowed, either may be NULL, final_state may alias initial_state.
+ *   With varlen they are a pool [P,H,D,E] addressed by state_slots (int32 [nseq], −1: no
+ *   initial state and no final state written for that sequence).
+ * - scale: σ, finite and nonzero (1 for the lightning convention).
+ * family: NULL for the default forward family, or a family name ("la_recurrent").
+ * stream: a CUstream (NULL: the legacy default stream). The call is asynchronous; a cached
+ * kernel launches without allocation, Lua or host synchronisation (graph-capturable). */
+typedef struct lajit_attn_fwd_args {
+    size_t struct_size; /* sizeof(lajit_attn_fwd_args) */
+    const DLTensor *q, *k, *v;
+    DLTensor *o;
+    const DLTensor *s;
+    float scale;
+    const DLTensor *initial_state;
+    DLTensor *final_state;
+    const DLTensor *cu_seqlens;
+    const DLTensor *state_slots;
+    uint32_t flags; /* LAJIT_STATE_VK */
+    const char *family;
+    void *stream;
+} lajit_attn_fwd_args;
+
+LAJIT_API lajit_status lajit_attn_fwd(lajit_ctx *ctx, const lajit_attn_fwd_args *args);
+
+/* ---- Decay conventions -------------------------------------------------------------------- */
+
+/* The ALiBi-style slopes of the released MiniMax and TransNormerLLM code for layer `layer` of
+ * `n_layers` (0-based): for n_heads a power of two 2^(−8(h+1)/H), otherwise ALiBi's
+ * interleaved extension; times (1 − layer/(n_layers−1) + 1e−5), or 1 + 1e−5 when n_layers = 1.
+ * Writes n_heads values to s. Returns LAJIT_ERR_INVALID_ARGUMENT on bad sizes. */
+LAJIT_API lajit_status lajit_decay_alibi(int n_heads, int layer, int n_layers, float *s);
+
+/* The TransNormerLLM paper's rate (8h/H)(1 − layer/n_layers), h 0-based (FLA's
+ * chunk_lightning_attn). */
+LAJIT_API lajit_status lajit_decay_tnl(int n_heads, int layer, int n_layers, float *s);
+
+/* From a raw log-decay log λ (<= 0): s = −log λ. n values. */
+LAJIT_API lajit_status lajit_decay_from_log(const float *log_lambda, int n, float *s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LAJIT_H */
