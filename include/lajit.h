@@ -188,6 +188,35 @@ typedef struct lajit_attn_fwd_args {
 
 LAJIT_API lajit_status lajit_attn_fwd(lajit_ctx *ctx, const lajit_attn_fwd_args *args);
 
+/* Decode (inference serving): T (1..8, the same for every row) steps of the recurrence per row,
+ * updating the fp32 state in place.
+ * - q, k [B,H,D] (T = 1) or [B,T,H,D]; v, o [B,H,E] or [B,T,H,E]; strided views with a unit
+ *   last stride (e.g. slices of one packed qkv buffer). dtype float32, float16 or bfloat16, the
+ *   same for all four.
+ * - state: float32 pool [P,H,D,E] ([P,H,E,D] with LAJIT_STATE_VK), updated in place.
+ * - state_slots: int32 [B], the pool slot of each row; −1 skips the row (its output, its state
+ *   and its step_states untouched). NULL: row b uses slot b (P >= B). Two rows must not name
+ *   the same slot (checked in checked mode, undefined otherwise); slots >= P are caught in
+ *   checked mode and are undefined behaviour otherwise.
+ * - step_states: optional compact float32 [B,T,H,D,E] (or [.., E, D] with LAJIT_STATE_VK)
+ *   receiving the state after each step (verify/commit of drafted tokens).
+ * - s, scale, family, stream: as for lajit_attn_fwd. */
+typedef struct lajit_attn_decode_args {
+    size_t struct_size; /* sizeof(lajit_attn_decode_args) */
+    const DLTensor *q, *k, *v;
+    DLTensor *o;
+    const DLTensor *s;
+    float scale;
+    DLTensor *state;
+    const DLTensor *state_slots;
+    DLTensor *step_states;
+    uint32_t flags; /* LAJIT_STATE_VK */
+    const char *family;
+    void *stream;
+} lajit_attn_decode_args;
+
+LAJIT_API lajit_status lajit_attn_decode(lajit_ctx *ctx, const lajit_attn_decode_args *args);
+
 /* ---- Decay conventions -------------------------------------------------------------------- */
 
 /* The ALiBi-style slopes of the released MiniMax and TransNormerLLM code for layer `layer` of
