@@ -14,12 +14,26 @@ typedef struct lj_device {
     int driver_version;
 } lj_device;
 
-/* Retains device ordinal's primary context and reads its properties. */
+/* Retains device ordinal's primary context and reads its properties into *out (written only
+ * on success). LAJIT_ERR_NO_DEVICE when the driver has no device of that ordinal; a driver
+ * failure leaves nothing retained. Does not make the context current. */
 lajit_status lj_device_open(lj_env *env, const lj_driver *drv, int ordinal, lj_device *out);
+/* Releases the primary context retained by lj_device_open and clears *d. Accepts a device
+ * that was never opened (zeroed). Modules loaded on it must be unloaded first. */
 void lj_device_close(lj_env *env, lj_device *d);
 
-/* Loads an image (cubin or PTX) and finds entry; raises the function's dynamic shared memory
- * limit to smem when above 48 KiB. */
+/* Makes d's primary context current on the calling thread: cuCtxGetCurrent, and
+ * cuCtxSetCurrent only when another context (or none) is current, so the hot path pays one
+ * cheap query. Every driver call about d's memory, modules or launches needs this first. */
+lajit_status lj_device_make_current(lj_env *env, lj_device *d);
+
+/* Loads an image (cubin or PTX, as cuModuleLoadData takes it) and finds the extern "C"
+ * function entry; raises the function's dynamic shared memory limit to smem when above the
+ * 48 KiB default (LAJIT_ERR_UNSUPPORTED when smem exceeds the device's opt-in limit). The
+ * caller has made d current (lj_device_make_current). On success *module (unloaded by the
+ * caller with cuModuleUnload) and *fn are written; on failure nothing stays loaded. An entry
+ * missing from the image is LAJIT_ERR_INTERNAL: the family's launch() and its template
+ * disagree. */
 lajit_status lj_module_load(lj_env *env, lj_device *d, const void *image, const char *entry,
                             unsigned smem, CUmodule *module, CUfunction *fn);
 

@@ -1,0 +1,90 @@
+/* tensor.h — validation of the DLPack tensors every op receives, and their translation into the
+ * kernels' la_tensor4 (a device address and element strides).
+ *
+ * A tensor that passes lj_tensor_view is safe for every kernel: it lives in CUDA memory, has
+ * a supported dtype and the expected shape with no zero dimension, its rows are contiguous
+ * (unit last stride), its address and every other stride are multiples of 16 bytes (kernels
+ * use 16-byte vector accesses), no stride is negative or zero, and every element offset fits
+ * in 31 bits (kernels index with 32-bit ints). Anything else is LAJIT_ERR_INVALID_ARGUMENT
+ * with a message naming the tensor and the problem. Nothing here touches the device or
+ * allocates; all functions are thread-safe apart from writing env's message. */
+#ifndef LAJIT_TENSOR_H
+#define LAJIT_TENSOR_H
+
+#include "core.h"
+#include "family.h"
+#include "la_params.h"
+
+/* dtype masks: bit (1u << dt) accepts lj_dtype dt; LJ_TENSOR_INT32 accepts int32 (indices:
+ * cu_seqlens, slots). */
+#define LJ_TENSOR_F32 (1u << LJ_F32)
+#define LJ_TENSOR_F16 (1u << LJ_F16)
+#define LJ_TENSOR_BF16 (1u << LJ_BF16)
+#define LJ_TENSOR_FLOATS (LJ_TENSOR_F32 | LJ_TENSOR_F16 | LJ_TENSOR_BF16)
+#define LJ_TENSOR_INT32 (1u << 8)
+
+/* The alignment every tensor's address and non-last strides must have, in bytes. */
+#define LJ_TENSOR_ALIGN 16
+/* Every element offset (sum over dimensions of index * stride) is below this. */
+#define LJ_TENSOR_MAX_OFFSET (1LL << 31)
+
+/* Validates t as a tensor of ndim (1..4) dimensions.
+ *   name        the argument's name for messages ("q", "final_state").
+ *   t           NULL is an error ("q is required"): callers test optional tensors first.
+ *   shape       NULL: any shape. Otherwise ndim entries; an entry >= 0 must equal the tensor's
+ *               size, -1 accepts any size. On success every entry is overwritten with the
+ *               tensor's actual size, so a caller learns sizes from the first tensor and
+ *               imposes them on the next.
+ *   dtype_mask  the accepted dtypes (LJ_TENSOR_* bits).
+ *   out         receives the device address (data + byte_offset) and the element strides,
+ *               right-aligned: dimension i of an n-dimensional tensor goes to stride
+ *               s[4 - n + i] and the 4 - n leading strides are 0. So [B,H,N,D] fills s0..s3,
+ *               [T,H,D] fills s1 = T's, s2 = H's, s3 = D's stride with s0 = 0, and [H] fills
+ *               s3 = 1. The stride of a dimension of size 1 is never used to address memory:
+ *               it is reported as 0 (1 for the last dimension), whatever the tensor says.
+ *   dtype_out   NULL, or receives the tensor's lj_dtype (not written for int32).
+ * Outputs are written only on success. Returns LAJIT_OK or LAJIT_ERR_INVALID_ARGUMENT (with
+ * a message in env), or LAJIT_ERR_INTERNAL for an ndim outside 1..4. */
+lajit_status lj_tensor_view(lj_env *env, const char *name, const DLTensor *t, int ndim,
+                            int64_t *shape, unsigned dtype_mask, la_tensor4 *out,
+                            lj_dtype *dtype_out);
+
+/* The following take tensors already accepted by lj_tensor_view. */
+
+/* t must be on CUDA device `ordinal` (the context's): "q is on CUDA device 1, but the context
+ * uses device 0". */
+lajit_status lj_tensor_check_device(lj_env *env, const char *name, const DLTensor *t,
+                                    int ordinal);
+
+/* a and b must be on the same CUDA device. */
+lajit_status lj_tensor_same_device(lj_env *env, const char *a_name, const DLTensor *a,
+                                   const char *b_name, const DLTensor *b);
+
+/* 1 when a and b are the same view of the same memory: same address (data + byte_offset),
+ * dtype, shape and strides (NULL strides and explicit compact strides compare equal, strides
+ * of size-1 dimensions are ignored). Such aliasing is allowed where the API says so (S_N may
+ * be S_0). */
+int lj_tensor_same_memory(const DLTensor *a, const DLTensor *b);
+
+/* 1 when the byte ranges [address, address + extent) of a and b intersect, where extent runs
+ * to the end of the last element. Coarse: two interleaved views that touch no common element
+ * (q, k, v slices of one packed buffer) do intersect, so use it only between an output and
+ * inputs that are not expected to share a buffer. */
+int lj_tensor_overlaps(const DLTensor *a, const DLTensor *b);
+
+/* An output must not overlap an input: LAJIT_ERR_INVALID_ARGUMENT ("o overlaps q") when
+ * lj_tensor_overlaps, except that with allow_same an output that is exactly the input's view
+ * (lj_tensor_same_memory) passes. Either tensor may be NULL (nothing to check). */
+lajit_status lj_tensor_check_disjoint(lj_env *env, const char *out_name, const DLTensor *out,
+                                      const char *in_name, const DLTensor *in, int allow_same);
+
+/* An output's elements must be distinct memory: a view where two indices reach the same
+ * element (e.g. shape [4, 64] with strides [16, 1]) would make the kernels race. Checked
+ * conservatively: ordered by stride, each dimension must step past the whole extent of the
+ * smaller ones. */
+lajit_status lj_tensor_check_writable(lj_env *env, const char *name, const DLTensor *t);
+
+/* "float32", "float16", "bfloat16", "int32", or "unsupported". */
+const char *lj_tensor_dtype_name(DLDataType dt);
+
+#endif
