@@ -3,16 +3,19 @@
 // Per row b (its pool slot from p.slots, −1: the row is skipped) and head h, for t = 0..T−1:
 //     S ← λ S + k_tᵀ v_t        o_t = σ q_t S            (S fp32 [D, E], λ = exp(−s_h) or 1)
 // The state is read once and written once per call whatever T is: it stays in registers for all
-// steps. Decode moves 8 bytes per state element and does ~3 flops on it, so the kernel is a
-// streaming kernel: its speed is the number of state bytes each SM keeps in flight.
+// steps. Decode moves 8 bytes per state element and does ~3 flops on it, so this is a streaming
+// kernel: its speed is how many state bytes each SM keeps in flight, and how little else it does.
 //
-// Geometry: one CTA per (E tile, h, b). The tile is TILE_V columns of E by all D rows; in memory
-// it is a [rows, CW] block whose contiguous width CW is TILE_V ("KV", [D, E] row-major) or D
-// ("VK", [E, D]). LPR threads cover one row with 16-byte accesses (lane cg holds columns 4cg..
-// 4cg+3), RS rows are covered per pass, and each thread holds NR passes: all NR 16-byte loads are
-// issued before the first use. Output sums run over d: for KV across the threads of a column
+// Work unit ("tile"): TILE_V columns of E by all D rows of one (row b, head h) state. In memory a
+// tile is a [rows, CW] block whose contiguous width CW is TILE_V ("KV", [D, E] row-major) or D
+// ("VK", [E, D]). LPR threads cover one row with 16-byte accesses (thread cg holds columns
+// 4cg..4cg+3), RS rows are covered per pass, and each thread holds NR passes: all NR 16-byte loads
+// are issued before the first use. Output sums run over d: for KV across the threads of a column
 // (shuffles, then one shared-memory slot per warp), for VK along a row (shuffles inside the row's
-// lanes). The sum order is fixed, so outputs are bit-deterministic.
+// threads). The summation order is fixed, so outputs are bit-deterministic.
+//
+// PERSIST = 0: one CTA per tile, grid {E / TILE_V, H, B}. PERSIST = k: a grid of k CTAs per SM
+// walks the tiles, loading the next tile's state and inputs before working on the current one.
 #include "common/la_params.h"
 #include "common/types.cuh"
 
@@ -25,16 +28,20 @@ constexpr int T = ${T};               // steps per call (part of the tuning key,
 constexpr bool VK = ${VK};            // state stored [E, D] instead of [D, E]
 constexpr bool DECAY = ${DECAY};      // s given: λ = exp(−s_h)
 constexpr bool STEP_STATES = ${STEP_STATES}; // write S after every step
-constexpr int TILE_V = ${TILE_V};     // E columns per CTA: smaller = more CTAs for small batches
+constexpr int TILE_V = ${TILE_V};     // E columns per tile: smaller = more CTAs for small batches
 constexpr int WARPS = ${WARPS};       // warps per CTA: with TILE_V, sets the state registers per thread
 constexpr int CACHE = ${CACHE};       // state access hint: 0 none, 1 streaming (.cs), 2 L2 evict-first
                                       // policy, 3 256-byte L2 prefetch on loads
+constexpr int DIRECT = ${DIRECT};     // 1: each thread loads its q, k, v straight into registers;
+                                      // 0: staged once per CTA in shared memory (one more barrier)
+constexpr int PERSIST = ${PERSIST};   // 0: one tile per CTA; k: persistent, k CTAs per SM
 
 constexpr int NT = WARPS * 32;
 constexpr int pow2ceil(int x) { return x <= 1 ? 1 : 2 * pow2ceil((x + 1) / 2); }
+constexpr int NET = E / TILE_V;        // tiles per state
 constexpr int CW = VK ? D : TILE_V;    // contiguous width of the tile, floats
 constexpr int RD = VK ? TILE_V : D;    // rows of the tile
-constexpr int LPR = pow2ceil(CW / 4);  // threads per row (power of two; lanes past CW/4 idle)
+constexpr int LPR = pow2ceil(CW / 4);  // threads per row (power of two; threads past CW/4 idle)
 constexpr int RS = NT / LPR;           // rows per pass
 constexpr int NR = (RD + RS - 1) / RS; // passes: 16-byte state vectors held per thread
 constexpr bool FULL_COLS = LPR * 4 == CW;
@@ -43,6 +50,12 @@ constexpr bool FULL_ROWS = NR * RS == RD;
 // pass when a row fills a warp); VK, one per warp a row spans.
 constexpr int NSLOT = VK ? (LPR > 32 ? LPR / 32 : 1) : (LPR >= 32 ? RS : WARPS);
 constexpr int LW = LPR < 32 ? LPR : 32; // threads of one row inside a warp
+// Per-thread inputs: q, k indexed by d, v by e. KV: d is the row (NR of them), e the column (4);
+// VK the other way round. The output partial sums follow e.
+constexpr int NQ = VK ? 4 : NR;
+constexpr int NV = VK ? NR : 4;
+constexpr int NRED = T * NSLOT * TILE_V;                       // floats of one reduction buffer
+constexpr int NSTAGE = (DIRECT || PERSIST) ? 0 : T * (2 * D + TILE_V); // floats of staged inputs
 
 static_assert(D % 16 == 0 && E % 16 == 0 && D <= 256 && E <= 256, "D, E: multiples of 16 up to 256");
 static_assert(E % TILE_V == 0 && TILE_V % 4 == 0, "TILE_V divides E");
@@ -87,162 +100,232 @@ __device__ __forceinline__ void st4(float *p, const f4 &x, unsigned long long po
         *reinterpret_cast<f4 *>(p) = x;
 }
 
+// This thread's place in a tile.
+struct Lane {
+    int tid, lane, warp, cg, r0, c; // c: first contiguous column, rows r0 + i * RS
+    bool col_ok;
+    __device__ __forceinline__ Lane()
+    {
+        tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+        cg = tid % LPR, r0 = tid / LPR, c = 4 * cg;
+        col_ok = FULL_COLS || c < CW;
+    }
+    __device__ __forceinline__ bool row_ok(int i) const { return FULL_ROWS || r0 + i * RS < RD; }
+    // d and e (inside the tile) of this thread's slots of q/k (a < NQ) and of v (a < NV).
+    __device__ __forceinline__ int d_of(int a) const { return VK ? c + a : r0 + a * RS; }
+    __device__ __forceinline__ bool d_ok(int a) const { return VK ? col_ok : row_ok(a); }
+    __device__ __forceinline__ int e_of(int a) const { return VK ? r0 + a * RS : c + a; }
+    __device__ __forceinline__ bool e_ok(int a) const { return VK ? row_ok(a) : col_ok; }
+};
+
+// One tile: where it is and what this thread holds of it.
+struct Job {
+    int b, h, e0, slot; // slot < 0: skipped row
+};
+struct Regs {
+    f4 st[NR];
+    float q[T][NQ], k[T][NQ], v[T][NV];
+    float s; // decay rate s_h
+};
+
+__device__ __forceinline__ Job make_job(const la_params &p, int b, int h, int et)
+{
+    Job j;
+    j.b = b, j.h = h, j.e0 = et * TILE_V;
+    j.slot = p.slots ? reinterpret_cast<const int *>(p.slots)[b] : b;
+    return j;
+}
+
+__device__ __forceinline__ const float *state_src(const la_params &p, const Job &j, const Lane &L)
+{
+    const int rs = VK ? (int)p.s0.s3 : (int)p.s0.s2;
+    return reinterpret_cast<const float *>(p.s0.ptr) + j.slot * p.s0.s0 + j.h * p.s0.s1
+         + (VK ? j.e0 * rs : j.e0) + L.c;
+}
+
+// Issues every state load of this thread (and, DIRECT, its q, k, v loads) for job j.
+__device__ __forceinline__ void load_job(const la_params &p, const Job &j, const Lane &L, Regs &R,
+                                         unsigned long long pol)
+{
+    if (j.slot < 0) return;
+    const int rs = VK ? (int)p.s0.s3 : (int)p.s0.s2;
+    const float *src = state_src(p, j, L);
+#pragma unroll
+    for (int i = 0; i < NR; ++i) {
+        if (L.col_ok && L.row_ok(i)) R.st[i] = ld4(src + (L.r0 + i * RS) * rs, pol);
+        else R.st[i] = f4{{0.f, 0.f, 0.f, 0.f}};
+    }
+    if (DECAY) R.s = reinterpret_cast<const float *>(p.decay)[j.h];
+    if (DIRECT || PERSIST) {
+        const elem_t *q = reinterpret_cast<const elem_t *>(p.q.ptr) + j.b * p.q.s0 + j.h * p.q.s1;
+        const elem_t *k = reinterpret_cast<const elem_t *>(p.k.ptr) + j.b * p.k.s0 + j.h * p.k.s1;
+        const elem_t *v = reinterpret_cast<const elem_t *>(p.v.ptr) + j.b * p.v.s0 + j.h * p.v.s1 + j.e0;
+#pragma unroll
+        for (int t = 0; t < T; ++t) {
+#pragma unroll
+            for (int a = 0; a < NQ; ++a) {
+                R.q[t][a] = L.d_ok(a) ? lj_to_float(q[t * (int)p.q.s2 + L.d_of(a)]) : 0.f;
+                R.k[t][a] = L.d_ok(a) ? lj_to_float(k[t * (int)p.k.s2 + L.d_of(a)]) : 0.f;
+            }
+#pragma unroll
+            for (int a = 0; a < NV; ++a)
+                R.v[t][a] = L.e_ok(a) ? lj_to_float(v[t * (int)p.v.s2 + L.e_of(a)]) : 0.f;
+        }
+    }
+}
+
+// Staged inputs (DIRECT = 0): the CTA copies q, k (all D) and v (this tile) to shared memory as
+// fp32, then each thread picks its values.
+__device__ __forceinline__ void stage_inputs(const la_params &p, const Job &j, const Lane &L, Regs &R,
+                                             float *sm)
+{
+    float *qs = sm, *ks = qs + T * D, *vs = ks + T * D;
+    const elem_t *q = reinterpret_cast<const elem_t *>(p.q.ptr) + j.b * p.q.s0 + j.h * p.q.s1;
+    const elem_t *k = reinterpret_cast<const elem_t *>(p.k.ptr) + j.b * p.k.s0 + j.h * p.k.s1;
+    const elem_t *v = reinterpret_cast<const elem_t *>(p.v.ptr) + j.b * p.v.s0 + j.h * p.v.s1 + j.e0;
+    for (int i = L.tid; i < T * D; i += NT) {
+        const int t = i / D, d = i - t * D;
+        qs[i] = lj_to_float(q[t * (int)p.q.s2 + d]);
+        ks[i] = lj_to_float(k[t * (int)p.k.s2 + d]);
+    }
+    for (int i = L.tid; i < T * TILE_V; i += NT) {
+        const int t = i / TILE_V, e = i - t * TILE_V;
+        vs[i] = lj_to_float(v[t * (int)p.v.s2 + e]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+#pragma unroll
+        for (int a = 0; a < NQ; ++a) {
+            R.q[t][a] = L.d_ok(a) ? qs[t * D + L.d_of(a)] : 0.f;
+            R.k[t][a] = L.d_ok(a) ? ks[t * D + L.d_of(a)] : 0.f;
+        }
+#pragma unroll
+        for (int a = 0; a < NV; ++a) R.v[t][a] = L.e_ok(a) ? vs[t * TILE_V + L.e_of(a)] : 0.f;
+    }
+}
+
+// The T steps, the state write-back and the output of job j; red is this job's reduction buffer.
+// Every thread of the CTA calls it with the same job (one barrier inside, skipped rows included).
+__device__ __forceinline__ void finish_job(const la_params &p, const Job &j, const Lane &L, Regs &R,
+                                           float *red, unsigned long long pol)
+{
+    if (j.slot < 0) {
+        __syncthreads(); // keep the barrier count uniform (reduction buffers alternate)
+        return;
+    }
+    const float lam = DECAY ? expf(-R.s) : 1.f;
+    float acc[T][NV];
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+#pragma unroll
+        for (int a = 0; a < NV; ++a) acc[t][a] = 0.f;
+#pragma unroll
+        for (int i = 0; i < NR; ++i) {
+            if (!L.row_ok(i)) continue;
+#pragma unroll
+            for (int jj = 0; jj < 4; ++jj) {
+                const int dq = VK ? jj : i, ev = VK ? i : jj; // slots of q/k and of v/acc
+                float s = DECAY ? lam * R.st[i].v[jj] : R.st[i].v[jj];
+                s = fmaf(R.k[t][dq], R.v[t][ev], s);
+                R.st[i].v[jj] = s;
+                acc[t][ev] = fmaf(R.q[t][dq], s, acc[t][ev]);
+            }
+        }
+        if (STEP_STATES) {
+            const int rs = VK ? (int)p.step_states.s3 : (int)p.step_states.s2;
+            float *ss = reinterpret_cast<float *>(p.step_states.ptr)
+                      + (long long)(j.b * T + t) * p.step_states.s0 + j.h * p.step_states.s1
+                      + (VK ? j.e0 * rs : j.e0) + L.c;
+#pragma unroll
+            for (int i = 0; i < NR; ++i)
+                if (L.col_ok && L.row_ok(i)) st4(ss + (L.r0 + i * RS) * rs, R.st[i], pol);
+        }
+    }
+
+    // Write the state back (in place) before the output reduction, so the stores drain while the
+    // CTA reduces.
+    {
+        const int rs = VK ? (int)p.sn.s3 : (int)p.sn.s2;
+        float *dst = reinterpret_cast<float *>(p.sn.ptr) + j.slot * p.sn.s0 + j.h * p.sn.s1
+                   + (VK ? j.e0 * rs : j.e0) + L.c;
+#pragma unroll
+        for (int i = 0; i < NR; ++i)
+            if (L.col_ok && L.row_ok(i)) st4(dst + (L.r0 + i * RS) * rs, R.st[i], pol);
+    }
+
+    // Output: partial sums reduced in a fixed order (shuffles, then shared memory).
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+#pragma unroll
+        for (int a = 0; a < NV; ++a) {
+            float x = acc[t][a];
+            if (!VK) {
+#pragma unroll
+                for (int off = LPR; off < 32; off *= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
+                const int sl = LPR >= 32 ? L.r0 : L.warp;
+                if ((LPR >= 32 || L.lane < LPR) && L.col_ok) red[(t * NSLOT + sl) * TILE_V + L.c + a] = x;
+            } else {
+#pragma unroll
+                for (int off = 1; off < LW; off *= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
+                if (L.cg % LW == 0 && L.row_ok(a)) red[(t * NSLOT + L.cg / 32) * TILE_V + L.e_of(a)] = x;
+            }
+        }
+    }
+    __syncthreads();
+    elem_t *o = reinterpret_cast<elem_t *>(p.o.ptr) + j.b * p.o.s0 + j.h * p.o.s1 + j.e0;
+    for (int i = L.tid; i < T * TILE_V; i += NT) {
+        const int t = i / TILE_V, e = i - t * TILE_V;
+        float x = 0.f;
+#pragma unroll
+        for (int s = 0; s < NSLOT; ++s) x += red[(t * NSLOT + s) * TILE_V + e];
+        o[t * (int)p.o.s2 + e] = lj_from_float<elem_t>(p.scale * x);
+    }
+}
+
 } // namespace
 
 extern "C" __global__ void __launch_bounds__(NT) la_decode(const __grid_constant__ la_params p)
 {
-    extern __shared__ float smem[];
-    float *qs = smem;              // [T][D]      q_t, fp32
-    float *ks = qs + T * D;        // [T][D]      k_t
-    float *vs = ks + T * D;        // [T][TILE_V] v_t of this tile
-    float *red = vs + T * TILE_V;  // [T][NSLOT][TILE_V] partial output sums
-
-    const int b = blockIdx.z, h = blockIdx.y, e0 = blockIdx.x * TILE_V;
-    const int slot = p.slots ? reinterpret_cast<const int *>(p.slots)[b] : b;
-    if (slot < 0) return; // skipped row: output, state and step states untouched
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int cg = tid % LPR, r0 = tid / LPR;
-    const int c = 4 * cg;                      // first column (contiguous dim) of this thread
-    const bool col_ok = FULL_COLS || c < CW;
-
-    // Row stride of the state tile and its origin: KV rows are d, columns e0 + c; VK rows are
-    // e0 + r, columns d. Offsets inside one (slot, h) state fit in 32 bits (host guarantee).
-    const int srs = VK ? (int)p.s0.s3 : (int)p.s0.s2;
-    const float *src = reinterpret_cast<const float *>(p.s0.ptr) + slot * p.s0.s0 + h * p.s0.s1
-                     + (VK ? e0 * srs : e0) + c;
-    const int drs = VK ? (int)p.sn.s3 : (int)p.sn.s2;
-    float *dst = reinterpret_cast<float *>(p.sn.ptr) + slot * p.sn.s0 + h * p.sn.s1
-               + (VK ? e0 * drs : e0) + c;
-
-    // 1. Issue every state load of this thread before anything waits on one.
+    extern __shared__ float smem[]; // [NSTAGE] staged inputs, then reduction buffer(s) [NRED]
+    const Lane L;
     const unsigned long long pol = l2_evict_first();
-    f4 st[NR];
-#pragma unroll
-    for (int i = 0; i < NR; ++i) {
-        const int r = r0 + i * RS;
-        if (col_ok && (FULL_ROWS || r < RD)) st[i] = ld4(src + r * srs, pol);
-        else st[i] = f4{{0.f, 0.f, 0.f, 0.f}};
+    if (!PERSIST) {
+        const Job j = make_job(p, blockIdx.z, blockIdx.y, blockIdx.x);
+        if (j.slot < 0) return; // skipped row: output, state and step states untouched
+        Regs R;
+        load_job(p, j, L, R, pol);
+        if (!DIRECT) stage_inputs(p, j, L, R, smem);
+        finish_job(p, j, L, R, smem + NSTAGE, pol);
+        return;
     }
-
-    // 2. Stage q, k (all D) and v (this tile) as fp32 in shared memory; the loads overlap the
-    //    state loads in flight.
-    {
-        const elem_t *q = reinterpret_cast<const elem_t *>(p.q.ptr) + b * p.q.s0 + h * p.q.s1;
-        const elem_t *k = reinterpret_cast<const elem_t *>(p.k.ptr) + b * p.k.s0 + h * p.k.s1;
-        const elem_t *v = reinterpret_cast<const elem_t *>(p.v.ptr) + b * p.v.s0 + h * p.v.s1 + e0;
-        const int qst = (int)p.q.s2, kst = (int)p.k.s2, vst = (int)p.v.s2;
-        for (int i = tid; i < T * D; i += NT) {
-            const int t = i / D, d = i - t * D;
-            qs[i] = lj_to_float(q[t * qst + d]);
-            ks[i] = lj_to_float(k[t * kst + d]);
+    // Persistent: tiles in launch order (tile, h, b); two register sets in ping-pong so the next
+    // tile's loads are in flight while this one computes and stores. Reduction buffers alternate;
+    // the barrier of the job in between orders their reuse.
+    const int ntiles = NET * p.H * p.B;
+    auto job_of = [&](int t) {
+        const int et = t % NET, bh = t / NET;
+        return make_job(p, bh / p.H, bh % p.H, et);
+    };
+    Regs A, Bq;
+    int ta = blockIdx.x;
+    if (ta >= ntiles) return;
+    Job ja = job_of(ta), jb;
+    load_job(p, ja, L, A, pol);
+    for (;;) {
+        const int tb = ta + gridDim.x;
+        if (tb < ntiles) {
+            jb = job_of(tb);
+            load_job(p, jb, L, Bq, pol);
         }
-        for (int i = tid; i < T * TILE_V; i += NT) {
-            const int t = i / TILE_V, e = i - t * TILE_V;
-            vs[i] = lj_to_float(v[t * vst + e]);
+        finish_job(p, ja, L, A, smem, pol);
+        if (tb >= ntiles) break;
+        ta = tb + gridDim.x;
+        if (ta < ntiles) {
+            ja = job_of(ta);
+            load_job(p, ja, L, A, pol);
         }
-    }
-    float lam = 1.f;
-    if (DECAY) lam = expf(-reinterpret_cast<const float *>(p.decay)[h]);
-    __syncthreads();
-
-    // 3. T steps in registers. KV: acc[t][j] sums column c + j over this thread's rows;
-    //    VK: acc[t][i] sums row i over this thread's 4 columns.
-    constexpr int NACC = VK ? NR : 4;
-    float acc[T][NACC];
-#pragma unroll
-    for (int t = 0; t < T; ++t) {
-#pragma unroll
-        for (int a = 0; a < NACC; ++a) acc[t][a] = 0.f;
-        const float *qt = qs + t * D, *kt = ks + t * D, *vt = vs + t * TILE_V;
-        if (!VK) {
-            const f4 v4 = col_ok ? *reinterpret_cast<const f4 *>(vt + c) : f4{{0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-            for (int i = 0; i < NR; ++i) {
-                const int d = r0 + i * RS;
-                if (!(FULL_ROWS || d < RD)) continue;
-                const float kd = kt[d], qd = qt[d];
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    float s = DECAY ? lam * st[i].v[j] : st[i].v[j];
-                    s = fmaf(kd, v4.v[j], s);
-                    st[i].v[j] = s;
-                    acc[t][j] = fmaf(qd, s, acc[t][j]);
-                }
-            }
-        } else {
-            f4 q4 = f4{{0.f, 0.f, 0.f, 0.f}}, k4 = q4;
-            if (col_ok) {
-                q4 = *reinterpret_cast<const f4 *>(qt + c);
-                k4 = *reinterpret_cast<const f4 *>(kt + c);
-            }
-#pragma unroll
-            for (int i = 0; i < NR; ++i) {
-                const int e = r0 + i * RS;
-                if (!(FULL_ROWS || e < RD)) continue;
-                const float ve = vt[e];
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    float s = DECAY ? lam * st[i].v[j] : st[i].v[j];
-                    s = fmaf(k4.v[j], ve, s);
-                    st[i].v[j] = s;
-                    acc[t][i] = fmaf(q4.v[j], s, acc[t][i]);
-                }
-            }
-        }
-        if (STEP_STATES) {
-            const int srs2 = VK ? (int)p.step_states.s3 : (int)p.step_states.s2;
-            float *ss = reinterpret_cast<float *>(p.step_states.ptr)
-                      + (long long)(b * T + t) * p.step_states.s0 + h * p.step_states.s1
-                      + (VK ? e0 * srs2 : e0) + c;
-#pragma unroll
-            for (int i = 0; i < NR; ++i) {
-                const int r = r0 + i * RS;
-                if (col_ok && (FULL_ROWS || r < RD)) st4(ss + r * srs2, st[i], pol);
-            }
-        }
-    }
-
-    // 4. Write the state back (in place) before the output reduction, so the stores drain while
-    //    the CTA reduces.
-#pragma unroll
-    for (int i = 0; i < NR; ++i) {
-        const int r = r0 + i * RS;
-        if (col_ok && (FULL_ROWS || r < RD)) st4(dst + r * drs, st[i], pol);
-    }
-
-    // 5. Output: reduce partial sums in a fixed order (shuffles, then shared memory).
-#pragma unroll
-    for (int t = 0; t < T; ++t) {
-        if (!VK) {
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                float x = acc[t][j];
-#pragma unroll
-                for (int off = LPR; off < 32; off *= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
-                const int sl = LPR >= 32 ? r0 : warp;
-                if ((LPR >= 32 || lane < LPR) && col_ok) red[(t * NSLOT + sl) * TILE_V + c + j] = x;
-            }
-        } else {
-#pragma unroll
-            for (int i = 0; i < NR; ++i) {
-                float x = acc[t][i];
-#pragma unroll
-                for (int off = 1; off < LW; off *= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
-                const int e = r0 + i * RS;
-                if (cg % LW == 0 && (FULL_ROWS || e < RD)) red[(t * NSLOT + cg / 32) * TILE_V + e] = x;
-            }
-        }
-    }
-    __syncthreads();
-    {
-        elem_t *o = reinterpret_cast<elem_t *>(p.o.ptr) + b * p.o.s0 + h * p.o.s1 + e0;
-        const int ost = (int)p.o.s2;
-        for (int i = tid; i < T * TILE_V; i += NT) {
-            const int t = i / TILE_V, e = i - t * TILE_V;
-            float x = 0.f;
-#pragma unroll
-            for (int s = 0; s < NSLOT; ++s) x += red[(t * NSLOT + s) * TILE_V + e];
-            o[t * ost + e] = lj_from_float<elem_t>(p.scale * x);
-        }
+        finish_job(p, jb, L, Bq, smem + NRED, pol);
+        if (ta >= ntiles) break;
     }
 }
