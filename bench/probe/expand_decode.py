@@ -34,7 +34,7 @@ variants = []
 K = dict(dt="bf16", D=128, E=128)
 def P(T, vk, step, tv, w, role, cache=0, direct=0, persist=0):
     variants.append(V("bf16", 128, 128, T, vk, 1, step, tv, w, role, cache, direct, persist))
-# T=1 KV: staged inputs (the v2 kernel), direct inputs, persistent
+# T=1 KV: staged inputs, direct inputs (device call 3 also timed persistent variants, since removed)
 for tv, w, c in [(64, 16, 0), (64, 8, 0), (64, 4, 0), (16, 8, 0), (32, 4, 0), (64, 8, 2)]:
     P(1, 0, 0, tv, w, 1, c, 0)
 for tv, w, c in [(64, 16, 0), (64, 8, 0), (64, 4, 0), (128, 16, 0), (32, 8, 0), (32, 4, 0), (16, 4, 0),

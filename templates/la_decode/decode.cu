@@ -13,9 +13,9 @@
 // are issued before the first use. Output sums run over d: for KV across the threads of a column
 // (shuffles, then one shared-memory slot per warp), for VK along a row (shuffles inside the row's
 // threads). The summation order is fixed, so outputs are bit-deterministic.
-//
-// PERSIST = 0: one CTA per tile, grid {E / TILE_V, H, B}. PERSIST = k: a grid of k CTAs per SM
-// walks the tiles, loading the next tile's state and inputs before working on the current one.
+// One CTA per tile, grid {E / TILE_V, H, B}. (A persistent variant that prefetched the next tile
+// into a second register set measured 80-83 % of the in-place ceiling against 96-97 % for this
+// one: docs/notes/la_decode.md.)
 #include "common/la_params.h"
 #include "common/types.cuh"
 
@@ -34,11 +34,9 @@ constexpr int CACHE = ${CACHE};       // state access hint: 0 none, 1 streaming 
                                       // policy, 3 256-byte L2 prefetch on loads
 constexpr int DIRECT = ${DIRECT};     // 1: each thread loads its q, k, v straight into registers;
                                       // 0: staged once per CTA in shared memory (one more barrier)
-constexpr int PERSIST = ${PERSIST};   // 0: one tile per CTA; k: persistent, k CTAs per SM
 
 constexpr int NT = WARPS * 32;
 constexpr int pow2ceil(int x) { return x <= 1 ? 1 : 2 * pow2ceil((x + 1) / 2); }
-constexpr int NET = E / TILE_V;        // tiles per state
 constexpr int CW = VK ? D : TILE_V;    // contiguous width of the tile, floats
 constexpr int RD = VK ? TILE_V : D;    // rows of the tile
 constexpr int LPR = pow2ceil(CW / 4);  // threads per row (power of two; threads past CW/4 idle)
@@ -54,8 +52,7 @@ constexpr int LW = LPR < 32 ? LPR : 32; // threads of one row inside a warp
 // VK the other way round. The output partial sums follow e.
 constexpr int NQ = VK ? 4 : NR;
 constexpr int NV = VK ? NR : 4;
-constexpr int NRED = T * NSLOT * TILE_V;                       // floats of one reduction buffer
-constexpr int NSTAGE = (DIRECT || PERSIST) ? 0 : T * (2 * D + TILE_V); // floats of staged inputs
+constexpr int NSTAGE = DIRECT ? 0 : T * (2 * D + TILE_V); // floats of staged inputs
 
 static_assert(D % 16 == 0 && E % 16 == 0 && D <= 256 && E <= 256, "D, E: multiples of 16 up to 256");
 static_assert(E % TILE_V == 0 && TILE_V % 4 == 0, "TILE_V divides E");
@@ -147,7 +144,6 @@ __device__ __forceinline__ const float *state_src(const la_params &p, const Job 
 __device__ __forceinline__ void load_job(const la_params &p, const Job &j, const Lane &L, Regs &R,
                                          unsigned long long pol)
 {
-    if (j.slot < 0) return;
     const int rs = VK ? (int)p.s0.s3 : (int)p.s0.s2;
     const float *src = state_src(p, j, L);
 #pragma unroll
@@ -156,7 +152,7 @@ __device__ __forceinline__ void load_job(const la_params &p, const Job &j, const
         else R.st[i] = f4{{0.f, 0.f, 0.f, 0.f}};
     }
     if (DECAY) R.s = reinterpret_cast<const float *>(p.decay)[j.h];
-    if (DIRECT || PERSIST) {
+    if (DIRECT) {
         const elem_t *q = reinterpret_cast<const elem_t *>(p.q.ptr) + j.b * p.q.s0 + j.h * p.q.s1;
         const elem_t *k = reinterpret_cast<const elem_t *>(p.k.ptr) + j.b * p.k.s0 + j.h * p.k.s1;
         const elem_t *v = reinterpret_cast<const elem_t *>(p.v.ptr) + j.b * p.v.s0 + j.h * p.v.s1 + j.e0;
@@ -206,14 +202,10 @@ __device__ __forceinline__ void stage_inputs(const la_params &p, const Job &j, c
 }
 
 // The T steps, the state write-back and the output of job j; red is this job's reduction buffer.
-// Every thread of the CTA calls it with the same job (one barrier inside, skipped rows included).
+// Every thread of the CTA calls it with the same job (one barrier inside).
 __device__ __forceinline__ void finish_job(const la_params &p, const Job &j, const Lane &L, Regs &R,
                                            float *red, unsigned long long pol)
 {
-    if (j.slot < 0) {
-        __syncthreads(); // keep the barrier count uniform (reduction buffers alternate)
-        return;
-    }
     const float lam = DECAY ? expf(-R.s) : 1.f;
     float acc[T][NV];
 #pragma unroll
@@ -287,45 +279,14 @@ __device__ __forceinline__ void finish_job(const la_params &p, const Job &j, con
 
 extern "C" __global__ void __launch_bounds__(NT) la_decode(const __grid_constant__ la_params p)
 {
-    extern __shared__ float smem[]; // [NSTAGE] staged inputs, then reduction buffer(s) [NRED]
+    extern __shared__ float smem[]; // [NSTAGE] staged inputs, then the reduction buffer
+                                    // [T][NSLOT][TILE_V]
     const Lane L;
     const unsigned long long pol = l2_evict_first();
-    if (!PERSIST) {
-        const Job j = make_job(p, blockIdx.z, blockIdx.y, blockIdx.x);
-        if (j.slot < 0) return; // skipped row: output, state and step states untouched
-        Regs R;
-        load_job(p, j, L, R, pol);
-        if (!DIRECT) stage_inputs(p, j, L, R, smem);
-        finish_job(p, j, L, R, smem + NSTAGE, pol);
-        return;
-    }
-    // Persistent: tiles in launch order (tile, h, b); two register sets in ping-pong so the next
-    // tile's loads are in flight while this one computes and stores. Reduction buffers alternate;
-    // the barrier of the job in between orders their reuse.
-    const int ntiles = NET * p.H * p.B;
-    auto job_of = [&](int t) {
-        const int et = t % NET, bh = t / NET;
-        return make_job(p, bh / p.H, bh % p.H, et);
-    };
-    Regs A, Bq;
-    int ta = blockIdx.x;
-    if (ta >= ntiles) return;
-    Job ja = job_of(ta), jb;
-    load_job(p, ja, L, A, pol);
-    for (;;) {
-        const int tb = ta + gridDim.x;
-        if (tb < ntiles) {
-            jb = job_of(tb);
-            load_job(p, jb, L, Bq, pol);
-        }
-        finish_job(p, ja, L, A, smem, pol);
-        if (tb >= ntiles) break;
-        ta = tb + gridDim.x;
-        if (ta < ntiles) {
-            ja = job_of(ta);
-            load_job(p, ja, L, A, pol);
-        }
-        finish_job(p, jb, L, Bq, smem + NRED, pol);
-        if (ta >= ntiles) break;
-    }
+    const Job j = make_job(p, blockIdx.z, blockIdx.y, blockIdx.x);
+    if (j.slot < 0) return; // skipped row: output, state and step states untouched
+    Regs R;
+    load_job(p, j, L, R, pol);
+    if (!DIRECT) stage_inputs(p, j, L, R, smem);
+    finish_job(p, j, L, R, smem + NSTAGE, pol);
 }
