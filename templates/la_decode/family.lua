@@ -1,0 +1,198 @@
+-- family.lua — la_decode: T (1..8) single-token steps of Lightning Attention per row, the fp32
+-- state updated in place (decode.cu says how the kernel works; docs/notes/la_decode.md has the
+-- measurements behind every choice below).
+--
+-- A tile is TILE_V columns of E by all D rows of one (row, head) state; one CTA per tile, grid
+-- {E / TILE_V, H, B}. The state slice of a thread lives in registers for all T steps.
+
+local function pow2ceil(x)
+    local r = 1
+    while r < x do r = r * 2 end
+    return r
+end
+
+local function log2_bucket(x)
+    local b = 0
+    while (1 << (b + 1)) <= x do b = b + 1 end
+    return b
+end
+
+-- Geometry of a config, mirroring the constants at the top of decode.cu.
+local function geometry(cfg, problem)
+    local nt = cfg.WARPS * 32
+    local cw = problem.vk and problem.D or cfg.TILE_V -- contiguous width of the tile
+    local rd = problem.vk and cfg.TILE_V or problem.D -- rows of the tile
+    local lpr = pow2ceil(cw // 4)
+    local rs = nt // lpr
+    local nr = (rd + rs - 1) // rs
+    local nslot
+    if problem.vk then
+        nslot = lpr > 32 and lpr // 32 or 1
+    else
+        nslot = lpr >= 32 and rs or cfg.WARPS
+    end
+    -- Registers a thread needs for data (decode.cu's Regs and acc): the state slice, q and k for
+    -- its d, v for its e, each for all T steps, and T output partial sums.
+    local nq = problem.vk and 4 or nr
+    local nv = problem.vk and nr or 4
+    local data_regs = 4 * nr + problem.T * (2 * nq + 2 * nv)
+    return { nt = nt, cw = cw, rd = rd, lpr = lpr, rs = rs, nr = nr, nslot = nslot,
+             data_regs = data_regs }
+end
+
+-- Dynamic shared memory: staged q, k, v (DIRECT = 0) and the output reduction buffer.
+local function smem(cfg, problem)
+    local g = geometry(cfg, problem)
+    local stage = cfg.DIRECT == 1 and 0 or problem.T * (2 * problem.D + cfg.TILE_V)
+    return 4 * (stage + problem.T * g.nslot * cfg.TILE_V)
+end
+
+local ELEM = { f32 = "float", f16 = "lj_f16", bf16 = "lj_bf16" }
+
+return {
+    name = "la_decode",
+    op = "decode",
+
+    params = {
+        TILE_V = { 8, 16, 32, 64, 128, 256 }, -- E columns per CTA: small = more CTAs for small batches
+        WARPS = { 1, 2, 4, 8, 16 },           -- with TILE_V, the state registers per thread
+        DIRECT = { 0, 1 },  -- 1: q, k, v loaded straight into registers (best at T = 1);
+                            -- 0: staged once per CTA in shared memory (best at T > 1)
+        CACHE = { 0, 1, 2, 3 }, -- state access hint: 0 none, 1 .cs, 2 L2 evict-first, 3 L2 256B
+    },
+
+    problems = {
+        { op = "decode", dtype = "bf16", B = 64, H = 64, N = 1, D = 128, E = 128, T = 1,
+          decay = true, vk = false, step_states = false },
+        { op = "decode", dtype = "f32", B = 8, H = 16, N = 4, D = 64, E = 128, T = 4,
+          decay = true, vk = true, step_states = true },
+        { op = "decode", dtype = "f16", B = 1, H = 32, N = 1, D = 256, E = 256, T = 1,
+          decay = true, vk = false, step_states = false },
+        { op = "decode", dtype = "bf16", B = 3, H = 8, N = 8, D = 96, E = 48, T = 8,
+          decay = false, vk = true, step_states = true },
+    },
+
+    valid = function(cfg, problem, device)
+        local D, E, T = problem.D, problem.E, problem.T
+        if ELEM[problem.dtype] == nil then return false, "dtype must be f32, f16 or bf16" end
+        if D % 16 ~= 0 or E % 16 ~= 0 or D < 16 or E < 16 or D > 256 or E > 256 then
+            return false, "D and E must be multiples of 16 from 16 to 256"
+        end
+        if T < 1 or T > 8 then return false, "T must be 1..8" end
+        if cfg.TILE_V > E or E % cfg.TILE_V ~= 0 then
+            return false, string.format("TILE_V=%d does not divide E=%d", cfg.TILE_V, E)
+        end
+        local g = geometry(cfg, problem)
+        if g.lpr > g.nt then
+            return false, string.format("a row of %d floats needs %d threads, the CTA has %d",
+                                        g.cw, g.lpr, g.nt)
+        end
+        if g.nr * 4 > 128 then
+            return false, string.format("%d state floats per thread (over 128 registers)", g.nr * 4)
+        end
+        if g.data_regs > 160 then -- measured: 256 data registers spill ~900 bytes
+            return false, string.format("%d data registers per thread (state, q, k, v, sums; limit 160)",
+                                        g.data_regs)
+        end
+        if (g.nr * g.rs - g.rd) * 2 > g.nr * g.rs then
+            return false, string.format("%d of %d thread rows would hold no state",
+                                        g.nr * g.rs - g.rd, g.nr * g.rs)
+        end
+        local bytes = smem(cfg, problem)
+        if bytes > device.smem_optin then
+            return false, string.format("%d bytes of shared memory (device allows %d)", bytes,
+                                        device.smem_optin)
+        end
+        if cfg.CACHE >= 2 and device.cc < 80 then
+            return false, "CACHE=2,3 need sm_80 or newer"
+        end
+        return true
+    end,
+
+    -- Measured on an H200 (132 SMs), H = 64, D = E = 128, bf16, cold L2 (docs/notes/la_decode.md):
+    -- fewer states than SMs want 16-column tiles (8 CTAs per state); a few states per SM want
+    -- 64-column tiles with the L2 evict-first hint; large batches 64-column tiles of 16 warps.
+    -- VK tiles are contiguous, so narrow tiles cost less there. T > 1 stages q, k, v in shared
+    -- memory (direct loads of T rows of q and k per thread are slow) except for fewer states than
+    -- SMs, where the shorter critical path of direct loads wins. The thresholds compare log2
+    -- buckets, the same buckets as key(), so one bucket always gets one config.
+    default = function(problem, device)
+        local lb = log2_bucket(problem.B * problem.H)
+        local ls = log2_bucket(device.sms) -- 7 for 132 SMs
+        local cfg
+        if problem.T > 1 then
+            if lb < ls then
+                cfg = { TILE_V = 16, WARPS = 8, DIRECT = 1, CACHE = 0 }
+            else
+                cfg = { TILE_V = 32, WARPS = 4, DIRECT = 0, CACHE = 0 }
+            end
+        elseif problem.vk then
+            if lb < ls + 2 then
+                cfg = { TILE_V = 64, WARPS = 8, DIRECT = 1, CACHE = 0 }
+            elseif lb < ls + 6 then
+                cfg = { TILE_V = 16, WARPS = 8, DIRECT = 1, CACHE = 0 }
+            else
+                cfg = { TILE_V = 128, WARPS = 16, DIRECT = 1, CACHE = 0 }
+            end
+        else
+            if lb < ls then
+                cfg = { TILE_V = 16, WARPS = 8, DIRECT = 1, CACHE = 0 }
+            elseif lb < ls + 2 then
+                cfg = { TILE_V = 64, WARPS = 8, DIRECT = 1, CACHE = 2 }
+            elseif lb < ls + 4 then
+                cfg = { TILE_V = 64, WARPS = 8, DIRECT = 1, CACHE = 0 }
+            else
+                cfg = { TILE_V = 64, WARPS = 16, DIRECT = 1, CACHE = 0 }
+            end
+        end
+        if device.cc < 80 then cfg.CACHE = 0 end
+        -- Other shapes: the widest tile that divides E, then warps so that every thread holds
+        -- state (at most 64 floats of it) and a row fits in the CTA.
+        while problem.E % cfg.TILE_V ~= 0 or cfg.TILE_V > problem.E do cfg.TILE_V = cfg.TILE_V // 2 end
+        local g = geometry(cfg, problem)
+        while g.nr * 4 > 64 and cfg.WARPS < 16 do
+            cfg.WARPS = cfg.WARPS * 2
+            g = geometry(cfg, problem)
+        end
+        while (g.lpr > g.nt or g.nr * 4 > 128 or g.data_regs > 128) and cfg.WARPS < 16 do
+            cfg.WARPS = cfg.WARPS * 2
+            g = geometry(cfg, problem)
+        end
+        while cfg.WARPS > 1 and g.rs > g.rd and g.lpr <= g.nt // 2 do
+            cfg.WARPS = cfg.WARPS // 2
+            g = geometry(cfg, problem)
+        end
+        return cfg
+    end,
+
+    key = function(problem)
+        return string.format("%s_D%d_E%d_T%d_%s_%s%s_bh%d", problem.dtype, problem.D, problem.E,
+                             problem.T, problem.decay and "decay" or "nodecay",
+                             problem.vk and "vk" or "kv", problem.step_states and "_steps" or "",
+                             log2_bucket(problem.B * problem.H))
+    end,
+
+    launch = function(cfg, problem, device)
+        return {
+            grid = { problem.E // cfg.TILE_V, "H", "B" },
+            block = { cfg.WARPS * 32, 1, 1 },
+            smem = smem(cfg, problem),
+            entry = "la_decode",
+        }
+    end,
+
+    source = function(cfg, problem, device)
+        return {
+            template = "la_decode/decode.cu",
+            consts = {
+                ELEM = ELEM[problem.dtype],
+                D = problem.D,
+                E = problem.E,
+                T = problem.T,
+                VK = problem.vk and "true" or "false",
+                DECAY = problem.decay and "true" or "false",
+                STEP_STATES = problem.step_states and "true" or "false",
+            },
+        }
+    end,
+}
