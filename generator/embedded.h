@@ -13,6 +13,8 @@ typedef struct lj_embedded_file {
 
 extern const lj_embedded_file lj_embedded_files[];
 extern const size_t lj_embedded_count;
+/* Names of the families (folders holding a family.lua), NULL-terminated. */
+extern const char *const lj_embedded_families[];
 
 /* The file at path, or NULL. */
 const lj_embedded_file *lj_embedded_find(const char *path);

@@ -60,6 +60,7 @@ static const struct {
     LJ_ENTRY(cuMemcpyDtoHAsync),
     LJ_ENTRY(cuMemsetD8),
     LJ_ENTRY(cuMemsetD32),
+    LJ_ENTRY(cuMemsetD32Async),
     LJ_ENTRY(cuMemGetInfo),
     LJ_ENTRY(cuPointerGetAttribute),
     LJ_ENTRY(cuStreamCreate),
@@ -67,7 +68,9 @@ static const struct {
     LJ_ENTRY(cuStreamSynchronize),
     LJ_ENTRY(cuStreamBeginCapture),
     LJ_ENTRY(cuStreamEndCapture),
-    LJ_ENTRY(cuGraphInstantiate),
+    /* The flags form under its own name: the base name can resolve to the older
+     * five-argument cuGraphInstantiate. */
+    {"cuGraphInstantiateWithFlags", offsetof(lj_driver, cuGraphInstantiate)},
     LJ_ENTRY(cuGraphLaunch),
     LJ_ENTRY(cuGraphExecDestroy),
     LJ_ENTRY(cuGraphDestroy),

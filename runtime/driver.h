@@ -42,6 +42,7 @@ typedef struct lj_driver {
     CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
     CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
     CUresult (*cuMemsetD32)(CUdeviceptr, unsigned int, size_t);
+    CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned int, size_t, CUstream);
     CUresult (*cuMemGetInfo)(size_t *, size_t *);
     CUresult (*cuPointerGetAttribute)(void *, CUpointer_attribute, CUdeviceptr);
     CUresult (*cuStreamCreate)(CUstream *, unsigned int);

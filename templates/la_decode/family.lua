@@ -24,6 +24,9 @@ local function geometry(cfg, problem)
     local rd = problem.vk and cfg.TILE_V or problem.D -- rows of the tile
     local lpr = pow2ceil(cw // 4)
     local rs = nt // lpr
+    if rs == 0 then -- a row needs more threads than the CTA has: valid() rejects this first
+        return { nt = nt, cw = cw, rd = rd, lpr = lpr, rs = 0, nr = 0, nslot = 0, data_regs = 0 }
+    end
     local nr = (rd + rs - 1) // rs
     local nslot
     if problem.vk then

@@ -1,0 +1,499 @@
+/* lajit_bench.c — lajit's benchmark: times the ops through the public C API on a GPU and
+ * prints one JSON object per measurement, in the row format of DESIGN.md ("Benchmark reports"),
+ * so bench/report.py can merge them with the peers' rows of the same run.
+ *
+ * Method (METHOD.md): random inputs (never zeros), one untimed warm-up call (compile, module
+ * load), then each repetition timed alone with device events after overwriting a 256 MiB buffer
+ * so no repetition finds its inputs in L2 (as triton.testing.do_bench does for the peers); the
+ * median is reported. Decode is timed as the peers' decode is: a CUDA graph of many steps, each
+ * on another state of a rotating set of at least 256 MiB ("cold" L2), beside an in-place update
+ * (x *= c) of the same states captured the same way — the physical limit of that step.
+ *
+ * Modes: prefill (fwd rows), decode (decode rows + their ceilings), dispatch (host cost of one
+ * C API call on a cached kernel beside a bare cuLaunchKernel of an empty kernel). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "context.h"
+#include "kernel.h"
+
+static const lj_driver *drv;
+static lj_env benv;
+
+#define CU(call)                                                                           \
+    do {                                                                                   \
+        CUresult r_ = (drv->call);                                                         \
+        if (r_ != CUDA_SUCCESS) {                                                          \
+            const char *n_ = "?";                                                          \
+            drv->cuGetErrorName(r_, &n_);                                                  \
+            fprintf(stderr, "lajit_bench: %s failed: %s (line %d)\n", #call, n_, __LINE__); \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+static void check(lajit_ctx *ctx, lajit_status st, const char *what)
+{
+    if (st != LAJIT_OK) {
+        fprintf(stderr, "lajit_bench: %s: %s: %s\n", what, lajit_status_string(st),
+                lajit_errmsg(ctx));
+        exit(1);
+    }
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- Device buffers ------------------------------------------------------------------------ */
+
+static CUdeviceptr dalloc(size_t bytes)
+{
+    CUdeviceptr p;
+    CU(cuMemAlloc(&p, bytes));
+    return p;
+}
+
+/* Fills a device buffer of 16-bit or 32-bit values with uniform random numbers in
+ * [-amp, amp). */
+static void fill_random(CUdeviceptr p, size_t n, int bits, float amp, unsigned seed)
+{
+    size_t bytes = n * (size_t)(bits / 8);
+    unsigned char *h = malloc(bytes);
+    unsigned x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 1664525u + 1013904223u;
+        float f = amp * ((float)(x >> 8) / 8388608.0f - 1.0f);
+        unsigned u;
+        memcpy(&u, &f, 4);
+        if (bits == 32) {
+            memcpy(h + 4 * i, &u, 4);
+        } else { /* bf16, round to nearest even */
+            unsigned short b = (unsigned short)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+            memcpy(h + 2 * i, &b, 2);
+        }
+    }
+    CU(cuMemcpyHtoD(p, h, bytes));
+    free(h);
+}
+
+static DLTensor tensor(CUdeviceptr p, int ndim, int64_t *shape, int bits, int code)
+{
+    DLTensor t;
+    memset(&t, 0, sizeof t);
+    t.data = (void *)(uintptr_t)p;
+    t.device.device_type = kDLCUDA;
+    t.ndim = ndim;
+    t.dtype.code = (uint8_t)code;
+    t.dtype.bits = (uint8_t)bits;
+    t.dtype.lanes = 1;
+    t.shape = shape;
+    return t;
+}
+
+/* ---- Helper kernels (compiled with the library's own NVRTC path) --------------------------- */
+
+static const char helper_src[] =
+    "extern \"C\" __global__ void lj_bench_empty() {}\n"
+    "extern \"C\" __global__ void lj_bench_scale(float4 *x, long long n4, float c) {\n"
+    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4;\n"
+    "         i += (long long)gridDim.x * blockDim.x) {\n"
+    "        float4 v = x[i]; v.x *= c; v.y *= c; v.z *= c; v.w *= c; x[i] = v;\n"
+    "    }\n"
+    "}\n";
+
+static CUfunction fn_empty, fn_scale;
+static int sm_count;
+
+static void load_helpers(lajit_ctx *ctx)
+{
+    lj_device *dev;
+    check(ctx, lajit__ctx_device(ctx, &dev), "device");
+    sm_count = dev->info.sms;
+    check(ctx, lj_device_make_current(lajit__ctx_env(ctx), dev), "make current");
+    lj_compiled c;
+    check(ctx, lj_nvrtc_compile(lajit__ctx_env(ctx), "bench_helpers.cu", helper_src, NULL, 0,
+                                dev->info.arch, 0, &c),
+          "compiling helper kernels");
+    CUmodule m;
+    CU(cuModuleLoadData(&m, c.image));
+    CU(cuModuleGetFunction(&fn_empty, m, "lj_bench_empty"));
+    CU(cuModuleGetFunction(&fn_scale, m, "lj_bench_scale"));
+    lj_compiled_free(lajit__ctx_env(ctx), &c);
+}
+
+static void scale_launch(CUdeviceptr p, size_t bytes, CUstream s)
+{
+    long long n4 = (long long)(bytes / 16);
+    float c = 0.999f;
+    void *args[] = {&p, &n4, &c};
+    unsigned blocks = (unsigned)sm_count * 8;
+    CU(cuLaunchKernel(fn_scale, blocks, 1, 1, 512, 1, 1, 0, s, args, NULL));
+}
+
+/* ---- Timing -------------------------------------------------------------------------------- */
+
+typedef void (*op_fn)(void *user, CUstream s);
+
+static CUdeviceptr flush_buf;
+static const size_t flush_bytes = 256u << 20;
+
+/* Median milliseconds of fn over reps, each after an L2-clearing write of 256 MiB. */
+static double time_op(op_fn fn, void *user, CUstream s, int reps)
+{
+    CUevent a, b;
+    CU(cuEventCreate(&a, 0));
+    CU(cuEventCreate(&b, 0));
+    fn(user, s); /* warm-up */
+    CU(cuStreamSynchronize(s));
+    double *ms = malloc(sizeof(double) * (size_t)reps);
+    for (int r = 0; r < reps; r++) {
+        CU(cuMemsetD32Async(flush_buf, (unsigned)r, flush_bytes / 4, s));
+        CU(cuEventRecord(a, s));
+        fn(user, s);
+        CU(cuEventRecord(b, s));
+        CU(cuEventSynchronize(b));
+        float t;
+        CU(cuEventElapsedTime(&t, a, b));
+        ms[r] = t;
+    }
+    double m = median(ms, reps);
+    free(ms);
+    CU(cuEventDestroy(a));
+    CU(cuEventDestroy(b));
+    return m;
+}
+
+/* Per-step microseconds of `steps` calls of fn captured in one graph, median of reps replays. */
+static double time_graph(op_fn fn, void *user, CUstream s, int steps, int reps)
+{
+    for (int i = 0; i < 2; i++)
+        fn(user, s);
+    CU(cuStreamSynchronize(s));
+    CUgraph g;
+    CUgraphExec ge;
+    CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    for (int i = 0; i < steps; i++)
+        fn(user, s);
+    CU(cuStreamEndCapture(s, &g));
+    CU(cuGraphInstantiate(&ge, g, 0));
+    CU(cuGraphLaunch(ge, s));
+    CU(cuStreamSynchronize(s));
+    CUevent a, b;
+    CU(cuEventCreate(&a, 0));
+    CU(cuEventCreate(&b, 0));
+    double *us = malloc(sizeof(double) * (size_t)reps);
+    for (int r = 0; r < reps; r++) {
+        CU(cuEventRecord(a, s));
+        CU(cuGraphLaunch(ge, s));
+        CU(cuEventRecord(b, s));
+        CU(cuEventSynchronize(b));
+        float t;
+        CU(cuEventElapsedTime(&t, a, b));
+        us[r] = 1e3 * t / steps;
+    }
+    double m = median(us, reps);
+    free(us);
+    CU(cuEventDestroy(a));
+    CU(cuEventDestroy(b));
+    CU(cuGraphExecDestroy(ge));
+    CU(cuGraphDestroy(g));
+    return m;
+}
+
+/* ---- Prefill ------------------------------------------------------------------------------- */
+
+typedef struct fwd_case {
+    lajit_ctx *ctx;
+    lajit_attn_fwd_args args;
+} fwd_case;
+
+static void run_fwd(void *user, CUstream s)
+{
+    fwd_case *c = user;
+    c->args.stream = s;
+    check(c->ctx, lajit_attn_fwd(c->ctx, &c->args), "lajit_attn_fwd");
+}
+
+static void bench_prefill(lajit_ctx *ctx, CUstream s, int B, int H, const int *Ds, int nD,
+                          const int *Ns, int nN, const char *family)
+{
+    for (int di = 0; di < nD; di++) {
+        for (int ni = 0; ni < nN; ni++) {
+            int D = Ds[di], E = Ds[di], N = Ns[ni];
+            size_t nq = (size_t)B * H * N * D, nv = (size_t)B * H * N * E;
+            CUdeviceptr q = dalloc(nq * 2), k = dalloc(nq * 2), v = dalloc(nv * 2),
+                        o = dalloc(nv * 2), sl = dalloc((size_t)H * 4);
+            fill_random(q, nq, 16, 0.1f, 1);
+            fill_random(k, nq, 16, 0.1f, 2);
+            fill_random(v, nv, 16, 0.1f, 3);
+            float *slopes = malloc((size_t)H * 4);
+            check(ctx, lajit_decay_alibi(H, 0, 1, slopes), "slopes");
+            CU(cuMemcpyHtoD(sl, slopes, (size_t)H * 4));
+            free(slopes);
+            int64_t qs[4] = {B, H, N, D}, vs[4] = {B, H, N, E}, ss[1] = {H};
+            DLTensor tq = tensor(q, 4, qs, 16, kDLBfloat), tk = tensor(k, 4, qs, 16, kDLBfloat);
+            DLTensor tv = tensor(v, 4, vs, 16, kDLBfloat), to = tensor(o, 4, vs, 16, kDLBfloat);
+            DLTensor ts = tensor(sl, 1, ss, 32, kDLFloat);
+            fwd_case c;
+            memset(&c, 0, sizeof c);
+            c.ctx = ctx;
+            c.args.struct_size = sizeof c.args;
+            c.args.q = &tq;
+            c.args.k = &tk;
+            c.args.v = &tv;
+            c.args.o = &to;
+            c.args.s = &ts;
+            c.args.scale = 1.0f;
+            c.args.family = family;
+            double ms = time_op(run_fwd, &c, s, 50);
+            printf("{\"op\": \"fwd\", \"impl\": \"lajit\", \"family\": \"%s\", \"dtype\": \"bf16\", "
+                   "\"B\": %d, \"H\": %d, \"D\": %d, \"E\": %d, \"N\": %d, \"decay\": true, "
+                   "\"ms\": %.5f}\n",
+                   family ? family : "default", B, H, D, E, N, ms);
+            fflush(stdout);
+            CU(cuMemFree(q));
+            CU(cuMemFree(k));
+            CU(cuMemFree(v));
+            CU(cuMemFree(o));
+            CU(cuMemFree(sl));
+        }
+    }
+}
+
+/* ---- Decode -------------------------------------------------------------------------------- */
+
+typedef struct decode_case {
+    lajit_ctx *ctx;
+    lajit_attn_decode_args args;
+    DLTensor states[64];
+    int64_t state_shape[4];
+    CUdeviceptr state_ptr[64];
+    size_t state_bytes;
+    int nbuf, next;
+} decode_case;
+
+static void run_decode(void *user, CUstream s)
+{
+    decode_case *c = user;
+    c->args.state = &c->states[c->next];
+    c->args.stream = s;
+    c->next = (c->next + 1) % c->nbuf;
+    check(c->ctx, lajit_attn_decode(c->ctx, &c->args), "lajit_attn_decode");
+}
+
+static void run_scale(void *user, CUstream s)
+{
+    decode_case *c = user;
+    scale_launch(c->state_ptr[c->next], c->state_bytes, s);
+    c->next = (c->next + 1) % c->nbuf;
+}
+
+static void bench_decode(lajit_ctx *ctx, CUstream s, const int *Bs, int nB, int H, int D, int T)
+{
+    for (int bi = 0; bi < nB; bi++) {
+        int B = Bs[bi], E = D;
+        decode_case c;
+        memset(&c, 0, sizeof c);
+        c.ctx = ctx;
+        c.state_bytes = (size_t)B * H * D * E * 4;
+        size_t want = 256u << 20;
+        c.nbuf = (int)((want + c.state_bytes - 1) / c.state_bytes);
+        if (c.nbuf > 64)
+            c.nbuf = 64;
+        if (c.nbuf < 1)
+            c.nbuf = 1;
+        int steps = c.nbuf * ((20 + c.nbuf - 1) / c.nbuf);
+        c.state_shape[0] = B;
+        c.state_shape[1] = H;
+        c.state_shape[2] = D;
+        c.state_shape[3] = E;
+        for (int i = 0; i < c.nbuf; i++) {
+            c.state_ptr[i] = dalloc(c.state_bytes);
+            fill_random(c.state_ptr[i], c.state_bytes / 4, 32, 1.0f, 100 + (unsigned)i);
+            c.states[i] = tensor(c.state_ptr[i], 4, c.state_shape, 32, kDLFloat);
+        }
+        size_t nq = (size_t)B * T * H * D;
+        CUdeviceptr q = dalloc(nq * 2), k = dalloc(nq * 2), v = dalloc(nq * 2), o = dalloc(nq * 2),
+                    sl = dalloc((size_t)H * 4);
+        fill_random(q, nq, 16, 1.0f, 7);
+        fill_random(k, nq, 16, 1.0f, 8);
+        fill_random(v, nq, 16, 1.0f, 9);
+        float *slopes = malloc((size_t)H * 4);
+        check(ctx, lajit_decay_alibi(H, 0, 1, slopes), "slopes");
+        CU(cuMemcpyHtoD(sl, slopes, (size_t)H * 4));
+        free(slopes);
+        int64_t qs4[4] = {B, T, H, D}, qs3[3] = {B, H, D}, ss[1] = {H};
+        int nd = T > 1 ? 4 : 3;
+        int64_t *qs = T > 1 ? qs4 : qs3;
+        DLTensor tq = tensor(q, nd, qs, 16, kDLBfloat), tk = tensor(k, nd, qs, 16, kDLBfloat);
+        DLTensor tv = tensor(v, nd, qs, 16, kDLBfloat), to = tensor(o, nd, qs, 16, kDLBfloat);
+        DLTensor ts = tensor(sl, 1, ss, 32, kDLFloat);
+        c.args.struct_size = sizeof c.args;
+        c.args.q = &tq;
+        c.args.k = &tk;
+        c.args.v = &tv;
+        c.args.o = &to;
+        c.args.s = &ts;
+        c.args.scale = 1.0f;
+        double us = time_graph(run_decode, &c, s, steps, 20);
+        c.next = 0;
+        double ceil_us = time_graph(run_scale, &c, s, steps, 20);
+        double tb = 2.0 * (double)c.state_bytes / (us * 1e-6) / 1e12;
+        double ctb = 2.0 * (double)c.state_bytes / (ceil_us * 1e-6) / 1e12;
+        printf("{\"op\": \"decode\", \"impl\": \"lajit\", \"dtype\": \"bf16\", \"B\": %d, \"H\": %d, "
+               "\"D\": %d, \"E\": %d, \"T\": %d, \"us\": %.3f, \"TBps\": %.4f, \"ceiling_us\": %.3f, "
+               "\"ceiling_TBps\": %.4f, \"l2\": \"cold\", \"nbuf\": %d, "
+               "\"how\": \"CUDA graph of %d steps over %d rotating states; ceiling: x *= c on the "
+               "same states, same graph shape\"}\n",
+               B, H, D, E, T, us, tb, ceil_us, ctb, c.nbuf, steps, c.nbuf);
+        fflush(stdout);
+        for (int i = 0; i < c.nbuf; i++)
+            CU(cuMemFree(c.state_ptr[i]));
+        CU(cuMemFree(q));
+        CU(cuMemFree(k));
+        CU(cuMemFree(v));
+        CU(cuMemFree(o));
+        CU(cuMemFree(sl));
+    }
+}
+
+/* ---- Dispatch cost ------------------------------------------------------------------------- */
+
+static void bench_dispatch(lajit_ctx *ctx, CUstream s)
+{
+    /* A small decode (B=1, H=1, D=E=64) so the GPU keeps up and host time dominates. */
+    int64_t qs[3] = {1, 1, 64}, ps[4] = {1, 1, 64, 64};
+    CUdeviceptr q = dalloc(256), st = dalloc(64 * 64 * 4), o = dalloc(256);
+    fill_random(q, 64, 16, 1.0f, 1);
+    fill_random(st, 64 * 64, 32, 1.0f, 2);
+    DLTensor tq = tensor(q, 3, qs, 16, kDLBfloat), to = tensor(o, 3, qs, 16, kDLBfloat);
+    DLTensor ts = tensor(st, 4, ps, 32, kDLFloat);
+    lajit_attn_decode_args a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = sizeof a;
+    a.q = a.k = a.v = &tq;
+    a.o = &to;
+    a.state = &ts;
+    a.scale = 1.0f;
+    a.stream = s;
+    check(ctx, lajit_attn_decode(ctx, &a), "decode warm-up");
+    CU(cuStreamSynchronize(s));
+    const int calls = 20000;
+    double best_api = 1e9, best_bare = 1e9;
+    for (int round = 0; round < 5; round++) {
+        double t0 = now_s();
+        for (int i = 0; i < calls; i++)
+            lajit_attn_decode(ctx, &a);
+        double t1 = now_s();
+        CU(cuStreamSynchronize(s));
+        double t2 = now_s();
+        for (int i = 0; i < calls; i++)
+            drv->cuLaunchKernel(fn_empty, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL);
+        double t3 = now_s();
+        CU(cuStreamSynchronize(s));
+        double api = (t1 - t0) / calls * 1e6, bare = (t3 - t2) / calls * 1e6;
+        if (api < best_api)
+            best_api = api;
+        if (bare < best_bare)
+            best_bare = bare;
+    }
+    printf("{\"op\": \"dispatch\", \"impl\": \"lajit\", \"what\": \"lajit_attn_decode\", "
+           "\"us_host\": %.3f, \"us_launch\": %.3f, \"calls\": %d, \"how\": \"best of 5 rounds of "
+           "%d back-to-back calls, host wall time per call\"}\n",
+           best_api, best_bare, calls, calls);
+    fflush(stdout);
+    CU(cuMemFree(q));
+    CU(cuMemFree(st));
+    CU(cuMemFree(o));
+}
+
+/* ---- main ---------------------------------------------------------------------------------- */
+
+static int parse_list(const char *s, int *out, int cap)
+{
+    int n = 0;
+    while (*s && n < cap) {
+        out[n++] = atoi(s);
+        const char *c = strchr(s, ',');
+        if (!c)
+            break;
+        s = c + 1;
+    }
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = "all", *family = NULL;
+    int Ds[8] = {64, 128}, nD = 2, Ns[16] = {1024, 2048, 4096, 8192, 16384, 32768}, nN = 6;
+    int Bs[16] = {1, 4, 16, 32, 64, 128, 256}, nB = 7, Ts[4] = {1, 4}, nT = 2;
+    int B = 4, H = 32, dH = 64, dD = 128;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
+        if (strcmp(a, "--help") == 0) {
+            printf("usage: lajit_bench [--mode prefill|decode|dispatch|all] [--family NAME]\n"
+                   "  [--B 4] [--H 32] [--D 64,128] [--N 1024,...] [--decode-B 1,4,...]\n"
+                   "  [--decode-H 64] [--decode-D 128] [--T 1,4]\n"
+                   "Prints one JSON row per measurement (DESIGN.md's report rows).\n");
+            return 0;
+        }
+        if (strcmp(a, "--mode") == 0) mode = v;
+        else if (strcmp(a, "--family") == 0) family = v;
+        else if (strcmp(a, "--B") == 0) B = atoi(v);
+        else if (strcmp(a, "--H") == 0) H = atoi(v);
+        else if (strcmp(a, "--D") == 0) nD = parse_list(v, Ds, 8);
+        else if (strcmp(a, "--N") == 0) nN = parse_list(v, Ns, 16);
+        else if (strcmp(a, "--decode-B") == 0) nB = parse_list(v, Bs, 16);
+        else if (strcmp(a, "--decode-H") == 0) dH = atoi(v);
+        else if (strcmp(a, "--decode-D") == 0) dD = atoi(v);
+        else if (strcmp(a, "--T") == 0) nT = parse_list(v, Ts, 4);
+        else {
+            fprintf(stderr, "lajit_bench: unknown argument %s\n", a);
+            return 2;
+        }
+        i++;
+    }
+    lj_env_init(&benv, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
+    if (lj_driver_load(&benv, &drv) != LAJIT_OK) {
+        fprintf(stderr, "lajit_bench: %s\n", benv.errmsg);
+        return 77;
+    }
+    lajit_ctx *ctx;
+    lajit_ctx_desc desc;
+    lajit_ctx_desc_init(&desc);
+    check(NULL, lajit_ctx_create(&desc, &ctx), "context");
+    load_helpers(ctx);
+    CUstream s;
+    CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    flush_buf = dalloc(flush_bytes);
+    int all = strcmp(mode, "all") == 0;
+    if (all || strcmp(mode, "dispatch") == 0)
+        bench_dispatch(ctx, s);
+    if (all || strcmp(mode, "decode") == 0)
+        for (int t = 0; t < nT; t++)
+            bench_decode(ctx, s, Bs, nB, dH, dD, Ts[t]);
+    if (all || strcmp(mode, "prefill") == 0)
+        bench_prefill(ctx, s, B, H, Ds, nD, Ns, nN, family);
+    CU(cuMemFree(flush_buf));
+    CU(cuStreamDestroy(s));
+    lajit_ctx_destroy(ctx);
+    return 0;
+}

@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""report.py — merges one run's lajit rows (lajit_bench's JSON lines) and the peers' rows
+(../shared/peers/peer_bench.py --out) into docs/bench/<gpu>.json, the report format of
+DESIGN.md, and writes <gpu>.md beside it with the tables and <gpu>.png with the plot.
+
+Usage: report.py --lajit lajit.jsonl --peers peers.json --gpu h200 --commit SHA \
+                 [--meta meta.json] [--out docs/bench]
+meta.json (optional) holds {"device", "cc", "driver"} as the driver reports them.
+Every row must come from the same run on the same GPU; this script does not mix runs."""
+import argparse, datetime, json, os
+
+p = argparse.ArgumentParser()
+p.add_argument("--lajit", required=True)
+p.add_argument("--peers", required=True)
+p.add_argument("--gpu", required=True)
+p.add_argument("--commit", default="unknown")
+p.add_argument("--meta", default=None)
+p.add_argument("--out", default="docs/bench")
+a = p.parse_args()
+
+peers = json.load(open(a.peers))
+lajit_rows = [json.loads(l) for l in open(a.lajit) if l.strip().startswith("{")]
+meta = json.load(open(a.meta)) if a.meta and os.path.exists(a.meta) else {}
+
+ceil = {}
+for r in peers["rows"]:
+    if r.get("kind") == "ceiling":
+        key = {"d2d_copy_TBps": "copy_TBps", "bf16_mm_TFLOPs": "bf16_TFLOPs"}[r["what"]]
+        ceil[key] = round(r["value"], 3)
+copy = ceil.get("copy_TBps")
+
+
+def floor_ms(op, B, H, N, D, E):
+    if not copy:
+        return None
+    fwd = B * H * N * (2 * D + 2 * E) * 2
+    bwd = B * H * N * (4 * D + 3 * E) * 2
+    return round((fwd if op == "fwd" else fwd + bwd) / (copy * 1e12) * 1e3, 4)
+
+
+rows = []
+names = {"sdpa_causal": ("sdpa", False), "la2_nodecay": ("la2_nodecay", False),
+         "la2_decay": ("la2_decay", True), "fla_simple_gla": ("fla", True)}
+for r in peers["rows"]:
+    if r.get("kind") == "prefill" and "fwd_ms" in r and r["name"] in names:
+        impl, decay = names[r["name"]]
+        B, H, N, D = r["B"], r["H"], r["N"], r["D"]
+        base = dict(impl=impl, dtype=r.get("dtype", "bf16"), B=B, H=H, D=D, E=D, N=N, decay=decay)
+        rows.append(dict(op="fwd", **base, ms=round(r["fwd_ms"], 4), floor_ms=floor_ms("fwd", B, H, N, D, D)))
+        rows.append(dict(op="fwdbwd", **base, ms=round(r["fwdbwd_ms"], 4),
+                         extra_MiB=round(r["peak_extra_MiB"], 1), floor_ms=floor_ms("fwdbwd", B, H, N, D, D)))
+ceil_by_B = {r["B"]: r for r in peers["rows"] if r.get("kind") == "decode" and r.get("name") == "inplace_ceiling"}
+for r in peers["rows"]:
+    if r.get("kind") == "decode" and r.get("name", "").startswith("fla_fused_recurrent"):
+        graph = r["name"].endswith("graph")
+        c = ceil_by_B.get(r["B"])
+        rows.append(dict(op="decode", impl="fla_graph" if graph else "fla_eager", B=r["B"], H=r["H"],
+                         D=r["K"], E=r["V"], T=1, us=round(r["us"], 3), TBps=round(r["TBps"], 4),
+                         ceiling_TBps=round(c["TBps"], 4) if c else None, l2=r["l2"],
+                         how="CUDA graph of steps (peer_bench.py)" if graph else "eager Python call"))
+for r in lajit_rows:
+    r = dict(r)
+    if r.get("op") in ("fwd", "fwdbwd"):
+        r["floor_ms"] = floor_ms(r["op"], r["B"], r["H"], r["N"], r["D"], r["E"])
+    rows.append(r)
+
+rep = dict(device=meta.get("device", peers.get("device")), cc=meta.get("cc"), driver=meta.get("driver"),
+           lajit=a.commit, date=datetime.date.today().isoformat(), ceilings=ceil, rows=rows)
+os.makedirs(a.out, exist_ok=True)
+jpath = os.path.join(a.out, a.gpu + ".json")
+json.dump(rep, open(jpath, "w"), indent=1)
+
+# ---- Markdown tables -------------------------------------------------------------------------
+md = [f"# lajit benchmark — {rep['device']}", "",
+      f"lajit {a.commit}, {rep['date']}, driver {rep['driver']}; ceilings measured in the same run: "
+      f"copy {ceil.get('copy_TBps')} TB/s, bf16 matmul {ceil.get('bf16_TFLOPs')} TFLOP/s. "
+      "Every row below comes from one run on this GPU (lajit_bench and ../shared/peers/peer_bench.py "
+      "in the same device call). Times in ms (prefill) or µs (decode); lajit's prefill rows are with "
+      "decay and compared with every peer, the no-decay ones included.", ""]
+impls = ["lajit", "fla", "la2_decay", "la2_nodecay", "sdpa"]
+for op in ("fwd", "fwdbwd"):
+    ops = [r for r in rows if r.get("op") == op]
+    if not ops:
+        continue
+    for D in sorted({r["D"] for r in ops}):
+        md += [f"## {op}, bf16, B=4, H=32, D=E={D}", "",
+               "| N | " + " | ".join(impls) + " | floor | lajit / best peer |",
+               "|---" * (len(impls) + 3) + "|"]
+        for N in sorted({r["N"] for r in ops if r["D"] == D}):
+            cell = {}
+            for r in ops:
+                if r["D"] == D and r["N"] == N:
+                    cell[r["impl"]] = r["ms"]
+                    fl = r.get("floor_ms")
+            peers_ms = [v for k, v in cell.items() if k != "lajit"]
+            ratio = (f"{cell['lajit'] / min(peers_ms):.2f}" if "lajit" in cell and peers_ms else "—")
+            md.append(f"| {N} | " + " | ".join(f"{cell[i]:.3f}" if i in cell else "—" for i in impls)
+                      + f" | {fl if fl is not None else '—'} | {ratio} |")
+        md.append("")
+dec = [r for r in rows if r.get("op") == "decode"]
+if dec:
+    md += ["## decode, H=64, D=E=128, bf16 q/k/v, fp32 state, cold L2 (µs per step, TB/s, % of the in-place ceiling)", "",
+           "| B | T | lajit | FLA (graph) | in-place ceiling | lajit % of ceiling |", "|---|---|---|---|---|---|"]
+    for T in sorted({r.get("T", 1) for r in dec}):
+        for B in sorted({r["B"] for r in dec}):
+            l = next((r for r in dec if r["impl"] == "lajit" and r["B"] == B and r.get("T", 1) == T), None)
+            f = next((r for r in dec if r["impl"] == "fla_graph" and r["B"] == B and r.get("l2") == "cold" and T == 1), None)
+            if not l and not f:
+                continue
+            ls = f"{l['us']:.1f} ({l['TBps']:.2f})" if l else "—"
+            fs = f"{f['us']:.1f} ({f['TBps']:.2f})" if f else "—"
+            cs = f"{l['ceiling_us']:.1f} ({l['ceiling_TBps']:.2f})" if l and "ceiling_us" in l else "—"
+            pct = f"{100 * l['TBps'] / l['ceiling_TBps']:.1f} %" if l and l.get("ceiling_TBps") else "—"
+            md.append(f"| {B} | {T} | {ls} | {fs} | {cs} | {pct} |")
+    md.append("")
+disp = [r for r in rows if r.get("op") == "dispatch"]
+for r in disp:
+    md += [f"Host cost of one `{r.get('what')}` call on a cached kernel: {r['us_host']:.3f} µs; a bare "
+           f"cuLaunchKernel of an empty kernel: {r['us_launch']:.3f} µs ({r.get('how', '')}).", ""]
+
+# ---- Plot: time against N, log-log, per D -----------------------------------------------------
+try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    pre = [r for r in rows if r.get("op") in ("fwd", "fwdbwd")]
+    Ds = sorted({r["D"] for r in pre})
+    ops_present = [o for o in ("fwd", "fwdbwd") if any(r["op"] == o for r in pre)]
+    if Ds and ops_present:
+        fig, axes = plt.subplots(len(ops_present), len(Ds), figsize=(6 * len(Ds), 4.5 * len(ops_present)), squeeze=False)
+        for i, op in enumerate(ops_present):
+            for j, D in enumerate(Ds):
+                ax = axes[i][j]
+                for impl in impls:
+                    pts = sorted((r["N"], r["ms"]) for r in pre if r["op"] == op and r["D"] == D and r["impl"] == impl)
+                    if pts:
+                        ax.plot(*zip(*pts), marker="o", label=impl, linewidth=2.5 if impl == "lajit" else 1.2)
+                fl = sorted({(r["N"], r["floor_ms"]) for r in pre if r["op"] == op and r["D"] == D and r.get("floor_ms")})
+                if fl:
+                    ax.plot(*zip(*fl), "k--", label="bandwidth floor")
+                ax.set_xscale("log", base=2); ax.set_yscale("log")
+                ax.set_title(f"{op}, bf16, B=4, H=32, D=E={D}"); ax.set_xlabel("N"); ax.set_ylabel("ms")
+                ax.grid(True, which="both", alpha=0.3); ax.legend(fontsize=8)
+        fig.suptitle(f"lajit vs peers on {rep['device']} (one run)")
+        fig.tight_layout()
+        png = os.path.join(a.out, a.gpu + ".png")
+        fig.savefig(png, dpi=110)
+        md.insert(4, f"![time against N]({a.gpu}.png)\n")
+except ImportError:
+    md.append("(matplotlib missing: no plot)")
+open(os.path.join(a.out, a.gpu + ".md"), "w").write("\n".join(md) + "\n")
+print(f"wrote {jpath} ({len(rows)} rows)")

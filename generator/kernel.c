@@ -1,0 +1,234 @@
+/* kernel.c — the generator data path for one kernel: expand → key → cache → NVRTC (kernel.h). */
+#include "kernel.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "embedded.h"
+
+static int compare_names(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Paths of the files under common/: embedded, or listed from the template dir. */
+static lajit_status list_common(lj_lua *L, char ***names, int *count)
+{
+    lj_env *env = lj_lua_env(L);
+    const char *dir = lj_lua_template_dir(L);
+    int cap = 16, n = 0;
+    char **list = lj_malloc(env, sizeof *list * (size_t)cap);
+    if (!list)
+        return lj_oom(env);
+    lajit_status st = LAJIT_OK;
+    if (!dir) {
+        for (size_t i = 0; i < lj_embedded_count && st == LAJIT_OK; i++) {
+            const char *p = lj_embedded_files[i].path;
+            if (strncmp(p, "common/", 7) != 0)
+                continue;
+            if (n == cap) {
+                char **grown = lj_realloc(env, list, sizeof *list * (size_t)(cap *= 2));
+                if (!grown) {
+                    st = lj_oom(env);
+                    break;
+                }
+                list = grown;
+            }
+            if (!(list[n] = lj_strdup(env, p)))
+                st = lj_oom(env);
+            else
+                n++;
+        }
+    } else {
+        lj_buf path;
+        lj_buf_init(&path, env);
+        lj_buf_printf(&path, "%s/common", dir);
+        char *p = lj_buf_take(&path);
+        DIR *d = p ? opendir(p) : NULL;
+        if (!p)
+            st = lj_oom(env);
+        else if (!d)
+            st = lj_error(env, LAJIT_ERR_IO, "cannot open template folder %s", p);
+        struct dirent *e;
+        while (st == LAJIT_OK && d && (e = readdir(d)) != NULL) {
+            if (e->d_name[0] == '.')
+                continue;
+            if (n == cap) {
+                char **grown = lj_realloc(env, list, sizeof *list * (size_t)(cap *= 2));
+                if (!grown) {
+                    st = lj_oom(env);
+                    break;
+                }
+                list = grown;
+            }
+            lj_buf name;
+            lj_buf_init(&name, env);
+            lj_buf_printf(&name, "common/%s", e->d_name);
+            if (!(list[n] = lj_buf_take(&name)))
+                st = lj_oom(env);
+            else
+                n++;
+        }
+        if (d)
+            closedir(d);
+        lj_free(env, p);
+    }
+    if (st != LAJIT_OK) {
+        for (int i = 0; i < n; i++)
+            lj_free(env, list[i]);
+        lj_free(env, list);
+        return st;
+    }
+    qsort(list, (size_t)n, sizeof *list, compare_names);
+    *names = list;
+    *count = n;
+    return LAJIT_OK;
+}
+
+lajit_status lj_kernel_headers(lj_lua *L, lj_header **headers, int *count)
+{
+    lj_env *env = lj_lua_env(L);
+    char **names = NULL;
+    int n = 0;
+    lajit_status st = list_common(L, &names, &n);
+    if (st != LAJIT_OK)
+        return st;
+    lj_header *h = lj_calloc(env, (size_t)(n ? n : 1), sizeof *h);
+    if (!h)
+        st = lj_oom(env);
+    /* The name NVRTC sees is the path under templates/, which is how kernels include it
+     * ("common/types.cuh"). The header list takes over the name strings; texts stay owned by
+     * the Lua host. */
+    for (int i = 0; st == LAJIT_OK && i < n; i++) {
+        st = lj_lua_read_template(L, names[i], &h[i].text, &h[i].len);
+        h[i].name = names[i];
+        names[i] = NULL;
+    }
+    for (int i = 0; i < n; i++)
+        lj_free(env, names[i]);
+    lj_free(env, names);
+    if (st != LAJIT_OK) {
+        lj_kernel_headers_free(L, h, n);
+        return st;
+    }
+    *headers = h;
+    *count = n;
+    return LAJIT_OK;
+}
+
+void lj_kernel_headers_free(lj_lua *L, lj_header *h, int n)
+{
+    lj_env *env = lj_lua_env(L);
+    if (!h)
+        return;
+    for (int i = 0; i < n; i++)
+        lj_free(env, (void *)h[i].name);
+    lj_free(env, h);
+}
+
+lajit_status lj_kernel_prepare(lj_lua *L, lj_family *f, const lj_config *cfg,
+                               const lj_problem *p, const lj_device_info *device, int ptx,
+                               lj_kernel_job *job)
+{
+    lj_env *env = lj_lua_env(L);
+    memset(job, 0, sizeof *job);
+    lajit_status st = lj_nvrtc_version(env, &job->nvrtc_major, &job->nvrtc_minor);
+    if (st != LAJIT_OK)
+        return st;
+    st = lj_family_source(f, cfg, p, device, &job->source);
+    if (st != LAJIT_OK)
+        return st;
+    st = lj_kernel_headers(L, &job->headers, &job->n_headers);
+    if (st != LAJIT_OK) {
+        lj_free(env, job->source);
+        job->source = NULL;
+        return st;
+    }
+    snprintf(job->arch, sizeof job->arch, "%s", device->arch);
+    snprintf(job->name, sizeof job->name, "%s.cu", lj_family_name(f));
+    job->ptx = ptx;
+    job->n_options = lj_nvrtc_options(job->arch, ptx, job->options, 16);
+    lj_key_input in = {
+        .source = job->source,
+        .headers = job->headers,
+        .n_headers = job->n_headers,
+        .arch = job->arch,
+        .nvrtc_major = job->nvrtc_major,
+        .nvrtc_minor = job->nvrtc_minor,
+        .options = job->options,
+        .n_options = job->n_options,
+        .ptx = ptx,
+        .lajit_version = LAJIT_VERSION_STRING,
+    };
+    job->key = lj_key_compute(&in);
+    return LAJIT_OK;
+}
+
+lajit_status lj_kernel_compile(lj_env *env, const lj_kernel_job *job, lj_compiled *out)
+{
+    return lj_nvrtc_compile(env, job->name, job->source, job->headers, job->n_headers, job->arch,
+                            job->ptx, out);
+}
+
+void lj_kernel_job_free(lj_lua *L, lj_kernel_job *job)
+{
+    lj_free(lj_lua_env(L), job->source);
+    lj_kernel_headers_free(L, job->headers, job->n_headers);
+    memset(job, 0, sizeof *job);
+}
+
+lajit_status lj_kernel_key(lj_lua *L, lj_family *f, const lj_config *cfg, const lj_problem *p,
+                           const lj_device_info *device, int ptx, lj_key *out)
+{
+    lj_kernel_job job;
+    lajit_status st = lj_kernel_prepare(L, f, cfg, p, device, ptx, &job);
+    if (st == LAJIT_OK) {
+        *out = job.key;
+        lj_kernel_job_free(L, &job);
+    }
+    return st;
+}
+
+lajit_status lj_kernel_build(lj_lua *L, lj_family *f, lj_cache *cache, const lj_config *cfg,
+                             const lj_problem *p, const lj_device_info *device, int ptx,
+                             lj_kernel *out)
+{
+    lj_env *env = lj_lua_env(L);
+    lj_kernel_job job;
+    lajit_status st = lj_kernel_prepare(L, f, cfg, p, device, ptx, &job);
+    if (st != LAJIT_OK)
+        return st;
+    lj_kernel k;
+    memset(&k, 0, sizeof k);
+    k.key = job.key;
+    int found = 0;
+    st = lj_cache_get(cache, job.key, ptx, &k.entry, &found);
+    if (st == LAJIT_OK && !found) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        lj_compiled c;
+        st = lj_kernel_compile(env, &job, &c);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (st == LAJIT_OK) {
+            k.compiled = 1;
+            k.compile_s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+            st = lj_cache_put(cache, job.key, ptx, &c);
+            lj_compiled_free(env, &c);
+            if (st == LAJIT_OK)
+                st = lj_cache_get(cache, job.key, ptx, &k.entry, &found);
+            if (st == LAJIT_OK && !found)
+                st = lj_error(env, LAJIT_ERR_INTERNAL, "a kernel just stored is not in the cache");
+        } else {
+            char cfgtext[256];
+            lj_config_format(cfg, cfgtext, sizeof cfgtext);
+            lj_error_prefix(env, "%s [%s] for %s", lj_family_name(f), cfgtext, device->arch);
+        }
+    }
+    lj_kernel_job_free(L, &job);
+    if (st == LAJIT_OK)
+        *out = k;
+    return st;
+}

@@ -1,0 +1,55 @@
+/* kernel.h — from (family, config, problem, arch) to a kernel image: expand the template,
+ * compute the cache key over every byte NVRTC would see, and take the image from the cache or
+ * compile it (and store it). This is the whole generator data path in one call; the runtime
+ * calls it once per plan, the CLI once per config. */
+#ifndef LAJIT_KERNEL_H
+#define LAJIT_KERNEL_H
+
+#include "cache.h"
+#include "family.h"
+
+/* The in-memory headers of templates/common (from the template dir or the embedded copy), in
+ * path order, named "common/<file>". Texts are borrowed from L;
+ * the list and its names are freed with lj_kernel_headers_free. */
+lajit_status lj_kernel_headers(lj_lua *L, lj_header **headers, int *count);
+void lj_kernel_headers_free(lj_lua *L, lj_header *headers, int count);
+
+typedef struct lj_kernel {
+    lj_cache_entry entry;  /* image (borrowed from the cache) and resource report */
+    lj_key key;
+    int compiled;          /* 1: NVRTC ran for this request; 0: served by the cache */
+    double compile_s;      /* wall seconds spent in NVRTC (0 when cached) */
+} lj_kernel;
+
+/* Expands, keys and fetches or compiles (L: the Lua state f was loaded into). device->arch is the target. ptx != 0 asks for PTX. */
+lajit_status lj_kernel_build(lj_lua *L, lj_family *f, lj_cache *cache, const lj_config *cfg,
+                             const lj_problem *p, const lj_device_info *device, int ptx,
+                             lj_kernel *out);
+
+/* The same in two phases, so independent compiles can run on several threads: prepare
+ * (expansion and key; uses L, so one thread), then compile (NVRTC only; any thread, with its
+ * own env), then store the result in the cache (one thread). */
+typedef struct lj_kernel_job {
+    char *source;
+    lj_header *headers;
+    int n_headers;
+    const char *options[16];
+    int n_options;
+    int nvrtc_major, nvrtc_minor;
+    char arch[16];
+    char name[64];
+    int ptx;
+    lj_key key;
+} lj_kernel_job;
+
+lajit_status lj_kernel_prepare(lj_lua *L, lj_family *f, const lj_config *cfg,
+                               const lj_problem *p, const lj_device_info *device, int ptx,
+                               lj_kernel_job *job);
+lajit_status lj_kernel_compile(lj_env *env, const lj_kernel_job *job, lj_compiled *out);
+void lj_kernel_job_free(lj_lua *L, lj_kernel_job *job);
+
+/* Key only (expansion + key), for listing and tests. */
+lajit_status lj_kernel_key(lj_lua *L, lj_family *f, const lj_config *cfg, const lj_problem *p,
+                           const lj_device_info *device, int ptx, lj_key *out);
+
+#endif

@@ -1,0 +1,321 @@
+/* sandbox.c — the Lua host (sandbox.h): one sandboxed lua_State with the context's allocator,
+ * a memory limit, an instruction limit per protected call, and only the harmless libraries. */
+#include "sandbox.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+
+#include "embedded.h"
+
+/* Files read from a template dir stay alive until close (borrowed by callers). */
+typedef struct read_file {
+    struct read_file *next;
+    char *path;
+    char *text;
+    size_t len;
+} read_file;
+
+struct lj_lua {
+    lua_State *L;
+    lj_env *env;
+    char *template_dir;
+    size_t used;          /* bytes held by the Lua state */
+    int over_memory;      /* the last refusal was our memory limit */
+    int over_budget;      /* the instruction hook stopped the call */
+    long long steps;      /* hook steps (of 1000 instructions) in the current call */
+    read_file *files;
+};
+
+static void *lua_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+    lj_lua *h = ud;
+    size_t old = ptr ? osize : 0;
+    if (nsize == 0) {
+        lj_raw_alloc(h->env, ptr, old, 0);
+        h->used -= old;
+        return NULL;
+    }
+    if (nsize > old && h->used - old + nsize > LJ_LUA_MAX_MEMORY) {
+        h->over_memory = 1;
+        return NULL;
+    }
+    void *p = lj_raw_alloc(h->env, ptr, old, nsize);
+    if (p)
+        h->used = h->used - old + nsize;
+    return p;
+}
+
+static int panic(lua_State *L)
+{
+    /* Never reached: every call into Lua is protected. Returning aborts, so say why first in
+     * the only channel left. */
+    (void)L;
+    return 0;
+}
+
+static void count_hook(lua_State *L, lua_Debug *ar)
+{
+    (void)ar;
+    lj_lua *h = *(lj_lua **)lua_getextraspace(L);
+    if (++h->steps * 1000 > LJ_LUA_MAX_INSTRUCTIONS) {
+        h->over_budget = 1;
+        luaL_error(L, "instruction limit exceeded (%d million)", (int)(LJ_LUA_MAX_INSTRUCTIONS / 1000000));
+    }
+}
+
+static int log_print(lua_State *L)
+{
+    lj_lua *h = *(lj_lua **)lua_getextraspace(L);
+    luaL_Buffer b;
+    int n = lua_gettop(L);
+    luaL_buffinit(L, &b);
+    for (int i = 1; i <= n; i++) {
+        if (i > 1)
+            luaL_addchar(&b, '\t');
+        luaL_tolstring(L, i, NULL);
+        luaL_addvalue(&b);
+    }
+    luaL_pushresult(&b);
+    lj_log(h->env, LAJIT_LOG_DEBUG, "lua: %s", lua_tostring(L, -1));
+    return 0;
+}
+
+/* Opens the allowed libraries and removes what a template must not reach. Runs protected. */
+static int open_sandbox(lua_State *L)
+{
+    static const luaL_Reg libs[] = {
+        {LUA_GNAME, luaopen_base},      {LUA_STRLIBNAME, luaopen_string},
+        {LUA_TABLIBNAME, luaopen_table}, {LUA_MATHLIBNAME, luaopen_math},
+        {LUA_UTF8LIBNAME, luaopen_utf8},
+    };
+    for (size_t i = 0; i < sizeof libs / sizeof libs[0]; i++) {
+        luaL_requiref(L, libs[i].name, libs[i].func, 1);
+        lua_pop(L, 1);
+    }
+    static const char *const base_removed[] = {"dofile", "loadfile", "load", "require",
+                                               "collectgarbage", "rawlen", NULL};
+    for (const char *const *n = base_removed; *n; n++) {
+        lua_pushnil(L);
+        lua_setglobal(L, *n);
+    }
+    lua_pushcfunction(L, log_print);
+    lua_setglobal(L, "print");
+    /* Pattern functions run loops in C that the instruction hook cannot interrupt; dump makes
+     * bytecode, which is never loaded anyway. */
+    lua_getglobal(L, LUA_STRLIBNAME);
+    static const char *const string_removed[] = {"dump", "find", "match", "gmatch", "gsub", NULL};
+    for (const char *const *n = string_removed; *n; n++) {
+        lua_pushnil(L);
+        lua_setfield(L, -2, *n);
+    }
+    lua_pop(L, 1);
+    /* math.random is seeded from the clock in 5.4: fix it so expansions are reproducible. */
+    lua_getglobal(L, LUA_MATHLIBNAME);
+    lua_pushnil(L);
+    lua_setfield(L, -2, "randomseed");
+    lua_pushnil(L);
+    lua_setfield(L, -2, "random");
+    lua_pop(L, 1);
+    return 0;
+}
+
+static lajit_status status_of_error(lj_lua *h)
+{
+    if (h->over_memory)
+        return LAJIT_ERR_LIMIT;
+    if (h->over_budget)
+        return LAJIT_ERR_LIMIT;
+    return LAJIT_ERR_TEMPLATE;
+}
+
+lajit_status lj_lua_open(lj_env *env, const char *template_dir, lj_lua **out)
+{
+    lj_lua *h = lj_calloc(env, 1, sizeof *h);
+    if (!h)
+        return lj_oom(env);
+    h->env = env;
+    if (template_dir && !(h->template_dir = lj_strdup(env, template_dir))) {
+        lj_free(env, h);
+        return lj_oom(env);
+    }
+    h->L = lua_newstate(lua_alloc, h);
+    if (!h->L) {
+        lajit_status st = h->over_memory ? LAJIT_ERR_LIMIT : lj_oom(env);
+        lj_free(env, h->template_dir);
+        lj_free(env, h);
+        return st;
+    }
+    *(lj_lua **)lua_getextraspace(h->L) = h;
+    lua_atpanic(h->L, panic);
+    lua_pushcfunction(h->L, open_sandbox);
+    lajit_status st = lj_lua_pcall(h, 0, 0);
+    if (st != LAJIT_OK) {
+        if (st == LAJIT_ERR_TEMPLATE) /* only an allocation can fail while opening */
+            st = lj_oom(env);
+        lj_lua_close(h);
+        return st;
+    }
+    *out = h;
+    return LAJIT_OK;
+}
+
+void lj_lua_close(lj_lua *h)
+{
+    if (!h)
+        return;
+    lj_env *env = h->env;
+    if (h->L)
+        lua_close(h->L);
+    for (read_file *f = h->files, *next; f; f = next) {
+        next = f->next;
+        lj_free(env, f->path);
+        lj_free(env, f->text);
+        lj_free(env, f);
+    }
+    lj_free(env, h->template_dir);
+    lj_free(env, h);
+}
+
+lua_State *lj_lua_state(lj_lua *h)
+{
+    return h->L;
+}
+
+lj_env *lj_lua_env(lj_lua *h)
+{
+    return h->env;
+}
+
+const char *lj_lua_template_dir(lj_lua *h)
+{
+    return h->template_dir;
+}
+
+lajit_status lj_lua_load(lj_lua *h, const char *text, size_t len, const char *chunkname)
+{
+    h->over_memory = 0;
+    int r = luaL_loadbufferx(h->L, text, len, chunkname, "t");
+    if (r == LUA_OK)
+        return LAJIT_OK;
+    const char *msg = lua_tostring(h->L, -1);
+    lajit_status st = r == LUA_ERRMEM ? (h->over_memory ? LAJIT_ERR_LIMIT : LAJIT_ERR_OUT_OF_MEMORY)
+                                      : LAJIT_ERR_TEMPLATE;
+    st = lj_error(h->env, st, "%s", msg ? msg : "cannot load chunk (out of memory)");
+    lua_pop(h->L, 1);
+    return st;
+}
+
+static int traceback(lua_State *L)
+{
+    const char *msg = lua_tostring(L, 1);
+    if (!msg)
+        msg = "(error object is not a string)";
+    luaL_traceback(L, L, msg, 1);
+    return 1;
+}
+
+lajit_status lj_lua_pcall(lj_lua *h, int nargs, int nresults)
+{
+    lua_State *L = h->L;
+    int base = lua_gettop(L) - nargs;
+    h->steps = 0;
+    h->over_budget = 0;
+    h->over_memory = 0;
+    if (!lua_checkstack(L, 2)) {
+        lua_pop(L, nargs + 1);
+        return lj_oom(h->env);
+    }
+    lua_pushcfunction(L, traceback);
+    lua_insert(L, base);
+    lua_sethook(L, count_hook, LUA_MASKCOUNT, 1000);
+    int r = lua_pcall(L, nargs, nresults, base);
+    lua_sethook(L, NULL, 0, 0);
+    lua_remove(L, base);
+    if (r == LUA_OK)
+        return LAJIT_OK;
+    lajit_status st;
+    if (r == LUA_ERRMEM)
+        st = h->over_memory ? LAJIT_ERR_LIMIT : LAJIT_ERR_OUT_OF_MEMORY;
+    else
+        st = status_of_error(h);
+    const char *msg = lua_tostring(L, -1);
+    if (st == LAJIT_ERR_LIMIT && h->over_memory)
+        lj_error(h->env, st, "template memory limit exceeded (%u MiB)", LJ_LUA_MAX_MEMORY >> 20);
+    else if (st == LAJIT_ERR_OUT_OF_MEMORY)
+        lj_oom(h->env);
+    else
+        lj_error(h->env, st, "%s", msg ? msg : "Lua error");
+    lua_pop(L, 1);
+    return st;
+}
+
+lajit_status lj_lua_read_template(lj_lua *h, const char *path, const char **text, size_t *len)
+{
+    lj_env *env = h->env;
+    if (!h->template_dir) {
+        const lj_embedded_file *f = lj_embedded_find(path);
+        if (!f)
+            return lj_error(env, LAJIT_ERR_NOT_FOUND, "no template file %s", path);
+        *text = f->data;
+        *len = f->size;
+        return LAJIT_OK;
+    }
+    if (path[0] == '/' || strstr(path, "..") != NULL)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "template path %s leaves the template folder", path);
+    for (read_file *f = h->files; f; f = f->next) {
+        if (strcmp(f->path, path) == 0) {
+            *text = f->text;
+            *len = f->len;
+            return LAJIT_OK;
+        }
+    }
+    lj_buf full;
+    lj_buf_init(&full, env);
+    lj_buf_printf(&full, "%s/%s", h->template_dir, path);
+    char *fp = lj_buf_take(&full);
+    if (!fp)
+        return lj_oom(env);
+    int fd = open(fp, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        if (fd >= 0)
+            close(fd);
+        lajit_status s = lj_error(env, LAJIT_ERR_NOT_FOUND, "no template file %s", fp);
+        lj_free(env, fp);
+        return s;
+    }
+    lj_free(env, fp);
+    read_file *f = lj_calloc(env, 1, sizeof *f);
+    char *data = f ? lj_malloc(env, (size_t)st.st_size + 1) : NULL;
+    char *p = data ? lj_strdup(env, path) : NULL;
+    if (!p) {
+        close(fd);
+        lj_free(env, data);
+        lj_free(env, f);
+        return lj_oom(env);
+    }
+    size_t got = 0;
+    while (got < (size_t)st.st_size) {
+        ssize_t n = read(fd, data + got, (size_t)st.st_size - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    close(fd);
+    data[got] = 0;
+    f->path = p;
+    f->text = data;
+    f->len = got;
+    f->next = h->files;
+    h->files = f;
+    *text = data;
+    *len = got;
+    return LAJIT_OK;
+}

@@ -1,0 +1,241 @@
+/* context.c — context creation and destruction, the lazily created parts (Lua host, cache,
+ * families, device), lajit_expand and the error message (context.h, lajit.h). */
+#include "context.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "embedded.h"
+#include "problem.h"
+
+LAJIT_API void lajit_ctx_desc_init(lajit_ctx_desc *desc)
+{
+    if (!desc)
+        return;
+    memset(desc, 0, sizeof *desc);
+    desc->struct_size = sizeof *desc;
+    desc->log_level = LAJIT_LOG_WARN;
+}
+
+LAJIT_API lajit_status lajit_ctx_create(const lajit_ctx_desc *desc, lajit_ctx **out)
+{
+    lajit_ctx_desc defaults;
+    if (!out)
+        return LAJIT_ERR_INVALID_ARGUMENT;
+    if (!desc) {
+        lajit_ctx_desc_init(&defaults);
+        desc = &defaults;
+    }
+    if (desc->struct_size != sizeof(lajit_ctx_desc))
+        return LAJIT_ERR_STRUCT_SIZE;
+    if (desc->device < 0 || (unsigned)desc->log_level > LAJIT_LOG_DEBUG)
+        return LAJIT_ERR_INVALID_ARGUMENT;
+
+    /* The context itself comes from the caller's allocator too: a temporary env does the
+     * allocation, then the context's own env takes over (same allocator, same counters). */
+    lj_env env;
+    lj_env_init(&env, desc->alloc, desc->alloc_user, desc->log, desc->log_user,
+                desc->log_level);
+    lajit_ctx *ctx = lj_raw_alloc(&env, NULL, 0, sizeof *ctx);
+    if (!ctx)
+        return LAJIT_ERR_OUT_OF_MEMORY;
+    memset(ctx, 0, sizeof *ctx);
+    ctx->env = env;
+    ctx->flags = desc->flags;
+    ctx->ordinal = desc->device;
+    const char *check = getenv("LAJIT_CHECK");
+    if (check && strcmp(check, "1") == 0)
+        ctx->flags |= LAJIT_CTX_CHECKED;
+
+    lajit_status st = LAJIT_OK;
+    const char *tdir = getenv("LAJIT_TEMPLATE_DIR");
+    if (tdir && *tdir && !(ctx->template_dir = lj_strdup(&ctx->env, tdir)))
+        st = LAJIT_ERR_OUT_OF_MEMORY;
+    if (st == LAJIT_OK && !(ctx->flags & LAJIT_CTX_NO_DISK_CACHE)) {
+        if (desc->cache_dir) {
+            if (!(ctx->cache_dir = lj_strdup(&ctx->env, desc->cache_dir)))
+                st = LAJIT_ERR_OUT_OF_MEMORY;
+        } else {
+            st = lj_cache_default_dir(&ctx->env, &ctx->cache_dir);
+            if (st != LAJIT_OK && st != LAJIT_ERR_OUT_OF_MEMORY) {
+                /* No home directory and no override: run with the memory cache only. */
+                lj_log(&ctx->env, LAJIT_LOG_WARN, "no disk cache: %s", ctx->env.errmsg);
+                ctx->cache_dir = NULL;
+                st = LAJIT_OK;
+            }
+        }
+    }
+    if (st != LAJIT_OK) {
+        lajit_ctx_destroy(ctx);
+        return st;
+    }
+    lj_clear_error(&ctx->env);
+    *out = ctx;
+    return LAJIT_OK;
+}
+
+LAJIT_API void lajit_ctx_destroy(lajit_ctx *ctx)
+{
+    if (!ctx)
+        return;
+    lj_env *env = &ctx->env;
+    if (ctx->device_open) {
+        const lj_driver *drv = ctx->device.drv;
+        for (unsigned i = 0; i < ctx->plans.cap; i++)
+            if (ctx->plans.slots[i].key.D != 0 && ctx->plans.slots[i].module)
+                LJ_CU(env, drv, cuModuleUnload, ctx->plans.slots[i].module);
+        lj_device_close(env, &ctx->device);
+    }
+    lj_plan_table_free(env, &ctx->plans);
+    for (int i = 0; i < ctx->n_families; i++)
+        lj_family_free(ctx->families[i]);
+    lj_lua_close(ctx->lua);
+    lj_cache_close(ctx->cache);
+    lj_free(env, ctx->cache_dir);
+    lj_free(env, ctx->template_dir);
+    lj_env copy = *env;
+    lj_raw_alloc(&copy, ctx, sizeof *ctx, 0);
+}
+
+LAJIT_API const char *lajit_errmsg(const lajit_ctx *ctx)
+{
+    if (!ctx)
+        return "no context (NULL)";
+    return ctx->env.errmsg;
+}
+
+LAJIT_API void lajit_free(lajit_ctx *ctx, void *ptr)
+{
+    if (ctx)
+        lj_free(&ctx->env, ptr);
+}
+
+LAJIT_API const char *const *lajit_family_names(void)
+{
+    return lj_embedded_families;
+}
+
+lj_env *lajit__ctx_env(lajit_ctx *ctx)
+{
+    return &ctx->env;
+}
+
+void lajit__ctx_set_driver(lajit_ctx *ctx, const lj_driver *drv)
+{
+    ctx->driver_override = drv;
+}
+
+lajit_status lajit__ctx_lua(lajit_ctx *ctx, lj_lua **out)
+{
+    if (!ctx->lua) {
+        lajit_status st = lj_lua_open(&ctx->env, ctx->template_dir, &ctx->lua);
+        if (st != LAJIT_OK)
+            return st;
+    }
+    *out = ctx->lua;
+    return LAJIT_OK;
+}
+
+lajit_status lajit__ctx_cache(lajit_ctx *ctx, lj_cache **out)
+{
+    if (!ctx->cache) {
+        lajit_status st = lj_cache_open(&ctx->env, ctx->cache_dir, &ctx->cache);
+        if (st != LAJIT_OK)
+            return st;
+    }
+    *out = ctx->cache;
+    return LAJIT_OK;
+}
+
+lajit_status lajit__ctx_family(lajit_ctx *ctx, const char *name, lj_family **out)
+{
+    for (int i = 0; i < ctx->n_families; i++) {
+        if (strcmp(lj_family_name(ctx->families[i]), name) == 0) {
+            *out = ctx->families[i];
+            return LAJIT_OK;
+        }
+    }
+    if (ctx->n_families == LJ_MAX_FAMILIES)
+        return lj_error(&ctx->env, LAJIT_ERR_INTERNAL, "too many families in one context");
+    lj_lua *L;
+    lajit_status st = lajit__ctx_lua(ctx, &L);
+    if (st != LAJIT_OK)
+        return st;
+    lj_family *f;
+    st = lj_family_load(&ctx->env, L, name, &f);
+    if (st != LAJIT_OK)
+        return st;
+    ctx->families[ctx->n_families++] = f;
+    *out = f;
+    return LAJIT_OK;
+}
+
+lajit_status lajit__ctx_device(lajit_ctx *ctx, lj_device **out)
+{
+    if (!ctx->device_open) {
+        if (ctx->flags & LAJIT_CTX_NO_DEVICE)
+            return lj_error(&ctx->env, LAJIT_ERR_NO_DEVICE,
+                            "the context was created with LAJIT_CTX_NO_DEVICE");
+        const lj_driver *drv = ctx->driver_override;
+        lajit_status st = LAJIT_OK;
+        if (!drv)
+            st = lj_driver_load(&ctx->env, &drv);
+        if (st == LAJIT_OK)
+            st = lj_device_open(&ctx->env, drv, ctx->ordinal, &ctx->device);
+        if (st != LAJIT_OK)
+            return st;
+        ctx->device_open = 1;
+    }
+    *out = &ctx->device;
+    return LAJIT_OK;
+}
+
+LAJIT_API lajit_status lajit_expand(lajit_ctx *ctx, const char *family, const char *arch,
+                                    const char *const *assignments, size_t n_assignments,
+                                    char **source)
+{
+    if (!ctx)
+        return LAJIT_ERR_INVALID_ARGUMENT;
+    lj_env *env = &ctx->env;
+    lj_clear_error(env);
+    if (!family || !source || (n_assignments && !assignments))
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "lajit_expand: NULL argument");
+    lj_device_info dev;
+    if (!lj_device_info_for_arch(arch ? arch : "sm_90a", &dev))
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "unknown arch %s (known: sm_80, sm_86, sm_89, sm_90a, sm_100a, sm_120)",
+                        arch);
+    lj_family *f;
+    lajit_status st = lajit__ctx_family(ctx, family, &f);
+    if (st != LAJIT_OK)
+        return st;
+    lj_problem *problems;
+    int n_problems;
+    st = lj_family_problems(f, &problems, &n_problems);
+    if (st != LAJIT_OK)
+        return st;
+    if (n_problems == 0) {
+        lj_free(env, problems);
+        return lj_error(env, LAJIT_ERR_TEMPLATE, "%s lists no representative problem", family);
+    }
+    lj_problem p = problems[0];
+    lj_free(env, problems);
+
+    lj_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    st = lj_assign_all(env, f, assignments, n_assignments, &dev, &p, &cfg);
+    if (st != LAJIT_OK)
+        return st;
+    int ok;
+    char reason[256];
+    st = lj_family_valid(f, &cfg, &p, &dev, &ok, reason, sizeof reason);
+    if (st != LAJIT_OK)
+        return st;
+    if (!ok) {
+        char text[256];
+        lj_config_format(&cfg, text, sizeof text);
+        return lj_error(env, LAJIT_ERR_UNSUPPORTED, "%s [%s] is not valid here: %s", family,
+                        text, reason);
+    }
+    return lj_family_source(f, &cfg, &p, &dev, source);
+}

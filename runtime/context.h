@@ -1,0 +1,41 @@
+/* context.h — the context: everything one thread's use of lajit owns (see lajit.h for the
+ * threading rule). It owns the env (allocator, error, log), the Lua host with its loaded
+ * families, the kernel cache, the device and the plan table of the hot path. Internal: tests
+ * and the CLI reach inside through the lajit__ functions below. */
+#ifndef LAJIT_CONTEXT_H
+#define LAJIT_CONTEXT_H
+
+#include "cache.h"
+#include "device.h"
+#include "family.h"
+#include "plan.h"
+#include "sandbox.h"
+
+#define LJ_MAX_FAMILIES 16
+
+struct lajit_ctx {
+    lj_env env;
+    uint32_t flags;
+    int ordinal;
+    char *cache_dir;    /* NULL: memory-only cache */
+    char *template_dir; /* LAJIT_TEMPLATE_DIR, NULL: embedded templates */
+    lj_lua *lua;        /* created on first need */
+    lj_cache *cache;    /* created on first need */
+    lj_family *families[LJ_MAX_FAMILIES];
+    int n_families;
+    const lj_driver *driver_override; /* tests: a fake driver table */
+    lj_device device;
+    int device_open;
+    lj_plan_table plans;
+};
+
+/* Internal entry points shared by the ops, the CLI and the tests. */
+lj_env *lajit__ctx_env(lajit_ctx *ctx);
+/* Use drv instead of the process's libcuda for this context (tests; before any op). */
+void lajit__ctx_set_driver(lajit_ctx *ctx, const lj_driver *drv);
+lajit_status lajit__ctx_lua(lajit_ctx *ctx, lj_lua **out);
+lajit_status lajit__ctx_cache(lajit_ctx *ctx, lj_cache **out);
+lajit_status lajit__ctx_family(lajit_ctx *ctx, const char *name, lj_family **out);
+lajit_status lajit__ctx_device(lajit_ctx *ctx, lj_device **out);
+
+#endif

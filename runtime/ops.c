@@ -1,0 +1,591 @@
+/* ops.c — the op entry points: validate the arguments, describe the problem, find (or build,
+ * once per bucket) the launch plan, fill la_params and launch.
+ *
+ * The hot path — a call whose bucket already has a plan — does tensor checks, a plan-table
+ * probe and one cuLaunchKernel: no allocation, no Lua, no lock, no synchronisation, so it can
+ * be captured in a CUDA graph. Everything else happens in build_plan, once per bucket. */
+#include <math.h>
+#include <string.h>
+
+#include "context.h"
+#include "embedded.h"
+#include "kernel.h"
+#include "problem.h"
+#include "tensor.h"
+
+/* ---- Plans --------------------------------------------------------------------------------- */
+
+static int family_index(const lajit_ctx *ctx, const char *name)
+{
+    for (int i = 0; i < ctx->n_families; i++)
+        if (strcmp(lj_family_name(ctx->families[i]), name) == 0)
+            return i;
+    return -1;
+}
+
+static int has_family(const char *name)
+{
+    for (const char *const *f = lj_embedded_families; *f; f++)
+        if (strcmp(*f, name) == 0)
+            return 1;
+    return 0;
+}
+
+/* The family an op uses when the caller names none: the fast family once it exists. */
+static const char *default_family(lj_op op)
+{
+    switch (op) {
+    case LJ_OP_FWD: return has_family("la_fwd") ? "la_fwd" : "la_recurrent";
+    case LJ_OP_BWD: return "la_bwd";
+    case LJ_OP_DECODE: return "la_decode";
+    }
+    return "";
+}
+
+static lajit_status build_plan(lajit_ctx *ctx, const char *name, const lj_problem *p,
+                               const lj_plan **out)
+{
+    lj_env *env = &ctx->env;
+    lj_device *dev;
+    lajit_status st = lajit__ctx_device(ctx, &dev);
+    if (st != LAJIT_OK)
+        return st;
+    lj_family *f;
+    st = lajit__ctx_family(ctx, name, &f);
+    if (st != LAJIT_OK)
+        return st;
+    if (lj_family_op(f) != p->op)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "family %s does not implement %s",
+                        name, lj_op_name(p->op));
+    lj_lua *L;
+    lj_cache *cache;
+    if ((st = lajit__ctx_lua(ctx, &L)) != LAJIT_OK || (st = lajit__ctx_cache(ctx, &cache)) != LAJIT_OK)
+        return st;
+
+    lj_plan plan;
+    memset(&plan, 0, sizeof plan);
+    plan.key = lj_plan_key_make(p, family_index(ctx, name));
+    st = lj_family_default(f, p, &dev->info, &plan.config);
+    if (st != LAJIT_OK)
+        return st;
+    int ok;
+    char reason[256];
+    st = lj_family_valid(f, &plan.config, p, &dev->info, &ok, reason, sizeof reason);
+    if (st != LAJIT_OK)
+        return st;
+    if (!ok) {
+        char what[256];
+        lj_problem_format(p, what, sizeof what);
+        return lj_error(env, LAJIT_ERR_UNSUPPORTED, "%s has no valid configuration for %s on %s: %s",
+                        name, what, dev->info.arch, reason);
+    }
+    st = lj_family_launch(f, &plan.config, p, &dev->info, &plan.launch);
+    if (st != LAJIT_OK)
+        return st;
+    lj_kernel k;
+    st = lj_kernel_build(L, f, cache, &plan.config, p, &dev->info, 0, &k);
+    if (st != LAJIT_OK)
+        return st;
+    if ((st = lj_device_make_current(env, dev)) != LAJIT_OK)
+        return st;
+    st = lj_module_load(env, dev, k.entry.image, plan.launch.entry, plan.launch.smem,
+                        &plan.module, &plan.fn);
+    if (st != LAJIT_OK)
+        return st;
+    st = lj_plan_add(env, &ctx->plans, &plan);
+    if (st != LAJIT_OK) {
+        LJ_CU(env, dev->drv, cuModuleUnload, plan.module);
+        return st;
+    }
+    char cfgtext[256], what[256];
+    lj_config_format(&plan.config, cfgtext, sizeof cfgtext);
+    lj_problem_format(p, what, sizeof what);
+    lj_log(env, LAJIT_LOG_INFO, "plan %s [%s] for %s on %s (%s)", name, cfgtext, what,
+           dev->info.arch, k.compiled ? "compiled" : k.entry.from_disk ? "disk cache" : "memory");
+    *out = lj_plan_find(&ctx->plans, &plan.key);
+    return LAJIT_OK;
+}
+
+/* Finds or builds the plan of p and launches it with lp on stream. */
+static lajit_status launch(lajit_ctx *ctx, const char *family, const lj_problem *p,
+                           const la_params *lp, void *stream)
+{
+    lj_env *env = &ctx->env;
+    const char *name = family ? family : default_family(p->op);
+    int index = family_index(ctx, name);
+    const lj_plan *plan = NULL;
+    if (index >= 0) {
+        lj_plan_key key = lj_plan_key_make(p, index);
+        plan = lj_plan_find(&ctx->plans, &key);
+    }
+    lajit_status st;
+    if (!plan && (st = build_plan(ctx, name, p, &plan)) != LAJIT_OK)
+        return st;
+    unsigned grid[3];
+    if (!lj_plan_grid(&plan->launch, lp->B, lp->H, lp->N, lp->nseq, lp->T, grid))
+        return lj_error(env, LAJIT_ERR_UNSUPPORTED,
+                        "%s: the grid for B=%d H=%d exceeds the driver's limits", name, lp->B,
+                        lp->H);
+    if ((st = lj_device_make_current(env, &ctx->device)) != LAJIT_OK)
+        return st;
+    void *kernel_args[] = {(void *)lp};
+    CUresult r = LJ_CU(env, ctx->device.drv, cuLaunchKernel, plan->fn, grid[0], grid[1], grid[2],
+                       plan->launch.block[0], plan->launch.block[1], plan->launch.block[2],
+                       plan->launch.smem, (CUstream)stream, kernel_args, NULL);
+    if (r != CUDA_SUCCESS)
+        return lj_driver_error(env, ctx->device.drv, r, "cuLaunchKernel");
+    return LAJIT_OK;
+}
+
+/* ---- Checked mode: device-side values read back and validated ------------------------------ */
+
+static lajit_status read_back(lajit_ctx *ctx, unsigned long long ptr, size_t bytes, void *host,
+                              void *stream)
+{
+    lj_env *env = &ctx->env;
+    const lj_driver *drv = ctx->device.drv;
+    CUresult r = LJ_CU(env, drv, cuMemcpyDtoHAsync, host, (CUdeviceptr)ptr, bytes, (CUstream)stream);
+    if (r == CUDA_SUCCESS)
+        r = LJ_CU(env, drv, cuStreamSynchronize, (CUstream)stream);
+    return r == CUDA_SUCCESS ? LAJIT_OK : lj_driver_error(env, drv, r, "checked mode read-back");
+}
+
+/* Checks s (finite, >= 0), cu_seqlens (0, non-decreasing, ending at T) and slots (-1 or in
+ * [0, P), no slot twice). */
+static lajit_status check_device_values(lajit_ctx *ctx, const la_params *lp, int n_slots,
+                                        long long total_tokens, void *stream)
+{
+    lj_env *env = &ctx->env;
+    lj_device *dev;
+    lajit_status st = lajit__ctx_device(ctx, &dev);
+    if (st != LAJIT_OK)
+        return st;
+    if ((st = lj_device_make_current(env, dev)) != LAJIT_OK)
+        return st;
+    size_t n = (size_t)lp->H;
+    if ((size_t)lp->nseq + 1 > n)
+        n = (size_t)lp->nseq + 1;
+    if ((size_t)n_slots > n)
+        n = (size_t)n_slots;
+    int *buf = lj_malloc(env, n * sizeof(int) + (size_t)(lp->P > 0 ? lp->P : 1));
+    if (!buf)
+        return lj_oom(env);
+    unsigned char *seen = (unsigned char *)(buf + n);
+    if (lp->decay && (st = read_back(ctx, lp->decay, (size_t)lp->H * 4, buf, stream)) == LAJIT_OK) {
+        for (int h = 0; h < lp->H && st == LAJIT_OK; h++) {
+            float s;
+            memcpy(&s, &buf[h], 4);
+            if (!isfinite(s) || s < 0)
+                st = lj_error(env, LAJIT_ERR_CHECK_FAILED, "s[%d] = %g: must be finite and >= 0",
+                              h, (double)s);
+        }
+    }
+    if (st == LAJIT_OK && lp->cu_seqlens &&
+        (st = read_back(ctx, lp->cu_seqlens, ((size_t)lp->nseq + 1) * 4, buf, stream)) == LAJIT_OK) {
+        if (buf[0] != 0)
+            st = lj_error(env, LAJIT_ERR_CHECK_FAILED, "cu_seqlens[0] = %d, must be 0", buf[0]);
+        for (int i = 0; st == LAJIT_OK && i < lp->nseq; i++)
+            if (buf[i + 1] < buf[i])
+                st = lj_error(env, LAJIT_ERR_CHECK_FAILED, "cu_seqlens decreases at %d", i + 1);
+        if (st == LAJIT_OK && buf[lp->nseq] != total_tokens)
+            st = lj_error(env, LAJIT_ERR_CHECK_FAILED, "cu_seqlens ends at %d, not at T = %lld",
+                          buf[lp->nseq], total_tokens);
+    }
+    if (st == LAJIT_OK && lp->slots &&
+        (st = read_back(ctx, lp->slots, (size_t)n_slots * 4, buf, stream)) == LAJIT_OK) {
+        memset(seen, 0, (size_t)(lp->P > 0 ? lp->P : 1));
+        for (int i = 0; st == LAJIT_OK && i < n_slots; i++) {
+            if (buf[i] == -1)
+                continue;
+            if (buf[i] < 0 || buf[i] >= lp->P)
+                st = lj_error(env, LAJIT_ERR_CHECK_FAILED, "slot %d of row %d is outside [0, %d)",
+                              buf[i], i, lp->P);
+            else if (seen[buf[i]]++)
+                st = lj_error(env, LAJIT_ERR_CHECK_FAILED, "slot %d is used by two rows", buf[i]);
+        }
+    }
+    lj_free(env, buf);
+    return st;
+}
+
+/* ---- Shared argument checks ---------------------------------------------------------------- */
+
+static lajit_status check_scale(lj_env *env, float scale)
+{
+    if (!isfinite(scale) || scale == 0.0f)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "scale = %g: must be finite and nonzero (1 for the lightning convention)",
+                        (double)scale);
+    return LAJIT_OK;
+}
+
+static lajit_status check_head_dims(lj_env *env, long long D, long long E)
+{
+    if (D % 16 || E % 16 || D > 256 || E > 256)
+        return lj_error(env, LAJIT_ERR_UNSUPPORTED,
+                        "D = %lld, E = %lld: head dimensions must be multiples of 16 up to 256", D,
+                        E);
+    return LAJIT_OK;
+}
+
+#define FLOAT_TYPES LJ_TENSOR_FLOATS
+#define F32_ONLY LJ_TENSOR_F32
+
+/* Every tensor of a call on the context's device; outputs with distinct elements and not
+ * overlapping any input, except `same` pairs (an in-place state) which may be the same view. */
+typedef struct io_tensor {
+    const char *name;
+    const DLTensor *t;
+    int output;
+} io_tensor;
+
+static lajit_status check_io(lajit_ctx *ctx, const io_tensor *io, int n, const char *same_a,
+                             const char *same_b)
+{
+    lj_env *env = &ctx->env;
+    lajit_status st;
+    for (int i = 0; i < n; i++) {
+        if (!io[i].t)
+            continue;
+        if ((st = lj_tensor_check_device(env, io[i].name, io[i].t, ctx->ordinal)) != LAJIT_OK)
+            return st;
+        if (!io[i].output)
+            continue;
+        if ((st = lj_tensor_check_writable(env, io[i].name, io[i].t)) != LAJIT_OK)
+            return st;
+        for (int j = 0; j < n; j++) {
+            if (j == i || !io[j].t || (io[j].output && j < i))
+                continue;
+            int pair = same_a && ((strcmp(io[i].name, same_a) == 0 && strcmp(io[j].name, same_b) == 0) ||
+                                  (strcmp(io[i].name, same_b) == 0 && strcmp(io[j].name, same_a) == 0));
+            st = lj_tensor_check_disjoint(env, io[i].name, io[i].t, io[j].name, io[j].t, pair);
+            if (st != LAJIT_OK)
+                return st;
+        }
+    }
+    return LAJIT_OK;
+}
+
+/* The decay rates: float32 [H], or absent. */
+static lajit_status view_decay(lj_env *env, const DLTensor *s, long long H, unsigned long long *ptr)
+{
+    *ptr = 0;
+    if (!s)
+        return LAJIT_OK;
+    int64_t shape[1] = {H};
+    la_tensor4 t;
+    lajit_status st = lj_tensor_view(env, "s", s, 1, shape, F32_ONLY, &t, NULL);
+    if (st == LAJIT_OK)
+        *ptr = t.ptr;
+    return st;
+}
+
+/* A state or pool: float32 [P, H, D, E] (KV) or [P, H, E, D] (VK), expressed to kernels as
+ * logical (slot, h, d, e) strides. P < 0: any (returned in *P). */
+static lajit_status view_state(lj_env *env, const char *name, const DLTensor *t, long long *P,
+                               long long H, long long D, long long E, int vk, la_tensor4 *out)
+{
+    int64_t shape[4] = {*P, H, vk ? E : D, vk ? D : E};
+    la_tensor4 v;
+    lajit_status st = lj_tensor_view(env, name, t, 4, shape, F32_ONLY, &v, NULL);
+    if (st != LAJIT_OK)
+        return st;
+    *P = shape[0];
+    *out = v;
+    if (vk) { /* logical (d, e) = memory (e, d): swap the last two strides */
+        out->s2 = v.s3;
+        out->s3 = v.s2;
+    }
+    return LAJIT_OK;
+}
+
+static int same_view(const la_tensor4 *a, const la_tensor4 *b)
+{
+    return a->ptr == b->ptr && a->s0 == b->s0 && a->s1 == b->s1 && a->s2 == b->s2 && a->s3 == b->s3;
+}
+
+/* ---- Forward -------------------------------------------------------------------------------- */
+
+LAJIT_API lajit_status lajit_attn_fwd(lajit_ctx *ctx, const lajit_attn_fwd_args *a)
+{
+    if (!ctx)
+        return LAJIT_ERR_INVALID_ARGUMENT;
+    lj_env *env = &ctx->env;
+    if (!a)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "lajit_attn_fwd: args is NULL");
+    if (a->struct_size != sizeof *a)
+        return lj_error(env, LAJIT_ERR_STRUCT_SIZE,
+                        "lajit_attn_fwd: struct_size %zu, this build knows %zu", a->struct_size,
+                        sizeof *a);
+    if (a->flags & ~LAJIT_STATE_VK)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "lajit_attn_fwd: unknown flags 0x%x",
+                        a->flags);
+    if (!a->q || !a->k || !a->v || !a->o)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "lajit_attn_fwd: q, k, v and o are required");
+    lajit_status st = check_scale(env, a->scale);
+    if (st != LAJIT_OK)
+        return st;
+
+    la_params lp;
+    memset(&lp, 0, sizeof lp);
+    lj_problem p;
+    memset(&p, 0, sizeof p);
+    p.op = LJ_OP_FWD;
+    p.varlen = a->cu_seqlens != NULL;
+    p.vk = (a->flags & LAJIT_STATE_VK) != 0;
+    int nd = p.varlen ? 3 : 4;
+    /* [B,H,N,D] or packed [T,H,D]: shape entries are filled from q, then imposed on k, v, o. */
+    int64_t qs[4] = {-1, -1, -1, -1};
+    lj_dtype dt, dt2;
+    if ((st = lj_tensor_view(env, "q", a->q, nd, qs, FLOAT_TYPES, &lp.q, &dt)) != LAJIT_OK)
+        return st;
+    if ((st = lj_tensor_view(env, "k", a->k, nd, qs, 1u << dt, &lp.k, &dt2)) != LAJIT_OK)
+        return st;
+    int64_t vs[4] = {qs[0], qs[1], qs[2], -1};
+    if (nd == 3)
+        vs[2] = -1;
+    if ((st = lj_tensor_view(env, "v", a->v, nd, vs, 1u << dt, &lp.v, &dt2)) != LAJIT_OK)
+        return st;
+    if ((st = lj_tensor_view(env, "o", a->o, nd, vs, 1u << dt, &lp.o, &dt2)) != LAJIT_OK)
+        return st;
+    p.dtype = dt;
+    long long B, H, N, D = qs[nd - 1], E = vs[nd - 1];
+    if (p.varlen) {
+        H = qs[1];
+        N = qs[0]; /* total tokens */
+        int64_t cs[1] = {-1};
+        la_tensor4 cu;
+        if ((st = lj_tensor_view(env, "cu_seqlens", a->cu_seqlens, 1, cs, LJ_TENSOR_INT32, &cu, NULL)) != LAJIT_OK)
+            return st;
+        if (cs[0] < 2)
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "cu_seqlens needs at least 2 entries");
+        B = cs[0] - 1;
+        lp.cu_seqlens = cu.ptr;
+        /* Views right-align [T,H,D] into (s1, s2, s3); kernels index (b, h, t, d) with b
+         * unused: move the token stride to s2 and the head stride to s1. */
+        la_tensor4 *seq[4] = {&lp.q, &lp.k, &lp.v, &lp.o};
+        for (int i = 0; i < 4; i++) {
+            long long token = seq[i]->s1, head = seq[i]->s2;
+            seq[i]->s0 = 0;
+            seq[i]->s1 = head;
+            seq[i]->s2 = token;
+        }
+    } else {
+        B = qs[0];
+        H = qs[1];
+        N = qs[2];
+    }
+    if ((st = check_head_dims(env, D, E)) != LAJIT_OK)
+        return st;
+    if ((st = view_decay(env, a->s, H, &lp.decay)) != LAJIT_OK)
+        return st;
+    p.decay = a->s != NULL;
+
+    long long P = p.varlen ? -1 : B;
+    if (a->initial_state) {
+        if ((st = view_state(env, "initial_state", a->initial_state, &P, H, D, E, p.vk, &lp.s0)) != LAJIT_OK)
+            return st;
+        p.has_initial = 1;
+    }
+    if (a->final_state) {
+        long long P2 = p.varlen ? (a->initial_state ? P : -1) : B;
+        if ((st = view_state(env, "final_state", a->final_state, &P2, H, D, E, p.vk, &lp.sn)) != LAJIT_OK)
+            return st;
+        P = P2;
+        p.has_final = 1;
+        if (p.has_initial && lp.s0.ptr == lp.sn.ptr && !same_view(&lp.s0, &lp.sn))
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                            "final_state aliases initial_state with different strides");
+    }
+    if (p.varlen && (p.has_initial || p.has_final)) {
+        if (!a->state_slots)
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                            "varlen with states needs state_slots (int32 [nseq])");
+        int64_t ss[1] = {B};
+        la_tensor4 sl;
+        if ((st = lj_tensor_view(env, "state_slots", a->state_slots, 1, ss, LJ_TENSOR_INT32, &sl, NULL)) != LAJIT_OK)
+            return st;
+        lp.slots = sl.ptr;
+    } else if (a->state_slots) {
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "state_slots is only used with cu_seqlens and a state");
+    }
+
+    const io_tensor io[] = {
+        {"q", a->q, 0}, {"k", a->k, 0}, {"v", a->v, 0}, {"s", a->s, 0},
+        {"initial_state", a->initial_state, 0}, {"cu_seqlens", a->cu_seqlens, 0},
+        {"state_slots", a->state_slots, 0}, {"o", a->o, 1}, {"final_state", a->final_state, 1},
+    };
+    if ((st = check_io(ctx, io, (int)(sizeof io / sizeof io[0]), "final_state", "initial_state")) != LAJIT_OK)
+        return st;
+    p.B = (int)B;
+    p.H = (int)H;
+    p.N = (int)N;
+    p.D = (int)D;
+    p.E = (int)E;
+    p.T = 1;
+    lp.B = (int)B;
+    lp.H = (int)H;
+    lp.N = (int)N;
+    lp.D = (int)D;
+    lp.E = (int)E;
+    lp.T = 1;
+    lp.nseq = (int)B;
+    lp.P = (int)(P > 0 ? P : 0);
+    lp.scale = a->scale;
+    if (ctx->flags & LAJIT_CTX_CHECKED) {
+        st = check_device_values(ctx, &lp, lp.slots ? (int)B : 0, N, a->stream);
+        if (st != LAJIT_OK)
+            return st;
+    }
+    return launch(ctx, a->family, &p, &lp, a->stream);
+}
+
+/* ---- Decode --------------------------------------------------------------------------------- */
+
+LAJIT_API lajit_status lajit_attn_decode(lajit_ctx *ctx, const lajit_attn_decode_args *a)
+{
+    if (!ctx)
+        return LAJIT_ERR_INVALID_ARGUMENT;
+    lj_env *env = &ctx->env;
+    if (!a)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "lajit_attn_decode: args is NULL");
+    if (a->struct_size != sizeof *a)
+        return lj_error(env, LAJIT_ERR_STRUCT_SIZE,
+                        "lajit_attn_decode: struct_size %zu, this build knows %zu", a->struct_size,
+                        sizeof *a);
+    if (a->flags & ~LAJIT_STATE_VK)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "lajit_attn_decode: unknown flags 0x%x",
+                        a->flags);
+    if (!a->q || !a->k || !a->v || !a->o || !a->state)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "lajit_attn_decode: q, k, v, o and state are required");
+    lajit_status st = check_scale(env, a->scale);
+    if (st != LAJIT_OK)
+        return st;
+
+    la_params lp;
+    memset(&lp, 0, sizeof lp);
+    lj_problem p;
+    memset(&p, 0, sizeof p);
+    p.op = LJ_OP_DECODE;
+    p.vk = (a->flags & LAJIT_STATE_VK) != 0;
+    int nd = a->q->ndim == 4 ? 4 : 3; /* [B,T,H,D] or [B,H,D] */
+    int64_t qs[4] = {-1, -1, -1, -1};
+    lj_dtype dt, dt2;
+    la_tensor4 q, k, v, o;
+    if ((st = lj_tensor_view(env, "q", a->q, nd, qs, FLOAT_TYPES, &q, &dt)) != LAJIT_OK)
+        return st;
+    if ((st = lj_tensor_view(env, "k", a->k, nd, qs, 1u << dt, &k, &dt2)) != LAJIT_OK)
+        return st;
+    int64_t vs[4] = {qs[0], qs[1], qs[2], -1};
+    if (nd == 3)
+        vs[2] = -1;
+    if ((st = lj_tensor_view(env, "v", a->v, nd, vs, 1u << dt, &v, &dt2)) != LAJIT_OK)
+        return st;
+    if ((st = lj_tensor_view(env, "o", a->o, nd, vs, 1u << dt, &o, &dt2)) != LAJIT_OK)
+        return st;
+    p.dtype = dt;
+    long long B = qs[0], T = nd == 4 ? qs[1] : 1, H = qs[nd - 2], D = qs[nd - 1], E = vs[nd - 1];
+    if (T > 8)
+        return lj_error(env, LAJIT_ERR_UNSUPPORTED, "decode: T = %lld steps, at most 8", T);
+    if ((st = check_head_dims(env, D, E)) != LAJIT_OK)
+        return st;
+    /* Kernels see logical [B, H, T, D]: (row, head, step, d). tensor views right-align a 3-D
+     * tensor into s1..s3, so map explicitly. */
+    la_tensor4 *dst[4] = {&lp.q, &lp.k, &lp.v, &lp.o};
+    const la_tensor4 *src[4] = {&q, &k, &v, &o};
+    for (int i = 0; i < 4; i++) {
+        dst[i]->ptr = src[i]->ptr;
+        dst[i]->s3 = 1;
+        if (nd == 4) {
+            dst[i]->s0 = src[i]->s0;
+            dst[i]->s1 = src[i]->s2;
+            dst[i]->s2 = src[i]->s1;
+        } else {
+            dst[i]->s0 = src[i]->s1;
+            dst[i]->s1 = src[i]->s2;
+            dst[i]->s2 = 0;
+        }
+    }
+    if ((st = view_decay(env, a->s, H, &lp.decay)) != LAJIT_OK)
+        return st;
+    p.decay = a->s != NULL;
+    long long P = -1;
+    if ((st = view_state(env, "state", a->state, &P, H, D, E, p.vk, &lp.s0)) != LAJIT_OK)
+        return st;
+    lp.sn = lp.s0;
+    if (a->state_slots) {
+        int64_t ss[1] = {B};
+        la_tensor4 sl;
+        if ((st = lj_tensor_view(env, "state_slots", a->state_slots, 1, ss, LJ_TENSOR_INT32, &sl, NULL)) != LAJIT_OK)
+            return st;
+        lp.slots = sl.ptr;
+    } else if (P < B) {
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "state has %lld slots for %lld rows and no state_slots", P, B);
+    }
+    if (a->step_states) {
+        long long rows = B * T;
+        la_tensor4 ss;
+        /* Compact [B,T,H,D,E] is the same memory as [B*T,H,D,E]; require compactness by
+         * viewing it as 5-D and checking strides. */
+        if (a->step_states->ndim != 5)
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "step_states must be [B,T,H,%s]",
+                            p.vk ? "E,D" : "D,E");
+        DLTensor flat = *a->step_states;
+        int64_t fshape[4];
+        if (flat.shape[0] != B || flat.shape[1] != T)
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                            "step_states is [%lld,%lld,...], expected [%lld,%lld,...]",
+                            (long long)flat.shape[0], (long long)flat.shape[1], B, T);
+        if (flat.strides) {
+            long long expect = 1;
+            for (int d = 4; d >= 0; d--) {
+                if (flat.strides[d] != expect)
+                    return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "step_states must be compact");
+                expect *= flat.shape[d];
+            }
+        }
+        fshape[0] = rows;
+        for (int d = 1; d < 4; d++)
+            fshape[d] = flat.shape[d + 1];
+        flat.ndim = 4;
+        flat.shape = fshape;
+        flat.strides = NULL;
+        long long rowsP = rows;
+        if ((st = view_state(env, "step_states", &flat, &rowsP, H, D, E, p.vk, &ss)) != LAJIT_OK)
+            return st;
+        lp.step_states = ss;
+        p.step_states = 1;
+    }
+    const io_tensor io[] = {
+        {"q", a->q, 0}, {"k", a->k, 0}, {"v", a->v, 0}, {"s", a->s, 0},
+        {"state_slots", a->state_slots, 0}, {"o", a->o, 1}, {"state", a->state, 1},
+        {"step_states", a->step_states, 1},
+    };
+    if ((st = check_io(ctx, io, (int)(sizeof io / sizeof io[0]), NULL, NULL)) != LAJIT_OK)
+        return st;
+    p.B = (int)B;
+    p.H = (int)H;
+    p.N = (int)T;
+    p.D = (int)D;
+    p.E = (int)E;
+    p.T = (int)T;
+    p.has_initial = p.has_final = 1;
+    lp.B = (int)B;
+    lp.H = (int)H;
+    lp.N = (int)T;
+    lp.D = (int)D;
+    lp.E = (int)E;
+    lp.T = (int)T;
+    lp.nseq = (int)B;
+    lp.P = (int)P;
+    lp.scale = a->scale;
+    if (ctx->flags & LAJIT_CTX_CHECKED) {
+        st = check_device_values(ctx, &lp, lp.slots ? (int)B : 0, 0, a->stream);
+        if (st != LAJIT_OK)
+            return st;
+    }
+    return launch(ctx, a->family, &p, &lp, a->stream);
+}

@@ -1,0 +1,119 @@
+/* plan.c — the plan table of the hot path (plan.h). */
+#include "plan.h"
+
+#include <string.h>
+
+static unsigned log2_bucket(long long x)
+{
+    unsigned b = 0;
+    while (x > 1) {
+        x >>= 1;
+        b++;
+    }
+    return b;
+}
+
+lj_plan_key lj_plan_key_make(const lj_problem *p, int family_index)
+{
+    lj_plan_key k;
+    memset(&k, 0, sizeof k);
+    k.op = (unsigned char)p->op;
+    k.family = (unsigned char)family_index;
+    k.dtype = (unsigned char)p->dtype;
+    k.flags = (unsigned char)((p->decay ? LJ_PLAN_FLAG_DECAY : 0) |
+                              (p->has_initial ? LJ_PLAN_FLAG_INITIAL : 0) |
+                              (p->has_final ? LJ_PLAN_FLAG_FINAL : 0) |
+                              (p->varlen ? LJ_PLAN_FLAG_VARLEN : 0) |
+                              (p->vk ? LJ_PLAN_FLAG_VK : 0) |
+                              (p->want_ds ? LJ_PLAN_FLAG_WANT_DS : 0) |
+                              (p->has_dsn ? LJ_PLAN_FLAG_DSN : 0) |
+                              (p->step_states ? LJ_PLAN_FLAG_STEPS : 0));
+    k.log2_n = (unsigned char)log2_bucket(p->N);
+    k.log2_bh = (unsigned char)log2_bucket((long long)p->B * p->H);
+    k.log2_b = (unsigned char)log2_bucket(p->B);
+    k.steps = (unsigned char)p->T;
+    k.D = (unsigned short)p->D;
+    k.E = (unsigned short)p->E;
+    return k;
+}
+
+static unsigned hash_key(const lj_plan_key *k)
+{
+    /* FNV-1a over the 16 bytes of the key: a handful of cycles. */
+    const unsigned char *b = (const unsigned char *)k;
+    unsigned h = 2166136261u;
+    for (size_t i = 0; i < sizeof *k; i++)
+        h = (h ^ b[i]) * 16777619u;
+    return h;
+}
+
+const lj_plan *lj_plan_find(const lj_plan_table *t, const lj_plan_key *key)
+{
+    if (!t->cap)
+        return NULL;
+    unsigned mask = t->cap - 1;
+    for (unsigned i = hash_key(key) & mask;; i = (i + 1) & mask) {
+        const lj_plan *p = &t->slots[i];
+        if (p->key.D == 0)
+            return NULL;
+        if (memcmp(&p->key, key, sizeof *key) == 0)
+            return p;
+    }
+}
+
+static void insert(lj_plan *slots, unsigned cap, const lj_plan *plan)
+{
+    unsigned mask = cap - 1;
+    unsigned i = hash_key(&plan->key) & mask;
+    while (slots[i].key.D != 0)
+        i = (i + 1) & mask;
+    slots[i] = *plan;
+}
+
+lajit_status lj_plan_add(lj_env *env, lj_plan_table *t, const lj_plan *plan)
+{
+    if ((t->count + 1) * 2 > t->cap) {
+        unsigned cap = t->cap ? t->cap * 2 : 16;
+        lj_plan *slots = lj_calloc(env, cap, sizeof *slots);
+        if (!slots)
+            return lj_oom(env);
+        for (unsigned i = 0; i < t->cap; i++)
+            if (t->slots[i].key.D != 0)
+                insert(slots, cap, &t->slots[i]);
+        lj_free(env, t->slots);
+        t->slots = slots;
+        t->cap = cap;
+    }
+    insert(t->slots, t->cap, plan);
+    t->count++;
+    return LAJIT_OK;
+}
+
+void lj_plan_table_free(lj_env *env, lj_plan_table *t)
+{
+    lj_free(env, t->slots);
+    memset(t, 0, sizeof *t);
+}
+
+int lj_plan_grid(const lj_launch *l, long long B, long long H, long long N, long long nseq,
+                 long long T, unsigned grid[3])
+{
+    static const long long limits[3] = {2147483647LL, 65535, 65535};
+    for (int d = 0; d < 3; d++) {
+        long long v = 1;
+        switch (l->grid[d].var) {
+        case LJ_VAR_ONE: v = 1; break;
+        case LJ_VAR_B: v = B; break;
+        case LJ_VAR_H: v = H; break;
+        case LJ_VAR_N: v = N; break;
+        case LJ_VAR_BH: v = B * H; break;
+        case LJ_VAR_NSEQ: v = nseq; break;
+        case LJ_VAR_T: v = T; break;
+        }
+        long long g = (v * l->grid[d].mul + l->grid[d].div - 1) / l->grid[d].div;
+        if (g < 1 || g > limits[d])
+            return 0;
+        grid[d] = (unsigned)g;
+    }
+    return 1;
+}

@@ -1,0 +1,56 @@
+/* plan.h — the launch plans of the hot path. A plan is everything a launch needs once its
+ * bucket has been through the slow path (family spec, template, cache, module load): the
+ * function handle, the grid recipe, block and shared memory. The table is keyed by a small
+ * fixed-size struct and probed with no allocation, no Lua and no hashing of source, so a call
+ * on a cached kernel costs a few hundred nanoseconds of host time. */
+#ifndef LAJIT_PLAN_H
+#define LAJIT_PLAN_H
+
+#include <cuda.h>
+
+#include "family.h"
+
+/* The bucket: every compile-time specialisation, the exact head dims, and log2 buckets of the
+ * sizes that only steer the choice of configuration. Families' key() must not distinguish
+ * finer than this (they may be coarser). Zero-filled before use so memcmp compares it. */
+typedef struct lj_plan_key {
+    unsigned char op, family, dtype, flags;
+    unsigned char log2_n, log2_bh, log2_b, steps;
+    unsigned short D, E;
+    unsigned short reserved[2];
+} lj_plan_key;
+
+#define LJ_PLAN_FLAG_DECAY 0x01u
+#define LJ_PLAN_FLAG_INITIAL 0x02u
+#define LJ_PLAN_FLAG_FINAL 0x04u
+#define LJ_PLAN_FLAG_VARLEN 0x08u
+#define LJ_PLAN_FLAG_VK 0x10u
+#define LJ_PLAN_FLAG_WANT_DS 0x20u
+#define LJ_PLAN_FLAG_DSN 0x40u
+#define LJ_PLAN_FLAG_STEPS 0x80u
+
+typedef struct lj_plan {
+    lj_plan_key key;
+    CUmodule module;
+    CUfunction fn;
+    lj_launch launch;
+    lj_config config;
+} lj_plan;
+
+typedef struct lj_plan_table {
+    lj_plan *slots; /* open addressing, capacity a power of two; key.D == 0 marks empty */
+    unsigned cap, count;
+} lj_plan_table;
+
+lj_plan_key lj_plan_key_make(const lj_problem *p, int family_index);
+/* The plan for key, or NULL. */
+const lj_plan *lj_plan_find(const lj_plan_table *t, const lj_plan_key *key);
+/* Adds a plan (grows the table; the slow path only). */
+lajit_status lj_plan_add(lj_env *env, lj_plan_table *t, const lj_plan *plan);
+void lj_plan_table_free(lj_env *env, lj_plan_table *t);
+
+/* Grid size for one call: evaluates the recipe; 0 on overflow of the driver's limits. */
+int lj_plan_grid(const lj_launch *l, long long B, long long H, long long N, long long nseq,
+                 long long T, unsigned grid[3]);
+
+#endif

@@ -1,0 +1,352 @@
+/* api.c — misuse of the public API: each gets a clear status (and a message on the context),
+ * never a crash. Also the decay-convention helpers. No GPU needed: argument checks come before
+ * any driver call. */
+#include "test.h"
+
+#include <stdint.h>
+
+static lajit_ctx *make_ctx(void)
+{
+    lajit_ctx_desc desc;
+    lajit_ctx_desc_init(&desc);
+    lajit_ctx *ctx = NULL;
+    ASSERT_OK(lajit_ctx_create(&desc, &ctx));
+    ASSERT_TRUE(ctx != NULL);
+    return ctx;
+}
+
+/* A plausible device tensor: compact [B,H,N,D] bf16 at a 256-byte aligned fake address. The
+ * driver is never reached in these tests, so the address is never dereferenced. */
+typedef struct fake_tensor {
+    DLTensor t;
+    int64_t shape[5];
+    int64_t strides[5];
+} fake_tensor;
+
+static void fake(fake_tensor *f, uintptr_t addr, int ndim, const int64_t *shape, uint8_t code,
+                 uint8_t bits)
+{
+    memset(f, 0, sizeof *f);
+    f->t.data = (void *)addr;
+    f->t.device.device_type = kDLCUDA;
+    f->t.ndim = ndim;
+    f->t.dtype.code = code;
+    f->t.dtype.bits = bits;
+    f->t.dtype.lanes = 1;
+    memcpy(f->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    f->t.shape = f->shape;
+    f->t.strides = NULL;
+}
+
+typedef struct fwd_setup {
+    fake_tensor q, k, v, o;
+    lajit_attn_fwd_args args;
+} fwd_setup;
+
+static void fwd_valid(fwd_setup *s)
+{
+    int64_t shape[4] = {2, 4, 64, 128};
+    fake(&s->q, 0x100000, 4, shape, kDLBfloat, 16);
+    fake(&s->k, 0x200000, 4, shape, kDLBfloat, 16);
+    fake(&s->v, 0x300000, 4, shape, kDLBfloat, 16);
+    fake(&s->o, 0x400000, 4, shape, kDLBfloat, 16);
+    memset(&s->args, 0, sizeof s->args);
+    s->args.struct_size = sizeof s->args;
+    s->args.q = &s->q.t;
+    s->args.k = &s->k.t;
+    s->args.v = &s->v.t;
+    s->args.o = &s->o.t;
+    s->args.scale = 1.0f;
+}
+
+LJ_TEST(ctx_create_null_out)
+{
+    ASSERT_STATUS(lajit_ctx_create(NULL, NULL), LAJIT_ERR_INVALID_ARGUMENT);
+}
+
+LJ_TEST(ctx_create_wrong_struct_size)
+{
+    lajit_ctx_desc desc;
+    lajit_ctx_desc_init(&desc);
+    desc.struct_size = sizeof desc - 8;
+    lajit_ctx *ctx = (lajit_ctx *)0x1;
+    ASSERT_STATUS(lajit_ctx_create(&desc, &ctx), LAJIT_ERR_STRUCT_SIZE);
+    ASSERT_TRUE(ctx == (lajit_ctx *)0x1); /* outputs written only on success */
+}
+
+LJ_TEST(ctx_destroy_null_and_errmsg_null)
+{
+    lajit_ctx_destroy(NULL);
+    ASSERT_TRUE(lajit_errmsg(NULL) != NULL);
+    lajit_ctx *ctx = make_ctx();
+    ASSERT_STREQ(lajit_errmsg(ctx), "");
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(fwd_null_ctx_and_args)
+{
+    fwd_setup s;
+    fwd_valid(&s);
+    ASSERT_STATUS(lajit_attn_fwd(NULL, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
+    lajit_ctx *ctx = make_ctx();
+    ASSERT_STATUS(lajit_attn_fwd(ctx, NULL), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "NULL");
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(fwd_wrong_struct_size)
+{
+    fwd_setup s;
+    fwd_valid(&s);
+    s.args.struct_size = 8;
+    lajit_ctx *ctx = make_ctx();
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_STRUCT_SIZE);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "struct_size");
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(fwd_missing_tensor)
+{
+    fwd_setup s;
+    fwd_valid(&s);
+    s.args.v = NULL;
+    lajit_ctx *ctx = make_ctx();
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(fwd_bad_scale)
+{
+    fwd_setup s;
+    fwd_valid(&s);
+    lajit_ctx *ctx = make_ctx();
+    s.args.scale = 0.0f;
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "scale");
+    s.args.scale = NAN;
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(fwd_wrong_dtype)
+{
+    fwd_setup s;
+    fwd_valid(&s);
+    s.q.t.dtype.code = kDLInt;
+    lajit_ctx *ctx = make_ctx();
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "q");
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(fwd_mixed_dtypes)
+{
+    fwd_setup s;
+    fwd_valid(&s);
+    s.k.t.dtype.code = kDLFloat; /* float16 k with bfloat16 q */
+    lajit_ctx *ctx = make_ctx();
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "k");
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(fwd_host_memory)
+{
+    fwd_setup s;
+    fwd_valid(&s);
+    s.o.t.device.device_type = kDLCPU;
+    lajit_ctx *ctx = make_ctx();
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "o");
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(fwd_shape_mismatch)
+{
+    fwd_setup s;
+    fwd_valid(&s);
+    s.k.shape[2] = 63;
+    lajit_ctx *ctx = make_ctx();
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(fwd_zero_size)
+{
+    fwd_setup s;
+    fwd_valid(&s);
+    s.q.shape[2] = s.k.shape[2] = s.v.shape[2] = s.o.shape[2] = 0;
+    lajit_ctx *ctx = make_ctx();
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(fwd_head_dim_unsupported)
+{
+    fwd_setup s;
+    fwd_valid(&s);
+    s.q.shape[3] = s.k.shape[3] = 40; /* 80-byte rows: aligned, but not a multiple of 16 */
+    lajit_ctx *ctx = make_ctx();
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_UNSUPPORTED);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "multiples of 16");
+    s.q.shape[3] = s.k.shape[3] = 512;
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_UNSUPPORTED);
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(fwd_misaligned_pointer)
+{
+    fwd_setup s;
+    fwd_valid(&s);
+    s.q.t.byte_offset = 2;
+    lajit_ctx *ctx = make_ctx();
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "align");
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(fwd_non_unit_last_stride)
+{
+    fwd_setup s;
+    fwd_valid(&s);
+    int64_t strides[4] = {4 * 64 * 256, 64 * 256, 256, 2};
+    memcpy(s.q.strides, strides, sizeof strides);
+    s.q.t.strides = s.q.strides;
+    lajit_ctx *ctx = make_ctx();
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(fwd_offsets_overflow_32_bits)
+{
+    fwd_setup s;
+    fwd_valid(&s);
+    /* 2 x 4 x 64 x 128 elements, but a batch stride of 2^31 elements. */
+    int64_t strides[4] = {(int64_t)1 << 31, 64 * 128, 128, 1};
+    memcpy(s.q.strides, strides, sizeof strides);
+    s.q.t.strides = s.q.strides;
+    lajit_ctx *ctx = make_ctx();
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "32");
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(fwd_unknown_flags)
+{
+    fwd_setup s;
+    fwd_valid(&s);
+    s.args.flags = 0x80;
+    lajit_ctx *ctx = make_ctx();
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(fwd_state_wrong_dtype_and_shape)
+{
+    fwd_setup s;
+    fwd_valid(&s);
+    fake_tensor st;
+    int64_t shape[4] = {2, 4, 128, 128};
+    fake(&st, 0x500000, 4, shape, kDLBfloat, 16); /* states must be float32 */
+    s.args.initial_state = &st.t;
+    lajit_ctx *ctx = make_ctx();
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
+    st.t.dtype.code = kDLFloat;
+    st.t.dtype.bits = 32;
+    st.shape[1] = 5; /* wrong H */
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(fwd_varlen_without_slots)
+{
+    fake_tensor q, k, v, o, cu, pool;
+    int64_t shape[3] = {100, 4, 64}, cs[1] = {3}, ps[4] = {8, 4, 64, 64};
+    fake(&q, 0x100000, 3, shape, kDLFloat, 16);
+    fake(&k, 0x200000, 3, shape, kDLFloat, 16);
+    fake(&v, 0x300000, 3, shape, kDLFloat, 16);
+    fake(&o, 0x400000, 3, shape, kDLFloat, 16);
+    fake(&cu, 0x500000, 1, cs, kDLInt, 32);
+    fake(&pool, 0x600000, 4, ps, kDLFloat, 32);
+    lajit_attn_fwd_args a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = sizeof a;
+    a.q = &q.t;
+    a.k = &k.t;
+    a.v = &v.t;
+    a.o = &o.t;
+    a.scale = 1.0f;
+    a.cu_seqlens = &cu.t;
+    a.initial_state = &pool.t;
+    lajit_ctx *ctx = make_ctx();
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "state_slots");
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(fwd_valid_args_need_a_device)
+{
+    /* Everything is well-formed: the call gets as far as the driver, which this context may
+     * not use. */
+    fwd_setup s;
+    fwd_valid(&s);
+    lajit_ctx_desc desc;
+    lajit_ctx_desc_init(&desc);
+    desc.flags = LAJIT_CTX_NO_DEVICE;
+    lajit_ctx *ctx;
+    ASSERT_OK(lajit_ctx_create(&desc, &ctx));
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_NO_DEVICE);
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(decode_too_many_steps)
+{
+    fake_tensor q, k, v, o, pool;
+    int64_t shape[4] = {4, 9, 8, 64}, ps[4] = {4, 8, 64, 64};
+    fake(&q, 0x100000, 4, shape, kDLBfloat, 16);
+    fake(&k, 0x200000, 4, shape, kDLBfloat, 16);
+    fake(&v, 0x300000, 4, shape, kDLBfloat, 16);
+    fake(&o, 0x400000, 4, shape, kDLBfloat, 16);
+    fake(&pool, 0x600000, 4, ps, kDLFloat, 32);
+    lajit_attn_decode_args a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = sizeof a;
+    a.q = &q.t;
+    a.k = &k.t;
+    a.v = &v.t;
+    a.o = &o.t;
+    a.state = &pool.t;
+    a.scale = 1.0f;
+    lajit_ctx *ctx = make_ctx();
+    ASSERT_STATUS(lajit_attn_decode(ctx, &a), LAJIT_ERR_UNSUPPORTED);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "T = 9");
+    q.shape[1] = k.shape[1] = v.shape[1] = o.shape[1] = 2;
+    pool.shape[0] = 2; /* fewer slots than rows and no state_slots */
+    ASSERT_STATUS(lajit_attn_decode(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(decay_helpers)
+{
+    float s[12];
+    ASSERT_OK(lajit_decay_alibi(8, 0, 1, s));
+    /* 2^(-8(h+1)/8) (1 + 1e-5) */
+    for (int h = 0; h < 8; h++)
+        ASSERT_LE_F(fabs(s[h] - pow(2.0, -(h + 1)) * (1 + 1e-5)), 1e-7);
+    /* 12 heads: 8 power-of-two slopes, then 2^(-8(2j+1)/16) for j = 0..3. */
+    ASSERT_OK(lajit_decay_alibi(12, 0, 1, s));
+    ASSERT_LE_F(fabs(s[8] - pow(2.0, -0.5) * (1 + 1e-5)), 1e-7);
+    ASSERT_LE_F(fabs(s[11] - pow(2.0, -3.5) * (1 + 1e-5)), 1e-7);
+    /* Last layer of 4: factor 1e-5. */
+    ASSERT_OK(lajit_decay_alibi(8, 3, 4, s));
+    ASSERT_LE_F(fabs(s[0] - 0.5 * 1e-5), 1e-9);
+    ASSERT_OK(lajit_decay_tnl(8, 1, 4, s));
+    ASSERT_LE_F(fabs(s[2] - 8.0 * 2 / 8 * 0.75), 1e-6);
+    float logl[2] = {-0.25f, 0.0f};
+    ASSERT_OK(lajit_decay_from_log(logl, 2, s));
+    ASSERT_LE_F(fabs(s[0] - 0.25f), 0);
+    logl[1] = 0.5f;
+    ASSERT_STATUS(lajit_decay_from_log(logl, 2, s), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_STATUS(lajit_decay_alibi(0, 0, 1, s), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_STATUS(lajit_decay_alibi(8, 4, 4, s), LAJIT_ERR_INVALID_ARGUMENT);
+}

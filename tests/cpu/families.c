@@ -1,0 +1,196 @@
+/* families.c — the built-in families as data: every representative problem expands to its
+ * golden text, every configuration is either valid or rejected with a reason on every arch,
+ * defaults are valid, and kernel keys are stable and arch-specific. Compiling every valid
+ * configuration is the CTest case families.compile_all_configs (the CLI), run outside the
+ * sanitizer build. Set LAJIT_UPDATE_GOLDEN=1 to rewrite the golden files after an intended
+ * template change (then read the diff). */
+#include "test.h"
+
+#include "context.h"
+#include "kernel.h"
+
+static const char *const archs[] = {"sm_80", "sm_90a", "sm_100a", "sm_120"};
+
+static lajit_ctx *ctx_open(void)
+{
+    lajit_ctx_desc desc;
+    lajit_ctx_desc_init(&desc);
+    desc.flags = LAJIT_CTX_NO_DEVICE;
+    lajit_ctx *ctx;
+    ASSERT_OK(lajit_ctx_create(&desc, &ctx));
+    return ctx;
+}
+
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    if (fread(s, 1, (size_t)n, f) != (size_t)n)
+        n = 0;
+    s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+LJ_TEST(golden_expansions)
+{
+    lajit_ctx *ctx = ctx_open();
+    lj_env *env = lajit__ctx_env(ctx);
+    int update = getenv("LAJIT_UPDATE_GOLDEN") && strcmp(getenv("LAJIT_UPDATE_GOLDEN"), "1") == 0;
+    int checked = 0;
+    for (const char *const *name = lajit_family_names(); *name; name++) {
+        lj_family *f;
+        ASSERT_OK(lajit__ctx_family(ctx, *name, &f));
+        lj_problem *problems;
+        int n;
+        ASSERT_OK(lj_family_problems(f, &problems, &n));
+        ASSERT_TRUE(n > 0);
+        lj_device_info dev;
+        ASSERT_TRUE(lj_device_info_for_arch("sm_90a", &dev));
+        for (int i = 0; i < n; i++) {
+            lj_config cfg;
+            ASSERT_OK(lj_family_default(f, &problems[i], &dev, &cfg));
+            char *src;
+            ASSERT_OK(lj_family_source(f, &cfg, &problems[i], &dev, &src));
+            char path[1024];
+            snprintf(path, sizeof path, "%s/tests/golden/%s_%d_sm_90a.cu", lj_test_source_dir(),
+                     *name, i);
+            if (update) {
+                FILE *out = fopen(path, "wb");
+                ASSERT_TRUE(out != NULL);
+                fputs(src, out);
+                fclose(out);
+            } else {
+                char *want = read_file(path);
+                if (!want)
+                    lj_test_fail(__FILE__, __LINE__, "no golden file %s (LAJIT_UPDATE_GOLDEN=1 "
+                                 "writes it)", path);
+                if (strcmp(want, src) != 0)
+                    lj_test_fail(__FILE__, __LINE__, "%s differs from the expansion of %s "
+                                 "problem %d: run with LAJIT_UPDATE_GOLDEN=1 and read the diff",
+                                 path, *name, i);
+                free(want);
+            }
+            lj_free(env, src);
+            checked++;
+        }
+        lj_free(env, problems);
+    }
+    ASSERT_TRUE(checked > 0);
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(every_config_valid_or_rejected_with_reason)
+{
+    lajit_ctx *ctx = ctx_open();
+    lj_env *env = lajit__ctx_env(ctx);
+    for (const char *const *name = lajit_family_names(); *name; name++) {
+        lj_family *f;
+        ASSERT_OK(lajit__ctx_family(ctx, *name, &f));
+        lj_problem *problems;
+        lj_config *configs;
+        int np, nc, valid = 0;
+        ASSERT_OK(lj_family_problems(f, &problems, &np));
+        ASSERT_OK(lj_family_all_configs(f, &configs, &nc));
+        ASSERT_TRUE(nc > 0);
+        for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
+            lj_device_info dev;
+            ASSERT_TRUE(lj_device_info_for_arch(archs[a], &dev));
+            for (int p = 0; p < np; p++) {
+                for (int c = 0; c < nc; c++) {
+                    int ok = -1;
+                    char reason[256] = "";
+                    lajit_status vst = lj_family_valid(f, &configs[c], &problems[p], &dev, &ok,
+                                                       reason, sizeof reason);
+                    if (vst != LAJIT_OK)
+                        lj_test_fail(__FILE__, __LINE__, "%s.valid failed: %s", *name,
+                                     lajit_errmsg(ctx));
+                    ASSERT_TRUE(ok == 0 || ok == 1);
+                    if (ok) {
+                        valid++;
+                        lj_launch l;
+                        ASSERT_OK(lj_family_launch(f, &configs[c], &problems[p], &dev, &l));
+                        ASSERT_TRUE(l.smem <= (unsigned)dev.smem_optin);
+                        ASSERT_TRUE(l.block[0] * l.block[1] * l.block[2] <= 1024);
+                    } else if (reason[0] == 0) {
+                        char text[256];
+                        lj_config_format(&configs[c], text, sizeof text);
+                        lj_test_fail(__FILE__, __LINE__, "%s [%s] rejected without a reason",
+                                     *name, text);
+                    }
+                }
+            }
+        }
+        ASSERT_TRUE(valid > 0);
+        lj_free(env, problems);
+        lj_free(env, configs);
+    }
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(defaults_are_valid_on_every_arch)
+{
+    lajit_ctx *ctx = ctx_open();
+    lj_env *env = lajit__ctx_env(ctx);
+    for (const char *const *name = lajit_family_names(); *name; name++) {
+        lj_family *f;
+        ASSERT_OK(lajit__ctx_family(ctx, *name, &f));
+        lj_problem *problems;
+        int np;
+        ASSERT_OK(lj_family_problems(f, &problems, &np));
+        for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
+            lj_device_info dev;
+            ASSERT_TRUE(lj_device_info_for_arch(archs[a], &dev));
+            for (int p = 0; p < np; p++) {
+                lj_config cfg;
+                int ok = 0;
+                char reason[256] = "";
+                ASSERT_OK(lj_family_default(f, &problems[p], &dev, &cfg));
+                ASSERT_OK(lj_family_valid(f, &cfg, &problems[p], &dev, &ok, reason, sizeof reason));
+                if (!ok)
+                    lj_test_fail(__FILE__, __LINE__, "%s default for problem %d on %s is invalid: %s",
+                                 *name, p, archs[a], reason);
+            }
+        }
+        lj_free(env, problems);
+    }
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(keys_stable_and_arch_specific)
+{
+    lajit_ctx *ctx = ctx_open();
+    lj_lua *L;
+    ASSERT_OK(lajit__ctx_lua(ctx, &L));
+    lj_env *env = lajit__ctx_env(ctx);
+    int major, minor;
+    if (lj_nvrtc_version(env, &major, &minor) != LAJIT_OK)
+        lj_test_skip("NVRTC not available");
+    for (const char *const *name = lajit_family_names(); *name; name++) {
+        lj_family *f;
+        ASSERT_OK(lajit__ctx_family(ctx, *name, &f));
+        lj_problem *problems;
+        int np;
+        ASSERT_OK(lj_family_problems(f, &problems, &np));
+        lj_key prev = {0, 0};
+        for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
+            lj_device_info dev;
+            ASSERT_TRUE(lj_device_info_for_arch(archs[a], &dev));
+            lj_config cfg;
+            ASSERT_OK(lj_family_default(f, &problems[0], &dev, &cfg));
+            lj_key k1, k2;
+            ASSERT_OK(lj_kernel_key(L, f, &cfg, &problems[0], &dev, 0, &k1));
+            ASSERT_OK(lj_kernel_key(L, f, &cfg, &problems[0], &dev, 0, &k2));
+            ASSERT_TRUE(lj_key_equal(k1, k2));
+            ASSERT_TRUE(a == 0 || !lj_key_equal(k1, prev));
+            prev = k1;
+        }
+        lj_free(env, problems);
+    }
+    lajit_ctx_destroy(ctx);
+}

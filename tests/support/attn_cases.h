@@ -1,0 +1,45 @@
+/* attn_cases.h — one gpu test case of an attention op, described as data and run against the
+ * float64 reference: fresh random inputs, NaN-poisoned outputs, every element checked with the
+ * tolerances of DESIGN.md, and memory that must stay untouched compared byte for byte. Shared by
+ * the gpu tests of every family of an op (tests/gpu/<family>.c). */
+#ifndef LAJIT_ATTN_CASES_H
+#define LAJIT_ATTN_CASES_H
+
+#include "family.h"
+
+typedef struct fwd_case {
+    const char *family;  /* NULL: the default forward family */
+    lj_dtype dtype;
+    int B, H, N, D, E;
+    int decay;           /* s given (head 0 gets s = 0 to exercise the decay path at 0) */
+    int initial, final;  /* S_0 given, S_N wanted */
+    int alias;           /* S_N written over S_0 (in place) */
+    int vk;              /* states [.., E, D] */
+    int bnhd;            /* q, k, v, o stored [B, N, H, D] (strided view) */
+    int nseq;            /* > 0: varlen with these sequence lengths (B ignored) */
+    int lens[16];
+    int slot_minus_one;  /* varlen with states: one sequence gets slot -1 */
+    float scale;         /* 0: 1 */
+    unsigned seed;
+} fwd_case;
+
+/* Runs the case (the test skips with no GPU) and fails the test on any mismatch. Prints one
+ * line with the errors seen. */
+void run_fwd_case(const fwd_case *c);
+
+typedef struct decode_case {
+    const char *family;  /* NULL: la_decode */
+    lj_dtype dtype;
+    int B, H, D, E, T;
+    int decay;
+    int vk;
+    int slots;           /* 1: shuffled pool slots with -1 rows; 0: NULL (row b = slot b) */
+    int step_states;     /* per-step states requested */
+    int calls;           /* consecutive calls (fresh q, k, v each) */
+    int graph;           /* capture one call in a CUDA graph and replay it `calls` times */
+    unsigned seed;
+} decode_case;
+
+void run_decode_case(const decode_case *c);
+
+#endif
