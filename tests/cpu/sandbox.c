@@ -1,0 +1,187 @@
+/* sandbox.c — the Lua sandbox: every escape a template might try ends in an error status (never
+ * a crash or a hang), the limits hold, the state stays usable after an error, and a failing
+ * allocation anywhere on the open/load/expand path is reported and leaks nothing (ASan). */
+#include "test.h"
+
+#include <time.h>
+
+#include <lua.h>
+
+#include "family.h"
+#include "sandbox.h"
+
+static lj_env env;
+
+static lj_lua *open_lua(void)
+{
+    lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
+    lj_lua *L;
+    ASSERT_OK(lj_lua_open(&env, NULL, &L));
+    return L;
+}
+
+static lajit_status run(lj_lua *L, const char *code)
+{
+    lajit_status st = lj_lua_load(L, code, strlen(code), "=test");
+    if (st != LAJIT_OK)
+        return st;
+    st = lj_lua_pcall(L, 0, 0);
+    return st;
+}
+
+LJ_TEST(io_os_require_load_are_absent)
+{
+    lj_lua *L = open_lua();
+    const char *escapes[] = {
+        "io.open('/etc/passwd')",   "os.execute('true')",      "require('os')",
+        "load('return 1')()",       "dofile('/etc/passwd')",   "loadfile('/etc/passwd')",
+        "package.loadlib('x','y')", "debug.getinfo(1)",        "coroutine.create(print)",
+        "string.dump(print)",       "string.find('a', 'a')",   "string.gsub('a', 'a', 'b')",
+        "string.match('a', '.')",   "string.gmatch('a', '.')", "collectgarbage('count')",
+    };
+    for (size_t i = 0; i < sizeof escapes / sizeof escapes[0]; i++) {
+        lajit_status st = run(L, escapes[i]);
+        if (st != LAJIT_ERR_TEMPLATE)
+            lj_test_fail(__FILE__, __LINE__, "%s: got %s", escapes[i], lajit_status_string(st));
+    }
+    /* The state is still good. */
+    ASSERT_OK(run(L, "local t = {} for i = 1, 10 do t[i] = i * i end assert(t[10] == 100)"));
+    lj_lua_close(L);
+}
+
+LJ_TEST(metatables_of_strings_stay_inside)
+{
+    /* Even replacing the string metatable's methods only affects this state. */
+    lj_lua *L = open_lua();
+    ASSERT_STATUS(run(L, "getmetatable('').__index = nil"), LAJIT_OK);
+    ASSERT_STATUS(run(L, "local x = ('a'):upper()"), LAJIT_ERR_TEMPLATE);
+    lj_lua_close(L);
+    L = open_lua();
+    ASSERT_OK(run(L, "assert(('a'):upper() == 'A')"));
+    lj_lua_close(L);
+}
+
+LJ_TEST(string_rep_memory_bomb_hits_the_limit)
+{
+    lj_lua *L = open_lua();
+    ASSERT_STATUS(run(L, "local s = string.rep('x', 1 << 30)"), LAJIT_ERR_LIMIT);
+    ASSERT_CONTAINS(env.errmsg, "memory limit");
+    ASSERT_STATUS(run(L, "local t = {} for i = 1, 1 << 30 do t[i] = i end"), LAJIT_ERR_LIMIT);
+    ASSERT_OK(run(L, "local s = string.rep('x', 1000)"));
+    lj_lua_close(L);
+}
+
+LJ_TEST(endless_loop_hits_the_instruction_limit_quickly)
+{
+    lj_lua *L = open_lua();
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ASSERT_STATUS(run(L, "while true do end"), LAJIT_ERR_LIMIT);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    ASSERT_LE_F(s, 20.0);
+    ASSERT_CONTAINS(env.errmsg, "instruction limit");
+    /* A later call gets a fresh budget. */
+    ASSERT_OK(run(L, "local n = 0 for i = 1, 1000000 do n = n + i end"));
+    lj_lua_close(L);
+}
+
+LJ_TEST(deep_recursion_is_an_error)
+{
+    lj_lua *L = open_lua();
+    ASSERT_STATUS(run(L, "local function f(n) return 1 + f(n + 1) end f(1)"), LAJIT_ERR_TEMPLATE);
+    ASSERT_CONTAINS(env.errmsg, "stack overflow");
+    lj_lua_close(L);
+}
+
+LJ_TEST(bytecode_is_refused)
+{
+    lj_lua *L = open_lua();
+    const char chunk[] = "\x1bLua\x54\x00 fake bytecode";
+    ASSERT_STATUS(lj_lua_load(L, chunk, sizeof chunk - 1, "=bytes"), LAJIT_ERR_TEMPLATE);
+    lj_lua_close(L);
+}
+
+LJ_TEST(errors_carry_position_and_traceback)
+{
+    lj_lua *L = open_lua();
+    const char code[] = "local x = 1\nlocal function g() error('boom') end\ng()\n";
+    ASSERT_OK(lj_lua_load(L, code, sizeof code - 1, "@where.lua"));
+    ASSERT_STATUS(lj_lua_pcall(L, 0, 0), LAJIT_ERR_TEMPLATE);
+    ASSERT_CONTAINS(env.errmsg, "where.lua:2: boom");
+    ASSERT_CONTAINS(env.errmsg, "stack traceback");
+    lj_lua_close(L);
+}
+
+LJ_TEST(template_dir_cannot_escape)
+{
+    lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tests/data/templates", lj_test_source_dir());
+    lj_lua *L;
+    ASSERT_OK(lj_lua_open(&env, dir, &L));
+    const char *text;
+    size_t len;
+    ASSERT_OK(lj_lua_read_template(L, "toy/toy.cu", &text, &len));
+    ASSERT_TRUE(len > 0);
+    ASSERT_STATUS(lj_lua_read_template(L, "../../../etc/passwd", &text, &len), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_STATUS(lj_lua_read_template(L, "/etc/passwd", &text, &len), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_STATUS(lj_lua_read_template(L, "toy/missing.cu", &text, &len), LAJIT_ERR_NOT_FOUND);
+    lj_lua_close(L);
+}
+
+/* Open the sandbox, load a family and expand it, with the n-th allocation failing. */
+static lajit_status open_load_expand(uint64_t n, int *reached)
+{
+    lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
+    env.fault_at[LJ_FAULT_ALLOC] = n;
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tests/data/templates", lj_test_source_dir());
+    lj_lua *L = NULL;
+    lj_family *f = NULL;
+    char *src = NULL;
+    lajit_status st = lj_lua_open(&env, dir, &L);
+    if (st == LAJIT_OK)
+        st = lj_family_load(&env, L, "toy", &f);
+    lj_device_info dev;
+    lj_device_info_for_arch("sm_90a", &dev);
+    lj_problem *problems = NULL;
+    int np;
+    if (st == LAJIT_OK)
+        st = lj_family_problems(f, &problems, &np);
+    lj_config cfg;
+    if (st == LAJIT_OK)
+        st = lj_family_default(f, &problems[0], &dev, &cfg);
+    if (st == LAJIT_OK)
+        st = lj_family_source(f, &cfg, &problems[0], &dev, &src);
+    *reached = env.fault_count[LJ_FAULT_ALLOC] >= n;
+    env.fault_at[LJ_FAULT_ALLOC] = 0;
+    lj_free(&env, src);
+    lj_free(&env, problems);
+    lj_family_free(f);
+    lj_lua_close(L);
+    return st;
+}
+
+LJ_TEST(fault_every_allocation_open_load_expand)
+{
+    int failures = 0;
+    uint64_t n;
+    for (n = 1; n < 100000; n++) {
+        int reached;
+        lajit_status st = open_load_expand(n, &reached);
+        if (!reached) {
+            ASSERT_OK(st);
+            break;
+        }
+        if (st != LAJIT_OK) {
+            failures++;
+            if (!(st == LAJIT_ERR_OUT_OF_MEMORY || st == LAJIT_ERR_TEMPLATE || st == LAJIT_ERR_LIMIT))
+                lj_test_fail(__FILE__, __LINE__, "allocation %llu: %s: %s", (unsigned long long)n,
+                             lajit_status_string(st), env.errmsg);
+            ASSERT_TRUE(env.errmsg[0] != 0);
+        }
+    }
+    printf("%llu allocations on the path, %d failures reported\n", (unsigned long long)n - 1, failures);
+    ASSERT_TRUE(failures > 0);
+}

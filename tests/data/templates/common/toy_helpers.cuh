@@ -1,0 +1,2 @@
+// toy_helpers.cuh — a common header of the test template tree.
+#pragma once

@@ -1,0 +1,3 @@
+// line 1
+// line 2
+int x = ${undefined_value};
