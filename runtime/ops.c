@@ -239,22 +239,44 @@ typedef struct io_tensor {
     int output;
 } io_tensor;
 
+/* The bytes a tensor spans: [lo, hi). Views have non-negative strides (lj_tensor_view). */
+static void byte_range(const DLTensor *t, uint64_t *lo, uint64_t *hi)
+{
+    uint64_t el = (uint64_t)(t->dtype.bits * t->dtype.lanes + 7) / 8;
+    int64_t last = 0, stride = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        int64_t s = t->strides ? t->strides[d] : stride;
+        last += (t->shape[d] - 1) * s;
+        stride *= t->shape[d];
+    }
+    *lo = (uint64_t)(uintptr_t)t->data + t->byte_offset;
+    *hi = *lo + ((uint64_t)last + 1) * el;
+}
+
 static lajit_status check_io(lajit_ctx *ctx, const io_tensor *io, int n, const char *same_a,
                              const char *same_b)
 {
     lj_env *env = &ctx->env;
     lajit_status st;
+    uint64_t lo[16], hi[16];
     for (int i = 0; i < n; i++) {
         if (!io[i].t)
             continue;
         if ((st = lj_tensor_check_device(env, io[i].name, io[i].t, ctx->ordinal)) != LAJIT_OK)
             return st;
-        if (!io[i].output)
+        byte_range(io[i].t, &lo[i], &hi[i]);
+    }
+    for (int i = 0; i < n; i++) {
+        if (!io[i].t || !io[i].output)
             continue;
         if ((st = lj_tensor_check_writable(env, io[i].name, io[i].t)) != LAJIT_OK)
             return st;
         for (int j = 0; j < n; j++) {
             if (j == i || !io[j].t || (io[j].output && j < i))
+                continue;
+            /* Cheap test first; the precise check (and its message) only for intersecting
+             * ranges, which well-formed calls never have except an in-place state. */
+            if (hi[i] <= lo[j] || hi[j] <= lo[i])
                 continue;
             int pair = same_a && ((strcmp(io[i].name, same_a) == 0 && strcmp(io[j].name, same_b) == 0) ||
                                   (strcmp(io[i].name, same_b) == 0 && strcmp(io[j].name, same_a) == 0));

@@ -388,6 +388,8 @@ void run_decode_case(const decode_case *c)
         lj_gpu_poison(dout, nv * esz);
         if (c->step_states)
             lj_gpu_poison(dsteps, nsteps * 4);
+        /* The poison (legacy stream) must land before a launch on a non-blocking stream. */
+        lj_gpu_sync();
         lajit_status st;
         if (c->graph) {
             if (call == 0) {
@@ -410,6 +412,7 @@ void run_decode_case(const decode_case *c)
                                                c->decay ? exp(-(double)s[h]) : 1.0, a.scale, od);
                         }
                 lj_gpu_poison(dout, nv * esz);
+                lj_gpu_sync();
                 CUgraph g;
                 ASSERT_EQ(drv->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CUDA_SUCCESS);
                 st = lajit_attn_decode(ctx, &a);
