@@ -157,6 +157,23 @@ try:
         png = os.path.join(a.out, a.gpu + ".png")
         fig.savefig(png, dpi=110)
         md.insert(4, f"![time against N]({a.gpu}.png)\n")
+    dec_l = sorted((r["B"], r["us"]) for r in rows if r.get("op") == "decode" and r.get("impl") == "lajit" and r.get("T", 1) == 1)
+    if dec_l:
+        fig, ax = plt.subplots(figsize=(6.5, 4.5))
+        ax.plot(*zip(*dec_l), marker="o", linewidth=2.5, label="lajit (T=1)")
+        fla = sorted((r["B"], r["us"]) for r in rows if r.get("op") == "decode" and r.get("impl") == "fla_graph" and r.get("l2") == "cold")
+        if fla:
+            ax.plot(*zip(*fla), marker="o", label="FLA fused_recurrent (graph)")
+        ceil_pts = sorted((r["B"], r["ceiling_us"]) for r in rows if r.get("op") == "decode" and r.get("impl") == "lajit" and r.get("T", 1) == 1 and "ceiling_us" in r)
+        if ceil_pts:
+            ax.plot(*zip(*ceil_pts), "k--", label="in-place update ceiling")
+        ax.set_xscale("log", base=2); ax.set_yscale("log")
+        ax.set_xlabel("B (H=64, D=E=128, cold L2)"); ax.set_ylabel("µs per step")
+        ax.set_title(f"decode on {rep['device']} (one run)")
+        ax.grid(True, which="both", alpha=0.3); ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(a.out, a.gpu + "-decode.png"), dpi=110)
+        md.insert(4, f"![decode time against B]({a.gpu}-decode.png)\n")
 except ImportError:
     md.append("(matplotlib missing: no plot)")
 open(os.path.join(a.out, a.gpu + ".md"), "w").write("\n".join(md) + "\n")

@@ -133,9 +133,11 @@ lajit_status lj_assign_all(lj_env *env, lj_family *f, const char *const *assignm
 
 void lj_problem_format(const lj_problem *p, char *out, size_t cap)
 {
+    char steps[16] = "";
+    if (p->op == LJ_OP_DECODE)
+        snprintf(steps, sizeof steps, " T=%d", p->T);
     snprintf(out, cap, "%s %s B=%d H=%d N=%d D=%d E=%d%s%s%s%s%s%s%s%s%s", lj_op_name(p->op),
-             lj_dtype_name(p->dtype), p->B, p->H, p->N, p->D, p->E,
-             p->op == LJ_OP_DECODE ? (p->T > 1 ? " T>1" : " T=1") : "",
+             lj_dtype_name(p->dtype), p->B, p->H, p->N, p->D, p->E, steps,
              p->decay ? " decay" : "", p->has_initial ? " initial" : "",
              p->has_final ? " final" : "", p->varlen ? " varlen" : "", p->vk ? " vk" : "",
              p->want_ds ? " ds" : "", p->has_dsn ? " dsn" : "",

@@ -43,7 +43,8 @@ static lajit_ctx *open_ctx(int verbose, uint32_t flags)
 {
     lajit_ctx_desc desc;
     lajit_ctx_desc_init(&desc);
-    desc.log = log_to_stderr;
+    /* verbose < 0: no log at all (the command prints what it needs itself). */
+    desc.log = verbose >= 0 ? log_to_stderr : NULL;
     desc.log_level = verbose ? LAJIT_LOG_INFO : LAJIT_LOG_WARN;
     desc.flags = flags;
     lajit_ctx *ctx = NULL;
@@ -87,7 +88,7 @@ static int cmd_info(int argc, char **argv)
                "cache directory and the built-in families.\n", prog);
         return 0;
     }
-    lajit_ctx *ctx = open_ctx(0, 0);
+    lajit_ctx *ctx = open_ctx(-1, 0);
     if (!ctx)
         return 1;
     lj_env *env = lajit__ctx_env(ctx);
