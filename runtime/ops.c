@@ -5,10 +5,10 @@
  * probe and one cuLaunchKernel: no allocation, no Lua, no lock, no synchronisation, so it can
  * be captured in a CUDA graph. Everything else happens in build_plan, once per bucket. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "context.h"
-#include "embedded.h"
 #include "kernel.h"
 #include "problem.h"
 #include "tensor.h"
@@ -23,26 +23,27 @@ static int family_index(const lajit_ctx *ctx, const char *name)
     return -1;
 }
 
-static int has_family(const char *name)
-{
-    for (const char *const *f = lj_embedded_families; *f; f++)
-        if (strcmp(*f, name) == 0)
-            return 1;
-    return 0;
-}
+/* The families an op tries, in order, when the caller names none: the fast family first, then
+ * the ones that cover what it does not (la_recurrent runs fp32 forwards until la_fwd has its
+ * tf32 path). */
+static const char *const fwd_defaults[] = {"la_fwd", "la_recurrent", NULL};
+static const char *const bwd_defaults[] = {"la_bwd", NULL};
+static const char *const decode_defaults[] = {"la_decode", NULL};
 
-/* The family an op uses when the caller names none: the fast family once it exists. */
-static const char *default_family(lj_op op)
+static const char *const *default_families(lj_op op)
 {
     switch (op) {
-    case LJ_OP_FWD: return has_family("la_fwd") ? "la_fwd" : "la_recurrent";
-    case LJ_OP_BWD: return "la_bwd";
-    case LJ_OP_DECODE: return "la_decode";
+    case LJ_OP_FWD: return fwd_defaults;
+    case LJ_OP_BWD: return bwd_defaults;
+    case LJ_OP_DECODE: return decode_defaults;
     }
-    return "";
+    return decode_defaults;
 }
 
-static lajit_status build_plan(lajit_ctx *ctx, const char *name, const lj_problem *p,
+/* Plans built for "no family named" are keyed by this index, whichever family served them. */
+#define DEFAULT_FAMILY_INDEX 255
+
+static lajit_status build_plan(lajit_ctx *ctx, const char *requested, const lj_problem *p,
                                const lj_plan **out)
 {
     lj_env *env = &ctx->env;
@@ -50,35 +51,51 @@ static lajit_status build_plan(lajit_ctx *ctx, const char *name, const lj_proble
     lajit_status st = lajit__ctx_device(ctx, &dev);
     if (st != LAJIT_OK)
         return st;
-    lj_family *f;
-    st = lajit__ctx_family(ctx, name, &f);
-    if (st != LAJIT_OK)
-        return st;
-    if (lj_family_op(f) != p->op)
-        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "family %s does not implement %s",
-                        name, lj_op_name(p->op));
     lj_lua *L;
     lj_cache *cache;
     if ((st = lajit__ctx_lua(ctx, &L)) != LAJIT_OK || (st = lajit__ctx_cache(ctx, &cache)) != LAJIT_OK)
         return st;
 
+    /* The named family, or the op's defaults in order: the first whose default configuration
+     * is valid for this problem on this device. */
+    const char *single[2] = {requested, NULL};
+    const char *const *names = requested ? single : default_families(p->op);
+    lj_family *f = NULL;
+    const char *name = NULL;
     lj_plan plan;
     memset(&plan, 0, sizeof plan);
-    plan.key = lj_plan_key_make(p, family_index(ctx, name));
-    st = lj_family_default(f, p, &dev->info, &plan.config);
-    if (st != LAJIT_OK)
-        return st;
-    int ok;
-    char reason[256];
-    st = lj_family_valid(f, &plan.config, p, &dev->info, &ok, reason, sizeof reason);
-    if (st != LAJIT_OK)
-        return st;
-    if (!ok) {
+    char reasons[768] = "";
+    for (int i = 0; names[i] && !f; i++) {
+        lj_family *cand;
+        if ((st = lajit__ctx_family(ctx, names[i], &cand)) != LAJIT_OK) {
+            if (st == LAJIT_ERR_NOT_FOUND && !requested)
+                continue; /* a default family this build does not have */
+            return st;
+        }
+        if (lj_family_op(cand) != p->op)
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "family %s does not implement %s",
+                            names[i], lj_op_name(p->op));
+        if ((st = lj_family_default(cand, p, &dev->info, &plan.config)) != LAJIT_OK)
+            return st;
+        int ok;
+        char reason[256];
+        if ((st = lj_family_valid(cand, &plan.config, p, &dev->info, &ok, reason, sizeof reason)) != LAJIT_OK)
+            return st;
+        if (ok) {
+            f = cand;
+            name = names[i];
+        } else {
+            size_t used = strlen(reasons);
+            snprintf(reasons + used, sizeof reasons - used, "%s%s: %s", used ? "; " : "", names[i], reason);
+        }
+    }
+    if (!f) {
         char what[256];
         lj_problem_format(p, what, sizeof what);
-        return lj_error(env, LAJIT_ERR_UNSUPPORTED, "%s has no valid configuration for %s on %s: %s",
-                        name, what, dev->info.arch, reason);
+        return lj_error(env, LAJIT_ERR_UNSUPPORTED, "no family supports %s on %s (%s)", what,
+                        dev->info.arch, reasons);
     }
+    plan.key = lj_plan_key_make(p, requested ? family_index(ctx, requested) : DEFAULT_FAMILY_INDEX);
     st = lj_family_launch(f, &plan.config, p, &dev->info, &plan.launch);
     if (st != LAJIT_OK)
         return st;
@@ -111,16 +128,16 @@ static lajit_status launch(lajit_ctx *ctx, const char *family, const lj_problem 
                            const la_params *lp, void *stream)
 {
     lj_env *env = &ctx->env;
-    const char *name = family ? family : default_family(p->op);
-    int index = family_index(ctx, name);
+    int index = family ? family_index(ctx, family) : DEFAULT_FAMILY_INDEX;
     const lj_plan *plan = NULL;
     if (index >= 0) {
         lj_plan_key key = lj_plan_key_make(p, index);
         plan = lj_plan_find(&ctx->plans, &key);
     }
     lajit_status st;
-    if (!plan && (st = build_plan(ctx, name, p, &plan)) != LAJIT_OK)
+    if (!plan && (st = build_plan(ctx, family, p, &plan)) != LAJIT_OK)
         return st;
+    const char *name = family ? family : "the default family";
     unsigned grid[3];
     if (!lj_plan_grid(&plan->launch, lp->B, lp->H, lp->N, lp->nseq, lp->T, grid))
         return lj_error(env, LAJIT_ERR_UNSUPPORTED,
