@@ -245,8 +245,11 @@ void run_fwd_case(const fwd_case *c)
     double tol = tolerance(dt), rel_o = 0, rel_s = 0;
     if (row > 0)
         check_or_fail("o", got_o, ref_o, row, (size_t)E, tol, &rel_o);
+    /* DESIGN.md checks S_N on its own with the dtype's tolerance: chunked kernels multiply
+     * 16-bit operands (the decay-weighted keys are rounded), so the state carries 16-bit
+     * rounding too. */
     if (sn_rows > 0)
-        check_or_fail("final state", got_sn, ref_sn, sn_rows, (size_t)E, 1e-5, &rel_s);
+        check_or_fail("final state", got_sn, ref_sn, sn_rows, (size_t)E, tol, &rel_s);
     /* Slots no sequence writes keep their bytes (pool entries of −1 rows and spare slots). */
     if (c->final && varlen) {
         for (int p = 0; p < P; p++) {
