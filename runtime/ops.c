@@ -227,12 +227,22 @@ static lajit_status check_device_values(lajit_ctx *ctx, const la_params *lp, int
 
 /* ---- Shared argument checks ---------------------------------------------------------------- */
 
-static lajit_status check_scale(lj_env *env, float scale)
+/* What every op checks first: arguments given, a struct_size this build knows, known flags, and
+ * a finite nonzero scale. struct_size is NULL when the arguments are. */
+static lajit_status check_args(lj_env *env, const char *fn, const size_t *struct_size,
+                               size_t expected, uint32_t flags, float scale)
 {
+    if (!struct_size)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s: args is NULL", fn);
+    if (*struct_size != expected)
+        return lj_error(env, LAJIT_ERR_STRUCT_SIZE, "%s: struct_size %zu, this build knows %zu", fn,
+                        *struct_size, expected);
+    if (flags & ~LAJIT_STATE_VK)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s: unknown flags 0x%x", fn, flags);
     if (!isfinite(scale) || scale == 0.0f)
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                        "scale = %g: must be finite and nonzero (1 for the lightning convention)",
-                        (double)scale);
+                        "%s: scale = %g: must be finite and nonzero (1 for the lightning convention)",
+                        fn, (double)scale);
     return LAJIT_OK;
 }
 
@@ -350,20 +360,12 @@ LAJIT_API lajit_status lajit_attn_fwd(lajit_ctx *ctx, const lajit_attn_fwd_args 
     if (!ctx)
         return LAJIT_ERR_INVALID_ARGUMENT;
     lj_env *env = &ctx->env;
-    if (!a)
-        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "lajit_attn_fwd: args is NULL");
-    if (a->struct_size != sizeof *a)
-        return lj_error(env, LAJIT_ERR_STRUCT_SIZE,
-                        "lajit_attn_fwd: struct_size %zu, this build knows %zu", a->struct_size,
-                        sizeof *a);
-    if (a->flags & ~LAJIT_STATE_VK)
-        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "lajit_attn_fwd: unknown flags 0x%x",
-                        a->flags);
-    if (!a->q || !a->k || !a->v || !a->o)
-        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "lajit_attn_fwd: q, k, v and o are required");
-    lajit_status st = check_scale(env, a->scale);
+    lajit_status st = check_args(env, "lajit_attn_fwd", a ? &a->struct_size : NULL, sizeof *a,
+                                 a ? a->flags : 0, a ? a->scale : 0);
     if (st != LAJIT_OK)
         return st;
+    if (!a->q || !a->k || !a->v || !a->o)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "lajit_attn_fwd: q, k, v and o are required");
 
     la_params lp;
     memset(&lp, 0, sizeof lp);
@@ -487,21 +489,13 @@ LAJIT_API lajit_status lajit_attn_decode(lajit_ctx *ctx, const lajit_attn_decode
     if (!ctx)
         return LAJIT_ERR_INVALID_ARGUMENT;
     lj_env *env = &ctx->env;
-    if (!a)
-        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "lajit_attn_decode: args is NULL");
-    if (a->struct_size != sizeof *a)
-        return lj_error(env, LAJIT_ERR_STRUCT_SIZE,
-                        "lajit_attn_decode: struct_size %zu, this build knows %zu", a->struct_size,
-                        sizeof *a);
-    if (a->flags & ~LAJIT_STATE_VK)
-        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "lajit_attn_decode: unknown flags 0x%x",
-                        a->flags);
+    lajit_status st = check_args(env, "lajit_attn_decode", a ? &a->struct_size : NULL, sizeof *a,
+                                 a ? a->flags : 0, a ? a->scale : 0);
+    if (st != LAJIT_OK)
+        return st;
     if (!a->q || !a->k || !a->v || !a->o || !a->state)
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                         "lajit_attn_decode: q, k, v, o and state are required");
-    lajit_status st = check_scale(env, a->scale);
-    if (st != LAJIT_OK)
-        return st;
 
     la_params lp;
     memset(&lp, 0, sizeof lp);
