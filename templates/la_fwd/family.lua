@@ -1,9 +1,12 @@
--- family.lua — la_fwd: the chunked forward on tensor cores (mma.sync, sm_80 and newer; fwd.cu).
--- State registers per thread: 4 per 16×8 state tile dealt to a warp; the CTA has BLOCK/16 warps.
--- 16-bit inputs (f16, bf16); fp32 inputs need the tf32 path, not written yet: valid() says so and
--- the op's default falls back to la_recurrent for them.
+-- family.lua — la_fwd: the chunked Lightning Attention forward (fwd.cu says how the kernel works;
+-- docs/notes/la_fwd.md has the measurements behind the choices below).
+--
+-- One CTA per (E slice of TILE_V columns, head, sequence): grid {E / TILE_V, H, B or nseq}. The
+-- state slice lives in registers for the whole sequence; Q, K, V chunks of BLOCK tokens stream
+-- through a STAGES-deep cp.async ring in shared memory.
 
-local ELEM = { f16 = "lj_f16", bf16 = "lj_bf16" }
+local ELEM = { f32 = "float", f16 = "lj_f16", bf16 = "lj_bf16" }
+local ESIZE = { f32 = 4, f16 = 2, bf16 = 2 }
 
 local function log2_bucket(x)
     local b = 0
@@ -11,74 +14,154 @@ local function log2_bucket(x)
     return b
 end
 
--- Bytes of fwd.cu's struct Smem: Q, K [BLOCK][D+8], Kt [D][BLOCK+8], Vt [TILE_V][BLOCK+8],
--- St [TILE_V][D+8] (16-bit), then BLOCK+1 floats (plus alignment slack).
-local function smem(cfg, problem)
-    local D, B, T = problem.D, cfg.BLOCK, cfg.TILE_V
-    local halves = 2 * B * (D + 8) + D * (B + 8) + T * (B + 8) + T * (D + 8)
-    return 2 * halves + 4 * (B + 1) + 16
+-- Warp geometry, mirroring the constants at the top of fwd.cu (keep the two in step).
+local function geometry(cfg, problem)
+    local D, TV, W = problem.D, cfg.TILE_V, cfg.WARPS
+    local rt = cfg.BLOCK // 16
+    local om = math.min(W, rt)
+    local on = W // om
+    local g = { rt = rt, om = om, on = on, ort = rt // om, ont = (TV // 8) // on }
+    -- State split: SN warp columns chosen to minimise fragment loads (fwd.cu pick_sn()).
+    local function cost(sn)
+        local smw = W // sn
+        return (D // 16 + smw - 1) // smw + ((TV // 8) // sn + 1) // 2
+    end
+    local sn, s = 1, 2
+    while s <= W and s <= TV // 8 do
+        if cost(s) <= cost(sn) then sn = s end
+        s = s * 2
+    end
+    g.sn = sn
+    g.smw = W // sn
+    g.snt = (TV // 8) // sn
+    g.smt = (D // 16 + g.smw - 1) // g.smw
+    -- Registers a thread holds across the chunk loop: the state tiles, one row tile's output
+    -- and score accumulators, plus addressing and fragments (64, 96 for tf32, from ptxas
+    -- reports: f16 D = 256 with 128 state floats per thread spilled at 255 registers).
+    g.regs = 4 * g.smt * g.snt + 4 * g.ont + 4 * (cfg.BLOCK // 8)
+        + (problem.dtype == "f32" and 96 or 64)
+    return g
 end
 
-local function state_regs(cfg, problem)
-    local tiles = (problem.D // 16) * (cfg.TILE_V // 8)
-    local warps = cfg.BLOCK // 16
-    return 4 * ((tiles + warps - 1) // warps)
+-- Dynamic shared memory: the Q, K, V ring, the 16-bit (fp32 for f32) state copy, the λ^k table.
+local function smem(cfg, problem)
+    local es = ESIZE[problem.dtype]
+    local ve = 16 // es
+    local ldq, ldv = problem.D + ve, cfg.TILE_V + ve
+    return cfg.STAGES * (2 * cfg.BLOCK * ldq + cfg.BLOCK * ldv) * es + problem.D * ldv * es
+        + (cfg.BLOCK + 1) * 4
+end
+
+local function valid(cfg, problem, device)
+    local D, E = problem.D, problem.E
+    if ELEM[problem.dtype] == nil then return false, "dtype must be f32, f16 or bf16" end
+    if D % 16 ~= 0 or E % 16 ~= 0 or D < 16 or E < 16 or D > 256 or E > 256 then
+        return false, "D and E must be multiples of 16 from 16 to 256"
+    end
+    if cfg.TILE_V > E or E % cfg.TILE_V ~= 0 then
+        return false, string.format("TILE_V=%d does not divide E=%d", cfg.TILE_V, E)
+    end
+    local g = geometry(cfg, problem)
+    if g.ont < 1 or (cfg.TILE_V // 8) % g.on ~= 0 then
+        return false, string.format("%d warp columns cannot split TILE_V=%d into 8-column tiles",
+                                    g.on, cfg.TILE_V)
+    end
+    if cfg.MINB > 1 and cfg.WARPS * 32 * cfg.MINB > 512 then
+        return false, "MINB=2 is for CTAs of at most 256 threads"
+    end
+    local cap = math.min(255, device.regs_per_sm // (cfg.WARPS * 32 * cfg.MINB))
+    if g.regs > cap then
+        return false, string.format("about %d registers per thread needed, %d allowed (spills)",
+                                    g.regs, cap)
+    end
+    local bytes = smem(cfg, problem)
+    if bytes > device.smem_optin then
+        return false, string.format("%d bytes of shared memory (device allows %d)", bytes,
+                                    device.smem_optin)
+    end
+    -- 1 KiB per CTA is reserved by the hardware.
+    if cfg.MINB * (bytes + 1024) > device.smem_per_sm then
+        return false, string.format("MINB=%d CTAs of %d bytes exceed %d bytes per SM", cfg.MINB,
+                                    bytes, device.smem_per_sm)
+    end
+    return true
+end
+
+-- The candidate order default() falls back through when its first choice does not fit a device
+-- (small shared memory on sm_120, wide D): fewer stages, then shorter chunks, then narrower tiles.
+local function fit(cfg, problem, device)
+    local tries = {}
+    for _, tv in ipairs({ cfg.TILE_V, 64, 32, 16 }) do
+        for _, bl in ipairs({ cfg.BLOCK, 64, 32, 16 }) do
+            for _, w in ipairs({ cfg.WARPS, 4, 8, 2 }) do
+                for _, st in ipairs({ cfg.STAGES, 2 }) do
+                    tries[#tries + 1] = { BLOCK = bl, TILE_V = tv, WARPS = w, STAGES = st, MINB = 1 }
+                end
+            end
+        end
+    end
+    table.insert(tries, 1, cfg)
+    for _, c in ipairs(tries) do
+        if c.TILE_V <= problem.E and problem.E % c.TILE_V == 0 and valid(c, problem, device) then
+            return c
+        end
+    end
+    return cfg -- nothing fits: valid() will say why
 end
 
 return {
     name = "la_fwd",
     op = "fwd",
 
+    -- The space is trimmed (BLOCK 128, TILE_V 256, STAGES 3, MINB 2 left out) so the exhaustive
+    -- compile sweep of the CPU tests stays within CI's time; a third stage was never faster
+    -- (docs/notes/la_fwd.md). The tuner (issue 7) is where a wider space pays.
     params = {
-        BLOCK = { 32, 64 },      -- chunk length, one warp per 16 rows: 32 halves the staging memory
-        TILE_V = { 16, 32, 64 }, -- E columns per CTA: more CTAs and fewer state registers when small
+        BLOCK = { 16, 32, 64 },              -- tokens per chunk: longer amortises state work, costs smem
+        TILE_V = { 16, 32, 64, 128 },        -- E columns per CTA: narrower = more CTAs, more Q Kᵀ recompute
+        WARPS = { 2, 4, 8 },
+        STAGES = { 2 },                      -- chunks in flight in the cp.async ring
+        MINB = { 1 },                        -- CTAs per SM the register allocation must allow
     },
 
     problems = {
-        { dtype = "bf16", B = 4, H = 32, N = 8192, D = 128, E = 128, decay = true },
-        { dtype = "bf16", B = 4, H = 32, N = 8192, D = 64, E = 64, decay = true },
-        { dtype = "f16", B = 2, H = 4, N = 913, D = 96, E = 64, decay = false, has_initial = true,
-          has_final = true, vk = true },
-        { dtype = "f16", B = 3, H = 8, N = 4096, D = 256, E = 256, decay = true, varlen = true,
-          has_initial = true, has_final = true },
+        { op = "fwd", dtype = "bf16", B = 4, H = 32, N = 8192, D = 128, E = 128, decay = true,
+          has_initial = false, has_final = false, varlen = false, vk = false },
+        { op = "fwd", dtype = "bf16", B = 4, H = 32, N = 8192, D = 64, E = 64, decay = true,
+          has_initial = false, has_final = false, varlen = false, vk = false },
+        { op = "fwd", dtype = "f32", B = 2, H = 8, N = 2048, D = 96, E = 64, decay = false,
+          has_initial = true, has_final = true, varlen = false, vk = false },
+        { op = "fwd", dtype = "f16", B = 8, H = 16, N = 4096, D = 256, E = 256, decay = true,
+          has_initial = true, has_final = true, varlen = true, vk = true },
     },
 
-    valid = function(cfg, problem, device)
-        if ELEM[problem.dtype] == nil then
-            return false, "fp32 inputs need the tf32 path, not written yet (la_recurrent runs them)"
-        end
-        if device.cc < 80 then return false, "mma.sync m16n8k16 with bf16 needs sm_80 or newer" end
-        local D, E = problem.D, problem.E
-        if D % 16 ~= 0 or E % 16 ~= 0 or D < 16 or E < 16 or D > 256 or E > 256 then
-            return false, "D and E must be multiples of 16 from 16 to 256"
-        end
-        if cfg.TILE_V > E or E % cfg.TILE_V ~= 0 then
-            return false, string.format("TILE_V=%d does not divide E=%d", cfg.TILE_V, E)
-        end
-        if state_regs(cfg, problem) > 64 then
-            return false, string.format("%d state registers per thread (limit 64)", state_regs(cfg, problem))
-        end
-        local bytes = smem(cfg, problem)
-        if bytes > device.smem_optin then
-            return false, string.format("%d bytes of shared memory (device allows %d)", bytes, device.smem_optin)
-        end
-        return true
-    end,
+    valid = valid,
 
-    -- The widest E tile that fits (fewer recomputations of Q Kᵀ), unless the grid would leave
-    -- SMs idle: then narrower tiles for more CTAs.
+    -- Measured on an H200 (132 SMs, docs/notes/la_fwd.md), bf16, B = 4, H = 32, decay: at
+    -- D = E = 128 one 8-warp CTA per (b, h) with all 128 columns (BLOCK = 64) beat two 4-warp
+    -- CTAs with 64-column slices (0.570 vs 0.600 ms at N = 8192); at D = E = 64 BLOCK = 32 with
+    -- 64-column tiles and 4 warps was best (0.275 ms, against 0.284–0.305 for the others). Two
+    -- stages: a third costs a CTA per SM and was never faster. Fewer (b, h) than half the SMs
+    -- want narrower slices so the grid still covers the GPU. Thresholds use the log2 bucket of
+    -- B·H, as key() does, so one bucket always gets one config.
     default = function(problem, device)
-        local cfg = { BLOCK = 64, TILE_V = 64 }
-        local function fits(c)
-            return problem.E % c.TILE_V == 0 and c.TILE_V <= problem.E and state_regs(c, problem) <= 64
-                and smem(c, problem) <= device.smem_optin
+        local bh = 1 << log2_bucket(problem.B * problem.H)
+        local cfg
+        if problem.D <= 64 then
+            cfg = { BLOCK = 32, TILE_V = 64, WARPS = 4, STAGES = 2, MINB = 1 }
+        else
+            cfg = { BLOCK = 64, TILE_V = 128, WARPS = 8, STAGES = 2, MINB = 1 }
         end
-        while cfg.TILE_V > 16 and not fits(cfg) do cfg.TILE_V = cfg.TILE_V // 2 end
-        if not fits(cfg) then cfg.BLOCK = 32 end
-        while cfg.TILE_V > 16 and problem.B * problem.H * (problem.E // cfg.TILE_V) < device.sms do
+        if problem.dtype == "f32" then -- tf32 gathers cost registers: narrower slices
+            cfg = { BLOCK = 64, TILE_V = 32, WARPS = 4, STAGES = 2, MINB = 1 }
+        end
+        while cfg.TILE_V > problem.E or problem.E % cfg.TILE_V ~= 0 do
             cfg.TILE_V = cfg.TILE_V // 2
         end
-        return cfg
+        while cfg.TILE_V > 16 and bh * (problem.E // cfg.TILE_V) * 2 < device.sms do
+            cfg.TILE_V = cfg.TILE_V // 2
+        end
+        return fit(cfg, problem, device)
     end,
 
     key = function(problem)
@@ -86,19 +169,32 @@ return {
                              problem.decay and "decay" or "nodecay",
                              problem.has_initial and "_s0" or "", problem.has_final and "_sn" or "",
                              problem.varlen and "_varlen" or "", problem.vk and "_vk" or "",
-                             log2_bucket(problem.N), log2_bucket(problem.B * problem.H))
+                             log2_bucket(math.max(problem.N, 1)),
+                             log2_bucket(problem.B * problem.H))
     end,
 
     launch = function(cfg, problem, device)
         return {
-            grid = { problem.E // cfg.TILE_V, "H", "B" },
-            block = { cfg.BLOCK // 16 * 32, 1, 1 },
+            grid = { problem.E // cfg.TILE_V, "H", problem.varlen and "nseq" or "B" },
+            block = { cfg.WARPS * 32, 1, 1 },
             smem = smem(cfg, problem),
             entry = "la_fwd",
         }
     end,
 
     source = function(cfg, problem, device)
-        return { template = "la_fwd/fwd.cu", consts = { ELEM = ELEM[problem.dtype] } }
+        local b = function(x) return x and "true" or "false" end
+        return {
+            template = "la_fwd/fwd.cu",
+            consts = {
+                ELEM = ELEM[problem.dtype],
+                D = problem.D,
+                E = problem.E,
+                DECAY = b(problem.decay),
+                HAS_INITIAL = b(problem.has_initial),
+                HAS_FINAL = b(problem.has_final),
+                VARLEN = b(problem.varlen),
+            },
+        }
     end,
 }

@@ -1,280 +1,468 @@
 #line 1 "la_fwd/fwd.cu"
-// fwd.cu — the chunked Lightning Attention forward with tensor cores (mma.sync, sm_80+).
+// fwd.cu — chunked Lightning Attention forward on tensor cores (mma.sync, cp.async), sm_80+.
 //
-// One CTA of 4 warps per (E tile of TILE_V columns, head h, sequence b) walks its sequence in
-// chunks of BLOCK = 64 tokens, keeping its slice of the fp32 state S [D, TILE_V] in registers as
-// mma accumulators. Per chunk (actual length L, S the state before it), DESIGN.md's chunk form:
-//     O = σ [ (Q Kᵀ ⊙ M) V + diag(λ^{i+1}) Q S ]     M_ij = λ^{i−j} (i ≥ j), 0 above
-//     S ← λ^L S + (diag(λ^{L−1−j}) K)ᵀ V
-// Warp w computes output rows 16w..16w+15; the state's 16×8 tiles are dealt round-robin to the
-// warps. Operands are staged in shared memory in the layouts the fragments want (V, the weighted
-// K and the 16-bit copy of S transposed), each row padded by 8 values so the 32-bit fragment
-// loads of a warp hit 32 different banks. P = QKᵀ ⊙ M and the copy of S are rounded to the input's
-// 16-bit type before their products, as DESIGN.md's accuracy budget assumes.
+// One CTA computes, for one (sequence b, head h), the output columns e0 .. e0 + TILE_V of every
+// token and the matching TILE_V columns of the state. It walks the sequence in chunks of BLOCK
+// tokens (DESIGN.md, "The same in chunks"): with S the fp32 state before a chunk of L tokens,
+//     o_i = σ [ λ^{i+1} q_i S + Σ_{j≤i} λ^{i−j} (q_i·k_j) v_j ]
+//     S  ← λ^L S + Σ_j λ^{L−1−j} k_jᵀ v_j
+// The state slice lives in registers as an mma accumulator for the whole sequence; a 16-bit
+// (tf32 for fp32 inputs) copy of it in shared memory is the B operand of the q·S term, as the
+// accuracy note of DESIGN.md assumes. Q, K and V chunks stream through a STAGES-deep cp.async
+// ring so the loads of chunk c + STAGES − 1 overlap the math of chunk c. Several CTAs split E
+// (TILE_V < E) to fill the GPU when B·H is small; each recomputes Q Kᵀ, which is cheap.
+//
+// Warp roles within a chunk (no warp specialisation):
+//   outputs: the BLOCK rows are cut into 16-row tiles spread over OM warp rows; ON warp columns
+//            split the TILE_V output columns (each recomputes its rows of the masked Q Kᵀ);
+//   state:   the D x TILE_V state is cut into 16 x 8 tiles, SN warp columns by SMW warp rows;
+//            its k-steps are interleaved with the Q Kᵀ / Q S k-steps of the first row tile.
+// Ragged last chunks are zero-filled by cp.async, so padding rows add nothing. fp32 inputs use
+// tf32 m16n8k8 with every operand rounded by cvt.rna (the P matrix and the state copy included).
 #include "common/la_params.h"
-#include "common/mma.cuh"
 #include "common/types.cuh"
+#include "common/mma.cuh"
 
-namespace {
-
-using elem_t = lj_bf16;                  // lj_bf16 or lj_f16 (fp32 inputs use la_recurrent for now)
-constexpr int D = 128;          // key width
-constexpr int E = 128;          // value width
-constexpr int TILE_V = 64;        // E columns per CTA: more CTAs, and fewer state registers
-constexpr int BLOCK = 64;          // chunk length: one warp per 16 rows
-constexpr int WARPS = BLOCK / 16;
-constexpr int THREADS = WARPS * 32;
+using T = lj_bf16;
+constexpr int D = 128;             // key width
+constexpr int E = 128;             // value width
+constexpr int BLOCK = 64;     // tokens per chunk: larger amortises the state work, costs smem
+constexpr int TILE_V = 128;   // value columns per CTA: smaller gives more CTAs
+constexpr int WARPS = 8;
+constexpr int STAGES = 2;   // chunks in flight in the cp.async ring
+constexpr int MINB = 1;       // CTAs per SM the register allocation must allow
 constexpr bool DECAY = true;
 constexpr bool HAS_INITIAL = false;
 constexpr bool HAS_FINAL = false;
 constexpr bool VARLEN = false;
 
-// Shared-memory row strides (16-bit elements), each padded by 8.
-constexpr int QS = D + 8;        // Q [BLOCK][D] and K [BLOCK][D]
-constexpr int KTS = BLOCK + 8;   // Kt [D][BLOCK]: K transposed, row j weighted by λ^{L−1−j}
-constexpr int VTS = BLOCK + 8;   // Vt [TILE_V][BLOCK]: V transposed
-constexpr int STS = D + 8;       // St [TILE_V][D]: the state, transposed, 16-bit
-constexpr int S_TILES = (D / 16) * (TILE_V / 8);            // 16×8 tiles of the state slice
-constexpr int S_PER_WARP = (S_TILES + WARPS - 1) / WARPS;   // register tiles per thread
+using F = lj_frag<T>;
+constexpr int NT = WARPS * 32;
+constexpr int KS = F::KSTEP;                 // mma k per instruction: 16 (16-bit) or 8 (tf32)
+constexpr int VE = 16 / (int)sizeof(T);      // elements per 16-byte vector
+constexpr int LDQ = D + VE;                  // padded rows: conflict-free ldmatrix / gathers
+constexpr int LDV = TILE_V + VE;
+constexpr int LDS = TILE_V + VE;
 
-static_assert(D % 16 == 0 && TILE_V % 16 == 0 && BLOCK % 16 == 0, "family.lua's valid() guarantees this");
-
-struct Smem {
-    unsigned short q[BLOCK * QS], k[BLOCK * QS], kt[D * KTS], vt[TILE_V * VTS], st[TILE_V * STS];
-    float pw[BLOCK + 1]; // λ^n, n = 0..BLOCK
-};
-
-__device__ __forceinline__ unsigned short bits_of(float x)
+// Output work split.
+constexpr int RT = BLOCK / 16;                       // 16-row tiles per chunk
+constexpr int OM = WARPS < RT ? WARPS : RT;          // warp rows
+constexpr int ON = WARPS / OM;                       // warp columns
+constexpr int ORT = RT / OM;                         // row tiles per warp
+constexpr int ONT = TILE_V / 8 / ON;                 // n8 output tiles per warp
+// State work split.
+// Each k-step a warp loads one A fragment (16 rows of Kᵀ) per m-tile and one B fragment per
+// pair of n-tiles; SN is chosen to minimise these shared-memory loads (ties: larger SN, fewer
+// decay weightings of B).
+constexpr int sn_cost(int sn)
 {
-    elem_t e = lj_from_float<elem_t>(x);
-    return e.bits;
+    return (D / 16 + WARPS / sn - 1) / (WARPS / sn) + (TILE_V / 8 / sn + 1) / 2;
+}
+constexpr int pick_sn()
+{
+    int best = 1;
+    for (int sn = 2; sn <= WARPS && sn <= TILE_V / 8; sn *= 2)
+        if (sn_cost(sn) <= sn_cost(best)) best = sn;
+    return best;
+}
+constexpr int SN = pick_sn();
+constexpr int SMW = WARPS / SN;
+constexpr int SNT = TILE_V / 8 / SN;
+constexpr int DT = D / 16;
+constexpr int SMT = (DT + SMW - 1) / SMW;
+
+static_assert(D % 16 == 0 && E % 16 == 0 && TILE_V % 16 == 0 && E % TILE_V == 0, "shape");
+static_assert(BLOCK % 16 == 0 && RT % OM == 0 && WARPS % OM == 0, "output split");
+static_assert((TILE_V / 8) % ON == 0 && ONT >= 1, "output columns");
+static_assert(WARPS % SN == 0 && (TILE_V / 8) % SN == 0, "state split");
+static_assert(STAGES >= 2, "ring");
+
+constexpr int SQ_ELEMS = BLOCK * LDQ;
+constexpr int SV_ELEMS = BLOCK * LDV;
+
+// Issues the cp.async copies of one sequence tensor's chunk (BLOCK x W elements starting at
+// src, row stride rs in elements) into a shared tile with row stride LD; rows at or past `valid`
+// are zero-filled. Each thread's (row, column) pattern is the same for every chunk, so the
+// 64-bit address arithmetic is one multiply per pass.
+template <int W, int LD>
+__device__ __forceinline__ void load_tile(T *dst, const T *src, long long rs, int valid, int tid)
+{
+    constexpr int PV = W / VE; // 16-byte vectors per row
+    constexpr int TOTAL = BLOCK * PV;
+    if constexpr (NT % PV == 0) {
+        constexpr int RP = NT / PV; // rows per pass
+        const int r0 = tid / PV, x = (tid % PV) * VE;
+        const T *s0 = src + (long long)r0 * rs + x;
+        T *d0 = dst + r0 * LD + x;
+#pragma unroll
+        for (int i = 0; i < (BLOCK + RP - 1) / RP; i++) {
+            if (BLOCK % RP == 0 || r0 + i * RP < BLOCK) {
+                const bool ok = r0 + i * RP < valid;
+                lj_cp_async16(d0 + i * RP * LD, ok ? s0 + (long long)(i * RP) * rs : src, ok);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < (TOTAL + NT - 1) / NT; i++) {
+            const int idx = tid + i * NT;
+            if (TOTAL % NT == 0 || idx < TOTAL) {
+                const int r = idx / PV, x = (idx % PV) * VE;
+                const bool ok = r < valid;
+                lj_cp_async16(dst + r * LD + x, ok ? src + (long long)r * rs + x : src, ok);
+            }
+        }
+    }
 }
 
-} // namespace
+// Issues the copies of chunk c (tokens c*BLOCK ..) of Q, K and V into ring slot `slot`.
+__device__ __forceinline__ void load_chunk(T *sQ, T *sK, T *sV, const T *q, const T *k, const T *v,
+                                           long long qs, long long ks, long long vs, int c, int n,
+                                           int slot, int tid)
+{
+    const long long t0 = (long long)c * BLOCK;
+    const int valid = n - c * BLOCK;
+    load_tile<D, LDQ>(sQ + slot * SQ_ELEMS, q + t0 * qs, qs, valid, tid);
+    load_tile<D, LDQ>(sK + slot * SQ_ELEMS, k + t0 * ks, ks, valid, tid);
+    load_tile<TILE_V, LDV>(sV + slot * SV_ELEMS, v + t0 * vs, vs, valid, tid);
+}
 
-extern "C" __global__ void __launch_bounds__(THREADS) la_fwd(const __grid_constant__ la_params p)
+// Stores two adjacent values (columns 2t, 2t+1 of an accumulator) in one access.
+__device__ __forceinline__ void store2(lj_bf16 *dst, float x0, float x1)
+{
+    *reinterpret_cast<unsigned *>(dst) = lj_pack2<lj_bf16>(x0, x1);
+}
+__device__ __forceinline__ void store2(lj_f16 *dst, float x0, float x1)
+{
+    *reinterpret_cast<unsigned *>(dst) = lj_pack2<lj_f16>(x0, x1);
+}
+__device__ __forceinline__ void store2(float *dst, float x0, float x1)
+{
+    *reinterpret_cast<float2 *>(dst) = make_float2(x0, x1);
+}
+
+// Writes the register state into the shared copy used as the q·S operand (16-bit, or fp32 that
+// the tf32 gather rounds).
+__device__ __forceinline__ void state_to_smem(T *sS, const float (&st)[SMT][SNT][4], int wsm,
+                                              int wsn, int lane)
+{
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int i = 0; i < SMT; i++) {
+        const int mt = wsm + i * SMW;
+        if (SMT * SMW == DT || mt < DT) {
+#pragma unroll
+            for (int j = 0; j < SNT; j++) {
+                const int e = (wsn * SNT + j) * 8 + 2 * t;
+                const int d = mt * 16 + g;
+                store2(sS + d * LDS + e, st[i][j][0], st[i][j][1]);
+                store2(sS + (d + 8) * LDS + e, st[i][j][2], st[i][j][3]);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_constant__ la_params p)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    Smem &sm = *reinterpret_cast<Smem *>(smem_raw);
+    T *sQ = reinterpret_cast<T *>(smem_raw);
+    T *sK = sQ + STAGES * SQ_ELEMS;
+    T *sV = sK + STAGES * SQ_ELEMS;
+    T *sS = sV + STAGES * SV_ELEMS;
+    float *sPow = reinterpret_cast<float *>(sS + D * LDS); // λ^k, k = 0..BLOCK
+
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t4 = lane & 3;
     const int e0 = blockIdx.x * TILE_V, h = blockIdx.y, b = blockIdx.z;
 
-    long long begin = 0, end = p.N;
-    long long bq = (long long)b * p.q.s0 + (long long)h * p.q.s1;
-    long long bk = (long long)b * p.k.s0 + (long long)h * p.k.s1;
-    long long bv = (long long)b * p.v.s0 + (long long)h * p.v.s1;
-    long long bo = (long long)b * p.o.s0 + (long long)h * p.o.s1;
-    int slot = b;
-    if (VARLEN) {
+    // Sequence extent and the per-(b, h) bases of q, k, v, o.
+    int n, slot;
+    long long tok0 = 0;
+    if constexpr (VARLEN) {
         const int *cu = reinterpret_cast<const int *>(p.cu_seqlens);
-        begin = cu[b];
-        end = cu[b + 1];
-        bq = (long long)h * p.q.s1;
-        bk = (long long)h * p.k.s1;
-        bv = (long long)h * p.v.s1;
-        bo = (long long)h * p.o.s1;
-        slot = p.slots ? reinterpret_cast<const int *>(p.slots)[b] : -1;
+        tok0 = cu[b];
+        n = cu[b + 1] - cu[b];
+        slot = p.slots ? reinterpret_cast<const int *>(p.slots)[b] : b;
+    } else {
+        n = p.N;
+        slot = b;
     }
-    const elem_t *q = reinterpret_cast<const elem_t *>(p.q.ptr) + bq;
-    const elem_t *k = reinterpret_cast<const elem_t *>(p.k.ptr) + bk;
-    const elem_t *v = reinterpret_cast<const elem_t *>(p.v.ptr) + bv + e0;
-    elem_t *o = reinterpret_cast<elem_t *>(p.o.ptr) + bo + e0;
+    const long long bq = VARLEN ? 0 : (long long)b;
+    const T *q = reinterpret_cast<const T *>(p.q.ptr) + bq * p.q.s0 + h * p.q.s1 + tok0 * p.q.s2;
+    const T *k = reinterpret_cast<const T *>(p.k.ptr) + bq * p.k.s0 + h * p.k.s1 + tok0 * p.k.s2;
+    const T *v = reinterpret_cast<const T *>(p.v.ptr) + bq * p.v.s0 + h * p.v.s1 + tok0 * p.v.s2 + e0;
+    T *o = reinterpret_cast<T *>(p.o.ptr) + bq * p.o.s0 + h * p.o.s1 + tok0 * p.o.s2 + e0;
+    const long long qs = p.q.s2, ks = p.k.s2, vs = p.v.s2, os = p.o.s2;
+    const int nchunks = (n + BLOCK - 1) / BLOCK;
 
-    if (tid <= BLOCK)
-        sm.pw[tid] = DECAY ? expf(-reinterpret_cast<const float *>(p.decay)[h] * (float)tid) : 1.0f;
-
-    // The state slice: this thread's part of its warp's 16×8 tiles.
-    float S[S_PER_WARP][4];
+    // Start the ring before anything else so the first loads overlap the state set-up.
 #pragma unroll
-    for (int i = 0; i < S_PER_WARP; i++) {
-        const int tile = warp + WARPS * i;
-        const int mt = tile / (TILE_V / 8), nt = tile % (TILE_V / 8);
-#pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int d = mt * 16 + g + (c >= 2 ? 8 : 0), e = nt * 8 + 2 * t4 + (c & 1);
-            float x = 0.0f;
-            if (HAS_INITIAL && slot >= 0 && tile < S_TILES)
-                x = reinterpret_cast<const float *>(p.s0.ptr)[slot * p.s0.s0 + h * p.s0.s1 + d * p.s0.s2 + (e0 + e) * p.s0.s3];
-            S[i][c] = x;
-        }
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < nchunks) load_chunk(sQ, sK, sV, q, k, v, qs, ks, vs, s, n, s, tid);
+        lj_cp_async_commit();
     }
 
-    for (long long c0 = begin; c0 < end; c0 += BLOCK) {
-        const int L = (int)min((long long)BLOCK, end - c0);
-        // The previous chunk's readers of the staging buffers are done; write the 16-bit state.
-        __syncthreads();
-#pragma unroll
-        for (int i = 0; i < S_PER_WARP; i++) {
-            const int tile = warp + WARPS * i;
-            if (tile >= S_TILES)
-                continue;
-            const int mt = tile / (TILE_V / 8), nt = tile % (TILE_V / 8);
-#pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int d = mt * 16 + g + (c >= 2 ? 8 : 0), e = nt * 8 + 2 * t4 + (c & 1);
-                sm.st[e * STS + d] = bits_of(S[i][c]);
-            }
-        }
-        // Stage Q, K (and K transposed, weighted) and V transposed; rows past L are zero.
-        for (int idx = tid; idx < BLOCK * (D / 8); idx += THREADS) {
-            const int j = idx / (D / 8), c8 = (idx % (D / 8)) * 8;
-            lj_vec16 qv = {0, 0, 0, 0}, kv = {0, 0, 0, 0};
-            if (j < L) {
-                qv = lj_load16(q + (c0 + j) * p.q.s2 + c8);
-                kv = lj_load16(k + (c0 + j) * p.k.s2 + c8);
-            }
-            lj_store16(&sm.q[j * QS + c8], qv);
-            lj_store16(&sm.k[j * QS + c8], kv);
-            const float w = j < L ? sm.pw[L - 1 - j] : 0.0f;
-            const unsigned kw[4] = {kv.x, kv.y, kv.z, kv.w};
-#pragma unroll
-            for (int x = 0; x < 8; x++) {
-                elem_t ke;
-                ke.bits = (unsigned short)(kw[x >> 1] >> ((x & 1) * 16));
-                sm.kt[(c8 + x) * KTS + j] = DECAY ? bits_of(lj_to_float(ke) * w) : ke.bits;
-            }
-        }
-        for (int idx = tid; idx < BLOCK * (TILE_V / 8); idx += THREADS) {
-            const int j = idx / (TILE_V / 8), c8 = (idx % (TILE_V / 8)) * 8;
-            lj_vec16 vv = {0, 0, 0, 0};
-            if (j < L)
-                vv = lj_load16(v + (c0 + j) * p.v.s2 + c8);
-            const unsigned vw[4] = {vv.x, vv.y, vv.z, vv.w};
-#pragma unroll
-            for (int x = 0; x < 8; x++)
-                sm.vt[(c8 + x) * VTS + j] = (unsigned short)(vw[x >> 1] >> ((x & 1) * 16));
-        }
-        __syncthreads();
+    if constexpr (DECAY) {
+        const float sh = reinterpret_cast<const float *>(p.decay)[h];
+        for (int i = tid; i <= BLOCK; i += NT) sPow[i] = expf(-sh * (float)i);
+    }
 
-        // O = diag(λ^{i+1}) Q S first (the 16-bit state copy as B operand), so the intra-chunk
-        // product can accumulate into the same registers.
-        const int r0 = warp * 16;
-        float O[TILE_V / 8][4];
-#pragma unroll
-        for (int nt = 0; nt < TILE_V / 8; nt++)
-            O[nt][0] = O[nt][1] = O[nt][2] = O[nt][3] = 0.0f;
-#pragma unroll 2
-        for (int kk = 0; kk < D; kk += 16) {
-            unsigned a[4];
-            a[0] = lj_ld2(&sm.q[(r0 + g) * QS + kk + 2 * t4]);
-            a[1] = lj_ld2(&sm.q[(r0 + g + 8) * QS + kk + 2 * t4]);
-            a[2] = lj_ld2(&sm.q[(r0 + g) * QS + kk + 8 + 2 * t4]);
-            a[3] = lj_ld2(&sm.q[(r0 + g + 8) * QS + kk + 8 + 2 * t4]);
-#pragma unroll
-            for (int nt = 0; nt < TILE_V / 8; nt++) {
-                const unsigned b0 = lj_ld2(&sm.st[(nt * 8 + g) * STS + kk + 2 * t4]);
-                const unsigned b1 = lj_ld2(&sm.st[(nt * 8 + g) * STS + kk + 8 + 2 * t4]);
-                lj_mma<elem_t>::run(O[nt], a, b0, b1);
-            }
-        }
-        if (DECAY) {
-            const float w0 = sm.pw[r0 + g + 1], w1 = sm.pw[r0 + g + 9];
-#pragma unroll
-            for (int nt = 0; nt < TILE_V / 8; nt++) {
-                O[nt][0] *= w0;
-                O[nt][1] *= w0;
-                O[nt][2] *= w1;
-                O[nt][3] *= w1;
-            }
-        }
+    // Warp coordinates.
+    const int wom = warp % OM, won = warp / OM;   // outputs
+    const int wsn = warp % SN, wsm = warp / SN;   // state
 
-        // A = Q Kᵀ for rows 16w.., all BLOCK columns, then the decay mask.
-        float A[BLOCK / 8][4];
+    // The state slice in registers: tile (i, j) is rows (wsm + i*SMW)*16.., columns
+    // (wsn*SNT + j)*8.. of the D x TILE_V slice.
+    float st[SMT][SNT][4];
 #pragma unroll
-        for (int nt = 0; nt < BLOCK / 8; nt++)
-            A[nt][0] = A[nt][1] = A[nt][2] = A[nt][3] = 0.0f;
-#pragma unroll 2
-        for (int kk = 0; kk < D; kk += 16) {
-            unsigned a[4];
-            a[0] = lj_ld2(&sm.q[(r0 + g) * QS + kk + 2 * t4]);
-            a[1] = lj_ld2(&sm.q[(r0 + g + 8) * QS + kk + 2 * t4]);
-            a[2] = lj_ld2(&sm.q[(r0 + g) * QS + kk + 8 + 2 * t4]);
-            a[3] = lj_ld2(&sm.q[(r0 + g + 8) * QS + kk + 8 + 2 * t4]);
+    for (int i = 0; i < SMT; i++)
+#pragma unroll
+        for (int j = 0; j < SNT; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) st[i][j][r] = 0.f;
+    if constexpr (HAS_INITIAL) {
+        if (slot >= 0) {
+            const float *s0 = reinterpret_cast<const float *>(p.s0.ptr) + (long long)slot * p.s0.s0 + h * p.s0.s1;
+#pragma unroll
+            for (int i = 0; i < SMT; i++) {
+                const int mt = wsm + i * SMW;
+                if (SMT * SMW == DT || mt < DT) {
+#pragma unroll
+                    for (int j = 0; j < SNT; j++)
+#pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            const int d = mt * 16 + g + (r >> 1) * 8;
+                            const int e = e0 + (wsn * SNT + j) * 8 + 2 * t4 + (r & 1);
+                            st[i][j][r] = s0[d * p.s0.s2 + e * p.s0.s3];
+                        }
+                }
+            }
+        }
+    }
+    state_to_smem(sS, st, wsm, wsn, lane);
+
+    const float sigma = p.scale;
+    for (int c = 0; c < nchunks; c++) {
+        lj_cp_async_wait<STAGES - 2>();
+        __syncthreads(); // chunk c landed; slot (c-1) % STAGES and the state copy are free/ready
+        {
+            const int nc = c + STAGES - 1;
+            if (nc < nchunks) load_chunk(sQ, sK, sV, q, k, v, qs, ks, vs, nc, n, nc % STAGES, tid);
+            lj_cp_async_commit();
+        }
+        const int slotc = c % STAGES;
+        const T *cQ = sQ + slotc * SQ_ELEMS, *cK = sK + slotc * SQ_ELEMS, *cV = sV + slotc * SV_ELEMS;
+        const int L = min(BLOCK, n - c * BLOCK);
+
+        // ---------------- state update: S ← λ^L S + Σ_j λ^{L−1−j} k_jᵀ v_j
+        if constexpr (DECAY) {
+            const float dl = sPow[L];
+#pragma unroll
+            for (int i = 0; i < SMT; i++)
+#pragma unroll
+                for (int j = 0; j < SNT; j++)
+#pragma unroll
+                    for (int r = 0; r < 4; r++) st[i][j][r] *= dl;
+        }
+        // One k-step (KS tokens) of the state update. It reads only K, V and the register state,
+        // so its steps are interleaved with the Q Kᵀ / Q S steps below: independent tensor-core
+        // work for the scheduler instead of two dependent phases. Rows past L are zero-filled,
+        // so a ragged chunk needs no guard.
+        auto state_step = [&](int kk) {
+            // Value rows weighted by λ^{L−1−j}; rows past L are zero, so their (clamped)
+            // weight does not matter.
+            float w[4];
+            if constexpr (DECAY) F::row_weights(w, lane, sPow, L - 1 - kk * KS);
+            unsigned bv[SNT][2];
+#pragma unroll
+            for (int j = 0; j < SNT; j++) {
+                const T *pv = cV + kk * KS * LDV + (wsn * SNT + j) * 8;
+                if constexpr (KS == 16 && SNT % 2 == 0) {
+                    if (j % 2 == 0) {
+                        F::b_kn2(&bv[j][0], pv, LDV, lane); // fills bv[j] and bv[j + 1]
+                        if constexpr (DECAY) {
+                            F::weigh(bv[j], w);
+                            F::weigh(bv[j + 1], w);
+                        }
+                    }
+                } else if constexpr (DECAY) {
+                    F::b_kn_weighted(bv[j], pv, LDV, lane, w);
+                } else {
+                    F::b_kn(bv[j], pv, LDV, lane);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < SMT; i++) {
+                const int mt = wsm + i * SMW;
+                if (SMT * SMW == DT || mt < DT) {
+                    unsigned a[4];
+                    F::a_km(a, cK + kk * KS * LDQ + mt * 16, LDQ, lane);
+#pragma unroll
+                    for (int j = 0; j < SNT; j++) F::mma(st[i][j], a, bv[j]);
+                }
+            }
+        };
+
+        // ---------------- outputs of this chunk
+#pragma unroll
+        for (int rr = 0; rr < ORT; rr++) {
+            const int rt = wom + rr * OM;
+            const int row0 = rt * 16;
+            float acc[ONT][4], pm[BLOCK / 8][4];
+#pragma unroll
+            for (int j = 0; j < ONT; j++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) acc[j][r] = 0.f;
+#pragma unroll
+            for (int j = 0; j < BLOCK / 8; j++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) pm[j][r] = 0.f;
+
+            // Q Kᵀ (causal tiles only) and Q S share the Q fragment of each k-step.
+            // The Q fragment of step kk + 1 is loaded while step kk multiplies (two buffers).
+            // (Copies, not an index by kk & 1: a loop the compiler does not unroll must not index
+            // a register array.)
+            unsigned a[4], an[4];
+            F::a_mk(a, cQ + row0 * LDQ, LDQ, lane);
+#pragma unroll
+            for (int kk = 0; kk < D / KS; kk++) {
+                if (kk + 1 < D / KS) F::a_mk(an, cQ + row0 * LDQ + (kk + 1) * KS, LDQ, lane);
+                if constexpr (KS == 16) {
+#pragma unroll
+                    for (int nt = 0; nt < BLOCK / 8; nt += 2) {
+                        if (nt <= 2 * rt) {
+                            unsigned bb[4];
+                            F::b_nk2(bb, cK + nt * 8 * LDQ + kk * KS, LDQ, lane);
+                            F::mma(pm[nt], a, bb);
+                            F::mma(pm[nt + 1], a, bb + 2);
+                        }
+                    }
+                    if constexpr (ONT % 2 == 0) {
+#pragma unroll
+                        for (int j = 0; j < ONT; j += 2) {
+                            unsigned bb[4];
+                            F::b_kn2(bb, sS + kk * KS * LDS + (won * ONT + j) * 8, LDS, lane);
+                            F::mma(acc[j], a, bb);
+                            F::mma(acc[j + 1], a, bb + 2);
+                        }
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < ONT; j++) {
+                            unsigned bb[2];
+                            F::b_kn(bb, sS + kk * KS * LDS + (won * ONT + j) * 8, LDS, lane);
+                            F::mma(acc[j], a, bb);
+                        }
+                    }
+                } else {
+#pragma unroll
+                    for (int nt = 0; nt < BLOCK / 8; nt++) {
+                        if (nt <= 2 * rt + 1) {
+                            unsigned bb[2];
+                            F::b_nk(bb, cK + nt * 8 * LDQ + kk * KS, LDQ, lane);
+                            F::mma(pm[nt], a, bb);
+                        }
+                    }
+#pragma unroll
+                    for (int j = 0; j < ONT; j++) {
+                        unsigned bb[2];
+                        F::b_kn(bb, sS + kk * KS * LDS + (won * ONT + j) * 8, LDS, lane);
+                        F::mma(acc[j], a, bb);
+                    }
+                }
+                if (rr == 0 && kk < BLOCK / KS) state_step(kk);
+#pragma unroll
+                for (int r = 0; r < 4; r++) a[r] = an[r];
+            }
+            if (rr == 0) {
+#pragma unroll
+                for (int kk = D / KS; kk < BLOCK / KS; kk++) state_step(kk);
+            }
+
+            // Inter-chunk term decays by λ^{i+1}; the intra-chunk scores by λ^{i−j} below the
+            // diagonal and vanish above it.
+            const int i0 = row0 + g, i1 = i0 + 8;
+            if constexpr (DECAY) {
+                const float d0 = sPow[i0 + 1], d1 = sPow[i1 + 1];
+#pragma unroll
+                for (int j = 0; j < ONT; j++) {
+                    acc[j][0] *= d0;
+                    acc[j][1] *= d0;
+                    acc[j][2] *= d1;
+                    acc[j][3] *= d1;
+                }
+            }
+            // Branch-free: tiles right of the diagonal were never computed and stay zero.
 #pragma unroll
             for (int nt = 0; nt < BLOCK / 8; nt++) {
-                const unsigned b0 = lj_ld2(&sm.k[(nt * 8 + g) * QS + kk + 2 * t4]);
-                const unsigned b1 = lj_ld2(&sm.k[(nt * 8 + g) * QS + kk + 8 + 2 * t4]);
-                lj_mma<elem_t>::run(A[nt], a, b0, b1);
+                const int j0 = nt * 8 + 2 * t4;
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int i = (r & 2) ? i1 : i0, jj = j0 + (r & 1);
+                    if constexpr (DECAY)
+                        pm[nt][r] = jj <= i ? pm[nt][r] * sPow[max(i - jj, 0)] : 0.f;
+                    else
+                        pm[nt][r] = jj <= i ? pm[nt][r] : 0.f;
+                }
             }
-        }
+
+            // (Q Kᵀ ⊙ M) V, k over the causal tokens of the chunk.
 #pragma unroll
-        for (int nt = 0; nt < BLOCK / 8; nt++) {
+            for (int kk = 0; kk < BLOCK / KS; kk++) {
+                if (kk * KS <= row0 + 15) {
+                    unsigned a[4];
+                    F::a_from_acc(a, pm, kk, lane);
+                    if constexpr (KS == 16 && ONT % 2 == 0) {
 #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int i = r0 + g + (c >= 2 ? 8 : 0), j = nt * 8 + 2 * t4 + (c & 1);
-                A[nt][c] = j > i ? 0.0f : (DECAY ? A[nt][c] * sm.pw[i - j] : A[nt][c]);
+                        for (int j = 0; j < ONT; j += 2) {
+                            unsigned bb[4];
+                            F::b_kn2(bb, cV + kk * KS * LDV + (won * ONT + j) * 8, LDV, lane);
+                            F::mma(acc[j], a, bb);
+                            F::mma(acc[j + 1], a, bb + 2);
+                        }
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < ONT; j++) {
+                            unsigned bb[2];
+                            F::b_kn(bb, cV + kk * KS * LDV + (won * ONT + j) * 8, LDV, lane);
+                            F::mma(acc[j], a, bb);
+                        }
+                    }
+                }
+            }
+
+            // Store σ·o for the rows inside the sequence.
+            {
+                T *o0 = o + (long long)(c * BLOCK + i0) * os + won * ONT * 8 + 2 * t4;
+                T *o1 = o0 + 8 * os;
+                const bool w0 = i0 < L, w1 = i1 < L;
+#pragma unroll
+                for (int j = 0; j < ONT; j++) {
+                    if (w0) store2(o0 + j * 8, sigma * acc[j][0], sigma * acc[j][1]);
+                    if (w1) store2(o1 + j * 8, sigma * acc[j][2], sigma * acc[j][3]);
+                }
             }
         }
 
-        // O += A V, A (rounded to 16 bits) as the register operand.
-#pragma unroll
-        for (int kk = 0; kk < BLOCK; kk += 16) {
-            unsigned a[4];
-            a[0] = lj_pack2<elem_t>(A[kk / 8][0], A[kk / 8][1]);
-            a[1] = lj_pack2<elem_t>(A[kk / 8][2], A[kk / 8][3]);
-            a[2] = lj_pack2<elem_t>(A[kk / 8 + 1][0], A[kk / 8 + 1][1]);
-            a[3] = lj_pack2<elem_t>(A[kk / 8 + 1][2], A[kk / 8 + 1][3]);
-#pragma unroll
-            for (int nt = 0; nt < TILE_V / 8; nt++) {
-                const unsigned b0 = lj_ld2(&sm.vt[(nt * 8 + g) * VTS + kk + 2 * t4]);
-                const unsigned b1 = lj_ld2(&sm.vt[(nt * 8 + g) * VTS + kk + 8 + 2 * t4]);
-                lj_mma<elem_t>::run(O[nt], a, b0, b1);
-            }
-        }
-        // o_i = σ O_i for the rows of this chunk.
-#pragma unroll
-        for (int half = 0; half < 2; half++) {
-            const int i = r0 + g + 8 * half;
-            if (i >= L)
-                continue;
-            elem_t *orow = o + (c0 + i) * p.o.s2;
-#pragma unroll
-            for (int nt = 0; nt < TILE_V / 8; nt++) {
-                const float x0 = p.scale * O[nt][2 * half], x1 = p.scale * O[nt][2 * half + 1];
-                const unsigned packed = (unsigned)bits_of(x0) | ((unsigned)bits_of(x1) << 16);
-                *reinterpret_cast<unsigned *>(orow + nt * 8 + 2 * t4) = packed;
-            }
-        }
-
-        // S ← λ^L S + Ktᵀ-weighted V: tiles (mt, nt), A from Kt rows d, B from Vt rows e.
-        const float decay_L = DECAY ? sm.pw[L] : 1.0f;
-#pragma unroll
-        for (int i = 0; i < S_PER_WARP; i++) {
-            const int tile = warp + WARPS * i;
-            if (tile >= S_TILES)
-                continue;
-            const int mt = tile / (TILE_V / 8), nt = tile % (TILE_V / 8);
-            if (DECAY)
-#pragma unroll
-                for (int c = 0; c < 4; c++)
-                    S[i][c] *= decay_L;
-#pragma unroll
-            for (int kk = 0; kk < BLOCK; kk += 16) {
-                unsigned a[4];
-                a[0] = lj_ld2(&sm.kt[(mt * 16 + g) * KTS + kk + 2 * t4]);
-                a[1] = lj_ld2(&sm.kt[(mt * 16 + g + 8) * KTS + kk + 2 * t4]);
-                a[2] = lj_ld2(&sm.kt[(mt * 16 + g) * KTS + kk + 8 + 2 * t4]);
-                a[3] = lj_ld2(&sm.kt[(mt * 16 + g + 8) * KTS + kk + 8 + 2 * t4]);
-                const unsigned b0 = lj_ld2(&sm.vt[(nt * 8 + g) * VTS + kk + 2 * t4]);
-                const unsigned b1 = lj_ld2(&sm.vt[(nt * 8 + g) * VTS + kk + 8 + 2 * t4]);
-                lj_mma<elem_t>::run(S[i], a, b0, b1);
-            }
-        }
+        __syncthreads(); // every warp is done reading the old state copy
+        state_to_smem(sS, st, wsm, wsn, lane);
     }
+    lj_cp_async_wait<0>();
 
-    if (HAS_FINAL && slot >= 0) {
-        // Every CTA has read its S_0 slice at the start: writing S_N over it (in place) is safe.
+    if constexpr (HAS_FINAL) {
+        if (slot >= 0) {
+            float *sn = reinterpret_cast<float *>(p.sn.ptr) + (long long)slot * p.sn.s0 + h * p.sn.s1;
 #pragma unroll
-        for (int i = 0; i < S_PER_WARP; i++) {
-            const int tile = warp + WARPS * i;
-            if (tile >= S_TILES)
-                continue;
-            const int mt = tile / (TILE_V / 8), nt = tile % (TILE_V / 8);
+            for (int i = 0; i < SMT; i++) {
+                const int mt = wsm + i * SMW;
+                if (SMT * SMW == DT || mt < DT) {
 #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int d = mt * 16 + g + (c >= 2 ? 8 : 0), e = nt * 8 + 2 * t4 + (c & 1);
-                reinterpret_cast<float *>(p.sn.ptr)[slot * p.sn.s0 + h * p.sn.s1 + d * p.sn.s2 + (e0 + e) * p.sn.s3] = S[i][c];
+                    for (int j = 0; j < SNT; j++)
+#pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            const int d = mt * 16 + g + (r >> 1) * 8;
+                            const int e = e0 + (wsn * SNT + j) * 8 + 2 * t4 + (r & 1);
+                            sn[d * p.sn.s2 + e * p.sn.s3] = st[i][j][r];
+                        }
+                }
             }
         }
     }

@@ -1,7 +1,7 @@
 /* la_fwd.c — the chunked forward (tensor cores) on the GPU against the float64 reference: chunk
  * boundaries (N = 1, 63, 64, 65, 913, 4096), head dims 16 to 256 with D != E, f16 and bf16, both
  * state layouts, decay and none, states in and out (in place too), [B,N,H,D] views and varlen with
- * a pool; and the op's default family (la_fwd, la_recurrent for fp32). */
+ * a pool; and the op's default family (la_fwd; fp32 inputs through its tf32 path). */
 #include "attn_cases.h"
 #include "test.h"
 
@@ -73,7 +73,7 @@ LJ_TEST(default_family_bf16)
     run_fwd_case(&c);
 }
 
-LJ_TEST(default_family_f32_falls_back)
+LJ_TEST(default_family_f32_tf32)
 {
     fwd_case c = {NULL, LJ_F32, 2, 2, 100, 64, 64, 1, 1, 1, 0, 0, 0, 0, {0}, 0, 0, 22};
     run_fwd_case(&c);
