@@ -57,7 +57,8 @@ for r in peers["rows"]:
         rows.append(dict(op="decode", impl="fla_graph" if graph else "fla_eager", B=r["B"], H=r["H"],
                          D=r["K"], E=r["V"], T=1, us=round(r["us"], 3), TBps=round(r["TBps"], 4),
                          ceiling_TBps=round(c["TBps"], 4) if c else None, l2=r["l2"],
-                         how="CUDA graph of steps (peer_bench.py)" if graph else "eager Python call"))
+                         how="CUDA graph of steps (peer_bench.py)" if graph else "eager Python call",
+                         **({"run": r["run"]} if "run" in r else {})))
 for r in lajit_rows:
     r = dict(r)
     if r.get("op") == "decode":
@@ -85,8 +86,9 @@ json.dump(rep, open(jpath, "w"), indent=1)
 md = [f"# lajit benchmark — {rep['device']}", "",
       f"lajit {a.commit}, {rep['date']}, driver {rep['driver']}; ceilings measured in the same run: "
       f"copy {ceil.get('copy_TBps')} TB/s, bf16 matmul {ceil.get('bf16_TFLOPs')} TFLOP/s. "
-      "Every row below comes from one run on this GPU (lajit_bench and ../shared/peers/peer_bench.py "
-      "in the same device call). Times in ms (prefill) or µs (decode); lajit's prefill rows are with "
+      "Every lajit row is compared only with peer rows measured in the same device call as it "
+      "(lajit_bench and ../shared/peers/peer_bench.py together; rows carry `run` when a report "
+      "joins several calls, and decode rows carry the ceiling of their own call). Times in ms (prefill) or µs (decode); lajit's prefill rows are with "
       "decay and compared with every peer, the no-decay ones included.", ""]
 impls = ["lajit", "fla", "la2_decay", "la2_nodecay", "sdpa"]
 for op in ("fwd", "fwdbwd"):
