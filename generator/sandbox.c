@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <time.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -30,6 +31,7 @@ struct lj_lua {
     int over_memory;      /* the last refusal was our memory limit */
     int over_budget;      /* the instruction hook stopped the call */
     long long steps;      /* hook steps (of 1000 instructions) in the current call */
+    struct timespec deadline; /* wall-clock end of the current call (C library loops) */
     read_file *files;
 };
 
@@ -60,14 +62,83 @@ static int panic(lua_State *L)
     return 0;
 }
 
+/* Wall-clock budget of one protected call: the instruction count does not see work done inside
+ * C library functions (table.sort, table.concat on large tables), so time is checked too. */
+#define LJ_LUA_MAX_SECONDS 20
+
 static void count_hook(lua_State *L, lua_Debug *ar)
 {
     (void)ar;
     lj_lua *h = *(lj_lua **)lua_getextraspace(L);
+    if (h->over_budget)
+        luaL_error(L, "instruction limit exceeded");
     if (++h->steps * 1000 > LJ_LUA_MAX_INSTRUCTIONS) {
         h->over_budget = 1;
         luaL_error(L, "instruction limit exceeded (%d million)", (int)(LJ_LUA_MAX_INSTRUCTIONS / 1000000));
     }
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec > h->deadline.tv_sec ||
+        (now.tv_sec == h->deadline.tv_sec && now.tv_nsec > h->deadline.tv_nsec)) {
+        h->over_budget = 1;
+        luaL_error(L, "time limit exceeded (%d s)", LJ_LUA_MAX_SECONDS);
+    }
+}
+
+/* pcall that cannot swallow a limit: once the instruction, time or memory limit has been hit,
+ * the error goes on up. (xpcall is absent: a message handler runs with hooks off when the error
+ * came from the hook, so it could loop forever.) */
+static int safe_pcall(lua_State *L)
+{
+    lj_lua *h = *(lj_lua **)lua_getextraspace(L);
+    luaL_checkany(L, 1);
+    int status = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
+    if (status != LUA_OK && (h->over_budget || h->over_memory))
+        return lua_error(L);
+    lua_pushboolean(L, status == LUA_OK);
+    lua_insert(L, 1);
+    return lua_gettop(L);
+}
+
+/* setmetatable without __gc and __close: finalizers and to-be-closed handlers can run with
+ * hooks off (during collection, or while an error from the hook unwinds), beyond any limit. */
+static int safe_setmetatable(lua_State *L)
+{
+    if (lua_istable(L, 2)) {
+        static const char *const banned[] = {"__gc", "__close", "__mode", NULL};
+        for (const char *const *k = banned; *k; k++) {
+            if (lua_getfield(L, 2, *k) != LUA_TNIL)
+                return luaL_error(L, "metatables with %s are not allowed in templates", *k);
+            lua_pop(L, 1);
+        }
+    }
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, 1);
+    return 1;
+}
+
+/* string.rep with its size checked first: the C loop of string.rep('', huge) allocates nothing
+ * and would run for ever; a result over the memory limit is a limit error at once. */
+static int safe_rep(lua_State *L)
+{
+    lj_lua *h = *(lj_lua **)lua_getextraspace(L);
+    size_t len, lsep = 0;
+    luaL_checklstring(L, 1, &len);
+    lua_Integer n = luaL_checkinteger(L, 2);
+    luaL_optlstring(L, 3, "", &lsep);
+    if (n <= 0 || (len == 0 && lsep == 0)) {
+        lua_pushliteral(L, "");
+        return 1;
+    }
+    if ((lua_Unsigned)n > LJ_LUA_MAX_MEMORY / (len + lsep)) {
+        h->over_memory = 1;
+        return luaL_error(L, "string.rep of %I copies exceeds the template memory limit", (LUAI_UACINT)n);
+    }
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, 1);
+    return 1;
 }
 
 static int log_print(lua_State *L)
@@ -99,7 +170,7 @@ static int open_sandbox(lua_State *L)
         luaL_requiref(L, libs[i].name, libs[i].func, 1);
         lua_pop(L, 1);
     }
-    static const char *const base_removed[] = {"dofile", "loadfile", "load", "require",
+    static const char *const base_removed[] = {"dofile", "loadfile", "load", "require", "xpcall",
                                                "collectgarbage", "rawlen", NULL};
     for (const char *const *n = base_removed; *n; n++) {
         lua_pushnil(L);
@@ -107,6 +178,30 @@ static int open_sandbox(lua_State *L)
     }
     lua_pushcfunction(L, log_print);
     lua_setglobal(L, "print");
+    lua_pushcfunction(L, safe_pcall);
+    lua_setglobal(L, "pcall");
+    lua_getglobal(L, "setmetatable");
+    lua_pushcclosure(L, safe_setmetatable, 1);
+    lua_setglobal(L, "setmetatable");
+    lua_getglobal(L, LUA_STRLIBNAME);
+    lua_getfield(L, -1, "rep");
+    lua_pushcclosure(L, safe_rep, 1);
+    lua_setfield(L, -2, "rep");
+    lua_pop(L, 1);
+    /* table.move's C loop runs up to 2^63 times without allocating. */
+    lua_getglobal(L, LUA_TABLIBNAME);
+    lua_pushnil(L);
+    lua_setfield(L, -2, "move");
+    lua_pop(L, 1);
+    /* Hide the string metatable (getmetatable("") gives false): a template could otherwise give
+     * every string a __close or __index of its own. */
+    lua_pushliteral(L, "");
+    if (lua_getmetatable(L, -1)) {
+        lua_pushboolean(L, 0);
+        lua_setfield(L, -2, "__metatable");
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
     /* Pattern functions run loops in C that the instruction hook cannot interrupt; dump makes
      * bytecode, which is never loaded anyway. */
     lua_getglobal(L, LUA_STRLIBNAME);
@@ -228,6 +323,8 @@ lajit_status lj_lua_pcall(lj_lua *h, int nargs, int nresults)
     h->steps = 0;
     h->over_budget = 0;
     h->over_memory = 0;
+    clock_gettime(CLOCK_MONOTONIC, &h->deadline);
+    h->deadline.tv_sec += LJ_LUA_MAX_SECONDS;
     if (!lua_checkstack(L, 2)) {
         lua_pop(L, nargs + 1);
         return lj_oom(h->env);
