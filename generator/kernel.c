@@ -14,34 +14,42 @@ static int compare_names(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* A growing list of owned path strings. */
+typedef struct name_list {
+    char **items;
+    int n, cap;
+} name_list;
+
+static lajit_status name_list_add(lj_env *env, name_list *l, const char *prefix, const char *name)
+{
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 16;
+        char **grown = lj_realloc(env, l->items, sizeof *grown * (size_t)cap);
+        if (!grown)
+            return lj_oom(env);
+        l->items = grown;
+        l->cap = cap;
+    }
+    lj_buf b;
+    lj_buf_init(&b, env);
+    lj_buf_printf(&b, "%s%s", prefix, name);
+    if (!(l->items[l->n] = lj_buf_take(&b)))
+        return lj_oom(env);
+    l->n++;
+    return LAJIT_OK;
+}
+
 /* Paths of the files under common/: embedded, or listed from the template dir. */
 static lajit_status list_common(lj_lua *L, char ***names, int *count)
 {
     lj_env *env = lj_lua_env(L);
     const char *dir = lj_lua_template_dir(L);
-    int cap = 16, n = 0;
-    char **list = lj_malloc(env, sizeof *list * (size_t)cap);
-    if (!list)
-        return lj_oom(env);
+    name_list l = {NULL, 0, 0};
     lajit_status st = LAJIT_OK;
     if (!dir) {
-        for (size_t i = 0; i < lj_embedded_count && st == LAJIT_OK; i++) {
-            const char *p = lj_embedded_files[i].path;
-            if (strncmp(p, "common/", 7) != 0)
-                continue;
-            if (n == cap) {
-                char **grown = lj_realloc(env, list, sizeof *list * (size_t)(cap *= 2));
-                if (!grown) {
-                    st = lj_oom(env);
-                    break;
-                }
-                list = grown;
-            }
-            if (!(list[n] = lj_strdup(env, p)))
-                st = lj_oom(env);
-            else
-                n++;
-        }
+        for (size_t i = 0; i < lj_embedded_count && st == LAJIT_OK; i++)
+            if (strncmp(lj_embedded_files[i].path, "common/", 7) == 0)
+                st = name_list_add(env, &l, "", lj_embedded_files[i].path);
     } else {
         lj_buf path;
         lj_buf_init(&path, env);
@@ -53,38 +61,23 @@ static lajit_status list_common(lj_lua *L, char ***names, int *count)
         else if (!d)
             st = lj_error(env, LAJIT_ERR_IO, "cannot open template folder %s", p);
         struct dirent *e;
-        while (st == LAJIT_OK && d && (e = readdir(d)) != NULL) {
-            if (e->d_name[0] == '.')
-                continue;
-            if (n == cap) {
-                char **grown = lj_realloc(env, list, sizeof *list * (size_t)(cap *= 2));
-                if (!grown) {
-                    st = lj_oom(env);
-                    break;
-                }
-                list = grown;
-            }
-            lj_buf name;
-            lj_buf_init(&name, env);
-            lj_buf_printf(&name, "common/%s", e->d_name);
-            if (!(list[n] = lj_buf_take(&name)))
-                st = lj_oom(env);
-            else
-                n++;
-        }
+        while (st == LAJIT_OK && d && (e = readdir(d)) != NULL)
+            if (e->d_name[0] != '.')
+                st = name_list_add(env, &l, "common/", e->d_name);
         if (d)
             closedir(d);
         lj_free(env, p);
     }
     if (st != LAJIT_OK) {
-        for (int i = 0; i < n; i++)
-            lj_free(env, list[i]);
-        lj_free(env, list);
+        for (int i = 0; i < l.n; i++)
+            lj_free(env, l.items[i]);
+        lj_free(env, l.items);
         return st;
     }
-    qsort(list, (size_t)n, sizeof *list, compare_names);
-    *names = list;
-    *count = n;
+    if (l.n > 1)
+        qsort(l.items, (size_t)l.n, sizeof *l.items, compare_names);
+    *names = l.items;
+    *count = l.n;
     return LAJIT_OK;
 }
 

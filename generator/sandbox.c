@@ -221,15 +221,6 @@ static int open_sandbox(lua_State *L)
     return 0;
 }
 
-static lajit_status status_of_error(lj_lua *h)
-{
-    if (h->over_memory)
-        return LAJIT_ERR_LIMIT;
-    if (h->over_budget)
-        return LAJIT_ERR_LIMIT;
-    return LAJIT_ERR_TEMPLATE;
-}
-
 lajit_status lj_lua_open(lj_env *env, const char *template_dir, lj_lua **out)
 {
     lj_lua *h = lj_calloc(env, 1, sizeof *h);
@@ -341,7 +332,7 @@ lajit_status lj_lua_pcall(lj_lua *h, int nargs, int nresults)
     if (r == LUA_ERRMEM)
         st = h->over_memory ? LAJIT_ERR_LIMIT : LAJIT_ERR_OUT_OF_MEMORY;
     else
-        st = status_of_error(h);
+        st = h->over_memory || h->over_budget ? LAJIT_ERR_LIMIT : LAJIT_ERR_TEMPLATE;
     const char *msg = lua_tostring(L, -1);
     if (st == LAJIT_ERR_LIMIT && h->over_memory)
         lj_error(h->env, st, "template memory limit exceeded (%u MiB)", LJ_LUA_MAX_MEMORY >> 20);

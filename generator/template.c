@@ -62,9 +62,7 @@ lajit_status lj_template_translate(lj_env *env, const char *name, const char *te
     int need_line = 1;
     size_t pos = 0;
     int lineno = 0;
-    while (pos < len || (pos == len && lineno == 0 && len == 0)) {
-        if (pos == len)
-            break;
+    while (pos < len) {
         lineno++;
         const char *line = text + pos;
         const char *nl = memchr(line, '\n', len - pos);
