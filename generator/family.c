@@ -170,6 +170,7 @@ static void push_problem(lua_State *L, const lj_problem *p)
     set_bool(L, "want_ds", p->want_ds);
     set_bool(L, "has_dsn", p->has_dsn);
     set_bool(L, "step_states", p->step_states);
+    set_int(L, "part", p->part);
 }
 
 static void push_device(lua_State *L, const lj_device_info *d)
@@ -225,6 +226,7 @@ static const char *read_problem(lua_State *L, int idx, lj_op family_op, lj_probl
         {"has_final", offsetof(lj_problem, has_final), 1}, {"varlen", offsetof(lj_problem, varlen), 1},
         {"vk", offsetof(lj_problem, vk), 1},         {"want_ds", offsetof(lj_problem, want_ds), 1},
         {"has_dsn", offsetof(lj_problem, has_dsn), 1}, {"step_states", offsetof(lj_problem, step_states), 1},
+        {"part", offsetof(lj_problem, part), 0},
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         int t = lua_getfield(L, idx, fields[i].name);

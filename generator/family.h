@@ -49,6 +49,7 @@ typedef struct lj_problem {
     int want_ds;       /* backward: decay gradient requested */
     int has_dsn;       /* backward: dS_N given */
     int step_states;   /* decode: per-step states written */
+    int part;          /* an op of several kernels (la_bwd): which one (0 for single-kernel ops) */
 } lj_problem;
 
 /* The target: from the device when there is one, else from the arch table (offline compile). */

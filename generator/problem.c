@@ -45,6 +45,7 @@ static int *problem_field(lj_problem *p, const char *key)
         {"want_ds", offsetof(lj_problem, want_ds)},
         {"has_dsn", offsetof(lj_problem, has_dsn)},
         {"step_states", offsetof(lj_problem, step_states)},
+        {"part", offsetof(lj_problem, part)},
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         if (strcmp(fields[i].name, key) == 0)
@@ -136,6 +137,8 @@ void lj_problem_format(const lj_problem *p, char *out, size_t cap)
     char steps[16] = "";
     if (p->op == LJ_OP_DECODE)
         snprintf(steps, sizeof steps, " T=%d", p->T);
+    else if (p->op == LJ_OP_BWD)
+        snprintf(steps, sizeof steps, " part=%d", p->part);
     snprintf(out, cap, "%s %s B=%d H=%d N=%d D=%d E=%d%s%s%s%s%s%s%s%s%s", lj_op_name(p->op),
              lj_dtype_name(p->dtype), p->B, p->H, p->N, p->D, p->E, steps,
              p->decay ? " decay" : "", p->has_initial ? " initial" : "",

@@ -158,6 +158,40 @@ static int log_print(lua_State *L)
     return 0;
 }
 
+/* import("common/scan.lua"): runs another Lua file of the template folder (text only, under
+ * the same limits as the caller) and returns its value, cached per state, so families share
+ * helpers without a module system. */
+static int import_lua(lua_State *L)
+{
+    lj_lua *h = *(lj_lua **)lua_getextraspace(L);
+    size_t n;
+    const char *path = luaL_checklstring(L, 1, &n);
+    if (n < 5 || n > 120 || strcmp(path + n - 4, ".lua") != 0)
+        return luaL_error(L, "import: %s is not a .lua file of the template folder", path);
+    lua_getfield(L, LUA_REGISTRYINDEX, "lajit.imports");
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, LUA_REGISTRYINDEX, "lajit.imports");
+    }
+    if (lua_getfield(L, -1, path) != LUA_TNIL)
+        return 1;
+    lua_pop(L, 1);
+    const char *text;
+    size_t len;
+    if (lj_lua_read_template(h, path, &text, &len) != LAJIT_OK)
+        return luaL_error(L, "import: no file %s in the template folder", path);
+    char chunk[128];
+    snprintf(chunk, sizeof chunk, "@%s", path);
+    if (luaL_loadbufferx(L, text, len, chunk, "t") != LUA_OK)
+        return lua_error(L);
+    lua_call(L, 0, 1);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -3, path);
+    return 1;
+}
+
 /* Opens the allowed libraries and removes what a template must not reach. Runs protected. */
 static int open_sandbox(lua_State *L)
 {
@@ -180,6 +214,8 @@ static int open_sandbox(lua_State *L)
     lua_setglobal(L, "print");
     lua_pushcfunction(L, safe_pcall);
     lua_setglobal(L, "pcall");
+    lua_pushcfunction(L, import_lua);
+    lua_setglobal(L, "import");
     lua_getglobal(L, "setmetatable");
     lua_pushcclosure(L, safe_setmetatable, 1);
     lua_setglobal(L, "setmetatable");

@@ -188,6 +188,46 @@ typedef struct lajit_attn_fwd_args {
 
 LAJIT_API lajit_status lajit_attn_fwd(lajit_ctx *ctx, const lajit_attn_fwd_args *args);
 
+/* Backward (training): given dO (and optionally dS_N), the gradients of lajit_attn_fwd's inputs.
+ * Nothing from the forward is needed but its inputs: the backward recomputes the states.
+ * - q, k, v, dout (dO, shaped like o), dq, dk, dv: as in lajit_attn_fwd (dq, dk like q, dv like
+ *   v), one dtype for all; [B,H,N,D] or strided views, or packed [T,H,D] with cu_seqlens.
+ * - s: float32 [H] or NULL (no decay), as in the forward.
+ * - ds: float32 [H], the gradient of s, overwritten (summed over the batch and the sequences);
+ *   NULL when not wanted (then nothing is paid for it). Needs s.
+ * - initial_state: S_0 as in the forward (NULL: zero). d_initial_state: dS_0 (written; NULL
+ *   when not wanted). d_final_state: dS_N, the gradient arriving at the final state (read; NULL:
+ *   zero). All float32, [B,H,D,E] (or [B,H,E,D] with LAJIT_STATE_VK), strided allowed; with
+ *   varlen they are pools addressed by state_slots (−1: no S_0, dS_N = 0, dS_0 not written).
+ * - workspace: device scratch for ds, at least lajit_attn_bwd_workspace_size() bytes, 16-byte
+ *   aligned (uint8 [bytes]); NULL: the context keeps one, allocated on the first call that needs
+ *   it (make that call before capturing a graph; calls that share it must share a stream).
+ * - scale, flags, family (NULL: "la_bwd"), stream: as in the forward. Every output is
+ *   deterministic (no floating-point atomics). Outputs must not overlap the inputs. */
+typedef struct lajit_attn_bwd_args {
+    size_t struct_size; /* sizeof(lajit_attn_bwd_args) */
+    const DLTensor *q, *k, *v, *dout;
+    DLTensor *dq, *dk, *dv;
+    const DLTensor *s;
+    DLTensor *ds;
+    float scale;
+    const DLTensor *initial_state;
+    DLTensor *d_initial_state;
+    const DLTensor *d_final_state;
+    const DLTensor *cu_seqlens;
+    const DLTensor *state_slots;
+    DLTensor *workspace;
+    uint32_t flags; /* LAJIT_STATE_VK */
+    const char *family;
+    void *stream;
+} lajit_attn_bwd_args;
+
+LAJIT_API lajit_status lajit_attn_bwd(lajit_ctx *ctx, const lajit_attn_bwd_args *args);
+
+/* The workspace bytes lajit_attn_bwd needs for ds with nseq sequences (B, or the varlen count),
+ * H heads and value width E (0 when ds is not requested needs none). */
+LAJIT_API size_t lajit_attn_bwd_workspace_size(int64_t nseq, int64_t H, int64_t E);
+
 /* Decode (inference serving): T (1..8, the same for every row) steps of the recurrence per row,
  * updating the fp32 state in place.
  * - q, k [B,H,D] (T = 1) or [B,T,H,D]; v, o [B,H,E] or [B,T,H,E]; strided views with a unit

@@ -81,6 +81,8 @@ LAJIT_API void lajit_ctx_destroy(lajit_ctx *ctx)
     lj_env *env = &ctx->env;
     if (ctx->device_open) {
         const lj_driver *drv = ctx->device.drv;
+        if (ctx->scratch && lj_device_make_current(env, &ctx->device) == LAJIT_OK)
+            LJ_CU(env, drv, cuMemFree, ctx->scratch);
         for (unsigned i = 0; i < ctx->plans.cap; i++)
             if (ctx->plans.slots[i].key.D != 0 && ctx->plans.slots[i].module)
                 LJ_CU(env, drv, cuModuleUnload, ctx->plans.slots[i].module);

@@ -27,6 +27,8 @@ struct lajit_ctx {
     lj_device device;
     int device_open;
     lj_plan_table plans;
+    CUdeviceptr scratch; /* the backward's ds workspace when the caller gives none (grow-only) */
+    size_t scratch_bytes;
 };
 
 /* Internal entry points shared by the ops, the CLI and the tests. */

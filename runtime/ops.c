@@ -353,6 +353,72 @@ static int same_view(const la_tensor4 *a, const la_tensor4 *b)
     return a->ptr == b->ptr && a->s0 == b->s0 && a->s1 == b->s1 && a->s2 == b->s2 && a->s3 == b->s3;
 }
 
+/* One sequence tensor of an op: q-like (width D) or v-like (width E). */
+typedef struct seq_tensor {
+    const char *name;
+    const DLTensor *t;
+    int v_like;
+    la_tensor4 *out;
+} seq_tensor;
+
+typedef struct seq_shape {
+    lj_dtype dtype;
+    long long B, H, N, D, E; /* varlen: B = sequences, N = total tokens */
+} seq_shape;
+
+/* The sequence tensors of fwd and bwd: [B,H,N,D|E] (any strided view with a unit last stride)
+ * or, with cu_seqlens, packed [T,H,D|E]. The first tensor fixes the shape and the dtype; the
+ * first v-like one fixes E. Kernels index (b, h, t, d), so packed views get their token stride
+ * in s2 and their head stride in s1. */
+static lajit_status view_sequences(lj_env *env, const DLTensor *cu_seqlens, const seq_tensor *t,
+                                   int n, seq_shape *sh, unsigned long long *cu_ptr)
+{
+    const int varlen = cu_seqlens != NULL, nd = varlen ? 3 : 4;
+    int64_t qs[4] = {-1, -1, -1, -1}, vs[4] = {-1, -1, -1, -1};
+    int have_v = 0;
+    lj_dtype dt = LJ_BF16, dt2;
+    lajit_status st;
+    for (int i = 0; i < n; i++) {
+        unsigned mask = i == 0 ? FLOAT_TYPES : 1u << dt;
+        if (t[i].v_like && !have_v) {
+            for (int d = 0; d < nd - 1; d++)
+                vs[d] = qs[d];
+            have_v = 1;
+        }
+        if ((st = lj_tensor_view(env, t[i].name, t[i].t, nd, t[i].v_like ? vs : qs, mask, t[i].out,
+                                 i == 0 ? &dt : &dt2)) != LAJIT_OK)
+            return st;
+        if (varlen) {
+            la_tensor4 *v = t[i].out;
+            long long token = v->s1, head = v->s2;
+            v->s0 = 0;
+            v->s1 = head;
+            v->s2 = token;
+        }
+    }
+    sh->dtype = dt;
+    sh->D = qs[nd - 1];
+    sh->E = vs[nd - 1];
+    *cu_ptr = 0;
+    if (varlen) {
+        sh->H = qs[1];
+        sh->N = qs[0];
+        int64_t cs[1] = {-1};
+        la_tensor4 cu;
+        if ((st = lj_tensor_view(env, "cu_seqlens", cu_seqlens, 1, cs, LJ_TENSOR_INT32, &cu, NULL)) != LAJIT_OK)
+            return st;
+        if (cs[0] < 2)
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "cu_seqlens needs at least 2 entries");
+        sh->B = cs[0] - 1;
+        *cu_ptr = cu.ptr;
+    } else {
+        sh->B = qs[0];
+        sh->H = qs[1];
+        sh->N = qs[2];
+    }
+    return LAJIT_OK;
+}
+
 /* ---- Forward -------------------------------------------------------------------------------- */
 
 LAJIT_API lajit_status lajit_attn_fwd(lajit_ctx *ctx, const lajit_attn_fwd_args *a)
@@ -374,48 +440,13 @@ LAJIT_API lajit_status lajit_attn_fwd(lajit_ctx *ctx, const lajit_attn_fwd_args 
     p.op = LJ_OP_FWD;
     p.varlen = a->cu_seqlens != NULL;
     p.vk = (a->flags & LAJIT_STATE_VK) != 0;
-    int nd = p.varlen ? 3 : 4;
-    /* [B,H,N,D] or packed [T,H,D]: shape entries are filled from q, then imposed on k, v, o. */
-    int64_t qs[4] = {-1, -1, -1, -1};
-    lj_dtype dt, dt2;
-    if ((st = lj_tensor_view(env, "q", a->q, nd, qs, FLOAT_TYPES, &lp.q, &dt)) != LAJIT_OK)
+    const seq_tensor seqs[] = {{"q", a->q, 0, &lp.q}, {"k", a->k, 0, &lp.k},
+                               {"v", a->v, 1, &lp.v}, {"o", a->o, 1, &lp.o}};
+    seq_shape sh;
+    if ((st = view_sequences(env, a->cu_seqlens, seqs, 4, &sh, &lp.cu_seqlens)) != LAJIT_OK)
         return st;
-    if ((st = lj_tensor_view(env, "k", a->k, nd, qs, 1u << dt, &lp.k, &dt2)) != LAJIT_OK)
-        return st;
-    int64_t vs[4] = {qs[0], qs[1], qs[2], -1};
-    if (nd == 3)
-        vs[2] = -1;
-    if ((st = lj_tensor_view(env, "v", a->v, nd, vs, 1u << dt, &lp.v, &dt2)) != LAJIT_OK)
-        return st;
-    if ((st = lj_tensor_view(env, "o", a->o, nd, vs, 1u << dt, &lp.o, &dt2)) != LAJIT_OK)
-        return st;
-    p.dtype = dt;
-    long long B, H, N, D = qs[nd - 1], E = vs[nd - 1];
-    if (p.varlen) {
-        H = qs[1];
-        N = qs[0]; /* total tokens */
-        int64_t cs[1] = {-1};
-        la_tensor4 cu;
-        if ((st = lj_tensor_view(env, "cu_seqlens", a->cu_seqlens, 1, cs, LJ_TENSOR_INT32, &cu, NULL)) != LAJIT_OK)
-            return st;
-        if (cs[0] < 2)
-            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "cu_seqlens needs at least 2 entries");
-        B = cs[0] - 1;
-        lp.cu_seqlens = cu.ptr;
-        /* Views right-align [T,H,D] into (s1, s2, s3); kernels index (b, h, t, d) with b
-         * unused: move the token stride to s2 and the head stride to s1. */
-        la_tensor4 *seq[4] = {&lp.q, &lp.k, &lp.v, &lp.o};
-        for (int i = 0; i < 4; i++) {
-            long long token = seq[i]->s1, head = seq[i]->s2;
-            seq[i]->s0 = 0;
-            seq[i]->s1 = head;
-            seq[i]->s2 = token;
-        }
-    } else {
-        B = qs[0];
-        H = qs[1];
-        N = qs[2];
-    }
+    p.dtype = sh.dtype;
+    long long B = sh.B, H = sh.H, N = sh.N, D = sh.D, E = sh.E;
     if ((st = check_head_dims(env, D, E)) != LAJIT_OK)
         return st;
     if ((st = view_decay(env, a->s, H, &lp.decay)) != LAJIT_OK)
@@ -480,6 +511,226 @@ LAJIT_API lajit_status lajit_attn_fwd(lajit_ctx *ctx, const lajit_attn_fwd_args 
             return st;
     }
     return launch(ctx, a->family, &p, &lp, a->stream);
+}
+
+/* ---- Backward ------------------------------------------------------------------------------- */
+
+LAJIT_API size_t lajit_attn_bwd_workspace_size(int64_t nseq, int64_t H, int64_t E)
+{
+    if (nseq <= 0 || H <= 0 || E <= 0)
+        return 0;
+    /* A ticket counter, then one fp32 partial per (sequence, head, slice of >= 16 columns). */
+    return 16 + (((size_t)nseq * (size_t)H * (size_t)((E + 15) / 16) * 4 + 15) & ~(size_t)15);
+}
+
+/* The ds workspace: the caller's (float32 or int32 [n], 4n >= bytes) or the context's own,
+ * grown when too small. */
+static lajit_status bwd_workspace(lajit_ctx *ctx, const DLTensor *given, size_t bytes,
+                                  unsigned long long *ptr)
+{
+    lj_env *env = &ctx->env;
+    lajit_status st;
+    if (given) {
+        int64_t shape[1] = {-1};
+        la_tensor4 w;
+        if ((st = lj_tensor_view(env, "workspace", given, 1, shape, LJ_TENSOR_F32 | LJ_TENSOR_INT32, &w, NULL)) != LAJIT_OK)
+            return st;
+        if ((size_t)shape[0] * 4 < bytes)
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                            "workspace has %lld bytes, ds needs %zu (lajit_attn_bwd_workspace_size)",
+                            (long long)shape[0] * 4, bytes);
+        if (w.s3 != 1 && shape[0] > 1)
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "workspace must be contiguous");
+        *ptr = w.ptr;
+        return LAJIT_OK;
+    }
+    if (ctx->scratch_bytes < bytes) {
+        lj_device *dev;
+        if ((st = lajit__ctx_device(ctx, &dev)) != LAJIT_OK || (st = lj_device_make_current(env, dev)) != LAJIT_OK)
+            return st;
+        if (ctx->scratch) {
+            LJ_CU(env, dev->drv, cuMemFree, ctx->scratch);
+            ctx->scratch = 0;
+            ctx->scratch_bytes = 0;
+        }
+        CUdeviceptr d;
+        CUresult r = LJ_CU(env, dev->drv, cuMemAlloc, &d, bytes);
+        if (r != CUDA_SUCCESS)
+            return lj_driver_error(env, dev->drv, r, "cuMemAlloc of the backward's ds workspace");
+        ctx->scratch = d;
+        ctx->scratch_bytes = bytes;
+    }
+    *ptr = (unsigned long long)ctx->scratch;
+    return LAJIT_OK;
+}
+
+/* A state given as KV [.., D, E] seen by a scan whose rows are E wide: swap (d, e). */
+static la_tensor4 transposed(la_tensor4 t)
+{
+    long long s2 = t.s2;
+    t.s2 = t.s3;
+    t.s3 = s2;
+    return t;
+}
+
+LAJIT_API lajit_status lajit_attn_bwd(lajit_ctx *ctx, const lajit_attn_bwd_args *a)
+{
+    if (!ctx)
+        return LAJIT_ERR_INVALID_ARGUMENT;
+    lj_env *env = &ctx->env;
+    lajit_status st = check_args(env, "lajit_attn_bwd", a ? &a->struct_size : NULL, sizeof *a,
+                                 a ? a->flags : 0, a ? a->scale : 0);
+    if (st != LAJIT_OK)
+        return st;
+    if (!a->q || !a->k || !a->v || !a->dout || !a->dq || !a->dk || !a->dv)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "lajit_attn_bwd: q, k, v, dout, dq, dk and dv are required");
+    if (a->ds && !a->s)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "lajit_attn_bwd: ds (the gradient of s) needs s");
+
+    la_params lp;
+    memset(&lp, 0, sizeof lp);
+    lj_problem p;
+    memset(&p, 0, sizeof p);
+    p.op = LJ_OP_BWD;
+    p.varlen = a->cu_seqlens != NULL;
+    p.vk = (a->flags & LAJIT_STATE_VK) != 0;
+    const seq_tensor seqs[] = {{"q", a->q, 0, &lp.q},     {"k", a->k, 0, &lp.k},
+                               {"v", a->v, 1, &lp.v},     {"dout", a->dout, 1, &lp.dout},
+                               {"dq", a->dq, 0, &lp.dq},  {"dk", a->dk, 0, &lp.dk},
+                               {"dv", a->dv, 1, &lp.dv}};
+    seq_shape sh;
+    if ((st = view_sequences(env, a->cu_seqlens, seqs, 7, &sh, &lp.cu_seqlens)) != LAJIT_OK)
+        return st;
+    p.dtype = sh.dtype;
+    long long B = sh.B, H = sh.H, N = sh.N, D = sh.D, E = sh.E;
+    if ((st = check_head_dims(env, D, E)) != LAJIT_OK)
+        return st;
+    if ((st = view_decay(env, a->s, H, &lp.decay)) != LAJIT_OK)
+        return st;
+    p.decay = a->s != NULL;
+    if (a->ds) {
+        int64_t shape[1] = {H};
+        la_tensor4 t;
+        if ((st = lj_tensor_view(env, "ds", a->ds, 1, shape, F32_ONLY, &t, NULL)) != LAJIT_OK)
+            return st;
+        lp.dsdecay = t.ptr;
+        p.want_ds = 1;
+    }
+
+    /* States and their gradients: [B,H,D,E] each, or pools of one size P with varlen. */
+    long long P = p.varlen ? -1 : B;
+    struct {
+        const char *name;
+        const DLTensor *t;
+        la_tensor4 *out;
+        int *flag;
+    } states[] = {{"initial_state", a->initial_state, &lp.s0, &p.has_initial},
+                  {"d_final_state", a->d_final_state, &lp.dsn, &p.has_dsn},
+                  {"d_initial_state", a->d_initial_state, &lp.ds0, &p.has_final}};
+    for (int i = 0; i < 3; i++) {
+        if (!states[i].t)
+            continue;
+        if ((st = view_state(env, states[i].name, states[i].t, &P, H, D, E, p.vk, states[i].out)) != LAJIT_OK)
+            return st;
+        *states[i].flag = 1;
+    }
+    if (p.varlen && (p.has_initial || p.has_dsn || p.has_final)) {
+        if (!a->state_slots)
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                            "varlen with states needs state_slots (int32 [nseq])");
+        int64_t ss[1] = {B};
+        la_tensor4 sl;
+        if ((st = lj_tensor_view(env, "state_slots", a->state_slots, 1, ss, LJ_TENSOR_INT32, &sl, NULL)) != LAJIT_OK)
+            return st;
+        lp.slots = sl.ptr;
+    } else if (a->state_slots) {
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "state_slots is only used with cu_seqlens and a state");
+    }
+
+    const io_tensor io[] = {
+        {"q", a->q, 0}, {"k", a->k, 0}, {"v", a->v, 0}, {"dout", a->dout, 0}, {"s", a->s, 0},
+        {"initial_state", a->initial_state, 0}, {"d_final_state", a->d_final_state, 0},
+        {"cu_seqlens", a->cu_seqlens, 0}, {"state_slots", a->state_slots, 0},
+        {"dq", a->dq, 1}, {"dk", a->dk, 1}, {"dv", a->dv, 1}, {"ds", a->ds, 1},
+        {"d_initial_state", a->d_initial_state, 1}, {"workspace", a->ds ? a->workspace : NULL, 1},
+    };
+    if ((st = check_io(ctx, io, (int)(sizeof io / sizeof io[0]), NULL, NULL)) != LAJIT_OK)
+        return st;
+    if (a->ds && (st = bwd_workspace(ctx, a->workspace, lajit_attn_bwd_workspace_size(B, H, E), &lp.workspace)) != LAJIT_OK)
+        return st;
+
+    p.B = (int)B;
+    p.H = (int)H;
+    p.N = (int)N;
+    p.D = (int)D;
+    p.E = (int)E;
+    p.T = 1;
+    lp.B = (int)B;
+    lp.H = (int)H;
+    lp.N = (int)N;
+    lp.D = (int)D;
+    lp.E = (int)E;
+    lp.T = 1;
+    lp.nseq = (int)B;
+    lp.P = (int)(P > 0 ? P : 0);
+    lp.scale = a->scale;
+    if (ctx->flags & LAJIT_CTX_CHECKED) {
+        st = check_device_values(ctx, &lp, lp.slots ? (int)B : 0, N, a->stream);
+        if (st != LAJIT_OK)
+            return st;
+    }
+
+    /* The parts (templates/la_bwd/family.lua): dq, dv (+ dS_0), dk are the forward's scan over
+     * permuted inputs; ds its own kernel. Each part's problem keeps only the flags its kernel
+     * uses, so identical kernels share one plan and one tuning bucket. */
+    for (int part = 0; part < 4; part++) {
+        lj_problem pp = p;
+        pp.part = part;
+        la_params sp = lp;
+        memset(&sp.dout, 0, 4 * sizeof sp.dout);
+        sp.s0 = sp.sn = sp.ds0 = sp.dsn = (la_tensor4){0};
+        sp.dsdecay = sp.workspace = 0;
+        switch (part) {
+        case 0: /* dq: scan (dO, v, k) from S_0ᵀ */
+            pp.has_final = pp.has_dsn = pp.want_ds = 0;
+            sp.q = lp.dout, sp.k = lp.v, sp.v = lp.k, sp.o = lp.dq;
+            if (p.has_initial)
+                sp.s0 = transposed(lp.s0);
+            sp.D = (int)E, sp.E = (int)D;
+            break;
+        case 1: /* dv and dS_0: reversed scan (k, q, dO) from dS_N */
+            pp.has_initial = pp.want_ds = 0;
+            sp.q = lp.k, sp.k = lp.q, sp.v = lp.dout, sp.o = lp.dv;
+            sp.s0 = lp.dsn;
+            sp.sn = lp.ds0;
+            break;
+        case 2: /* dk: reversed scan (v, dO, q) from dS_Nᵀ */
+            pp.has_initial = pp.has_final = pp.want_ds = 0;
+            sp.q = lp.v, sp.k = lp.dout, sp.v = lp.q, sp.o = lp.dk;
+            if (p.has_dsn)
+                sp.s0 = transposed(lp.dsn);
+            sp.D = (int)E, sp.E = (int)D;
+            break;
+        default: /* ds */
+            if (!p.want_ds)
+                continue;
+            pp.has_final = 0;
+            sp = lp;
+            break;
+        }
+        if (part == 3) {
+            CUresult r = LJ_CU(env, ctx->device.drv, cuMemsetD32Async, (CUdeviceptr)lp.workspace, 0u,
+                               4, (CUstream)a->stream);
+            if (r != CUDA_SUCCESS)
+                return lj_driver_error(env, ctx->device.drv, r, "cuMemsetD32Async (ds ticket)");
+        }
+        if ((st = launch(ctx, a->family, &pp, &sp, a->stream)) != LAJIT_OK)
+            return st;
+    }
+    return LAJIT_OK;
 }
 
 /* ---- Decode --------------------------------------------------------------------------------- */

@@ -34,6 +34,7 @@ lj_plan_key lj_plan_key_make(const lj_problem *p, int family_index)
     k.steps = (unsigned char)p->T;
     k.D = (unsigned short)p->D;
     k.E = (unsigned short)p->E;
+    k.part = (unsigned short)p->part;
     return k;
 }
 

@@ -17,7 +17,7 @@ typedef struct lj_plan_key {
     unsigned char op, family, dtype, flags;
     unsigned char log2_n, log2_bh, log2_b, steps;
     unsigned short D, E;
-    unsigned short reserved[2];
+    unsigned short part, reserved;
 } lj_plan_key;
 
 #define LJ_PLAN_FLAG_DECAY 0x01u

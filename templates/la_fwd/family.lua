@@ -5,109 +5,8 @@
 -- state slice lives in registers for the whole sequence; Q, K, V chunks of BLOCK tokens stream
 -- through a STAGES-deep cp.async ring in shared memory.
 
-local ELEM = { f32 = "float", f16 = "lj_f16", bf16 = "lj_bf16" }
-local ESIZE = { f32 = 4, f16 = 2, bf16 = 2 }
-
-local function log2_bucket(x)
-    local b = 0
-    while (1 << (b + 1)) <= x do b = b + 1 end
-    return b
-end
-
--- Warp geometry, mirroring the constants at the top of fwd.cu (keep the two in step).
-local function geometry(cfg, problem)
-    local D, TV, W = problem.D, cfg.TILE_V, cfg.WARPS
-    local rt = cfg.BLOCK // 16
-    local om = math.min(W, rt)
-    local on = W // om
-    local g = { rt = rt, om = om, on = on, ort = rt // om, ont = (TV // 8) // on }
-    -- State split: SN warp columns chosen to minimise fragment loads (fwd.cu pick_sn()).
-    local function cost(sn)
-        local smw = W // sn
-        return (D // 16 + smw - 1) // smw + ((TV // 8) // sn + 1) // 2
-    end
-    local sn, s = 1, 2
-    while s <= W and s <= TV // 8 do
-        if cost(s) <= cost(sn) then sn = s end
-        s = s * 2
-    end
-    g.sn = sn
-    g.smw = W // sn
-    g.snt = (TV // 8) // sn
-    g.smt = (D // 16 + g.smw - 1) // g.smw
-    -- Registers a thread holds across the chunk loop: the state tiles, one row tile's output
-    -- and score accumulators, plus addressing and fragments (64, 96 for tf32, from ptxas
-    -- reports: f16 D = 256 with 128 state floats per thread spilled at 255 registers).
-    g.regs = 4 * g.smt * g.snt + 4 * g.ont + 4 * (cfg.BLOCK // 8)
-        + (problem.dtype == "f32" and 96 or 64)
-    return g
-end
-
--- Dynamic shared memory: the Q, K, V ring, the 16-bit (fp32 for f32) state copy, the λ^k table.
-local function smem(cfg, problem)
-    local es = ESIZE[problem.dtype]
-    local ve = 16 // es
-    local ldq, ldv = problem.D + ve, cfg.TILE_V + ve
-    return cfg.STAGES * (2 * cfg.BLOCK * ldq + cfg.BLOCK * ldv) * es + problem.D * ldv * es
-        + (cfg.BLOCK + 1) * 4
-end
-
-local function valid(cfg, problem, device)
-    local D, E = problem.D, problem.E
-    if ELEM[problem.dtype] == nil then return false, "dtype must be f32, f16 or bf16" end
-    if D % 16 ~= 0 or E % 16 ~= 0 or D < 16 or E < 16 or D > 256 or E > 256 then
-        return false, "D and E must be multiples of 16 from 16 to 256"
-    end
-    if cfg.TILE_V > E or E % cfg.TILE_V ~= 0 then
-        return false, string.format("TILE_V=%d does not divide E=%d", cfg.TILE_V, E)
-    end
-    local g = geometry(cfg, problem)
-    if g.ont < 1 or (cfg.TILE_V // 8) % g.on ~= 0 then
-        return false, string.format("%d warp columns cannot split TILE_V=%d into 8-column tiles",
-                                    g.on, cfg.TILE_V)
-    end
-    if cfg.MINB > 1 and cfg.WARPS * 32 * cfg.MINB > 512 then
-        return false, "MINB=2 is for CTAs of at most 256 threads"
-    end
-    local cap = math.min(255, device.regs_per_sm // (cfg.WARPS * 32 * cfg.MINB))
-    if g.regs > cap then
-        return false, string.format("about %d registers per thread needed, %d allowed (spills)",
-                                    g.regs, cap)
-    end
-    local bytes = smem(cfg, problem)
-    if bytes > device.smem_optin then
-        return false, string.format("%d bytes of shared memory (device allows %d)", bytes,
-                                    device.smem_optin)
-    end
-    -- 1 KiB per CTA is reserved by the hardware.
-    if cfg.MINB * (bytes + 1024) > device.smem_per_sm then
-        return false, string.format("MINB=%d CTAs of %d bytes exceed %d bytes per SM", cfg.MINB,
-                                    bytes, device.smem_per_sm)
-    end
-    return true
-end
-
--- The candidate order default() falls back through when its first choice does not fit a device
--- (small shared memory on sm_120, wide D): fewer stages, then shorter chunks, then narrower tiles.
-local function fit(cfg, problem, device)
-    local tries = {}
-    for _, tv in ipairs({ cfg.TILE_V, 64, 32, 16 }) do
-        for _, bl in ipairs({ cfg.BLOCK, 64, 32, 16 }) do
-            for _, w in ipairs({ cfg.WARPS, 4, 8, 2 }) do
-                for _, st in ipairs({ cfg.STAGES, 2 }) do
-                    tries[#tries + 1] = { BLOCK = bl, TILE_V = tv, WARPS = w, STAGES = st, MINB = 1 }
-                end
-            end
-        end
-    end
-    table.insert(tries, 1, cfg)
-    for _, c in ipairs(tries) do
-        if c.TILE_V <= problem.E and problem.E % c.TILE_V == 0 and valid(c, problem, device) then
-            return c
-        end
-    end
-    return cfg -- nothing fits: valid() will say why
-end
+local scan = import("common/scan.lua")
+local ELEM, log2_bucket, smem, valid, fit = scan.ELEM, scan.log2_bucket, scan.smem, scan.valid, scan.fit
 
 return {
     name = "la_fwd",
@@ -137,32 +36,8 @@ return {
 
     valid = valid,
 
-    -- Measured on an H200 (132 SMs, docs/notes/la_fwd.md), bf16, B = 4, H = 32, decay: at
-    -- D = E = 128 one 8-warp CTA per (b, h) with all 128 columns (BLOCK = 64) beat two 4-warp
-    -- CTAs with 64-column slices (0.570 vs 0.600 ms at N = 8192); at D = E = 64 BLOCK = 32 with
-    -- 64-column tiles and 4 warps was best (0.275 ms, against 0.284–0.305 for the others). Two
-    -- stages: a third costs a CTA per SM and was never faster. Fewer (b, h) than half the SMs
-    -- want narrower slices so the grid still covers the GPU. Thresholds use the log2 bucket of
-    -- B·H, as key() does, so one bucket always gets one config.
-    default = function(problem, device)
-        local bh = 1 << log2_bucket(problem.B * problem.H)
-        local cfg
-        if problem.D <= 64 then
-            cfg = { BLOCK = 32, TILE_V = 64, WARPS = 4, STAGES = 2, MINB = 1 }
-        else
-            cfg = { BLOCK = 64, TILE_V = 128, WARPS = 8, STAGES = 2, MINB = 1 }
-        end
-        if problem.dtype == "f32" then -- tf32 gathers cost registers: narrower slices
-            cfg = { BLOCK = 64, TILE_V = 32, WARPS = 4, STAGES = 2, MINB = 1 }
-        end
-        while cfg.TILE_V > problem.E or problem.E % cfg.TILE_V ~= 0 do
-            cfg.TILE_V = cfg.TILE_V // 2
-        end
-        while cfg.TILE_V > 16 and bh * (problem.E // cfg.TILE_V) * 2 < device.sms do
-            cfg.TILE_V = cfg.TILE_V // 2
-        end
-        return fit(cfg, problem, device)
-    end,
+    -- The heuristic is the scan's (common/scan.lua), shared with la_bwd's passes.
+    default = scan.default,
 
     key = function(problem)
         return string.format("%s_D%d_E%d_%s%s%s%s%s_n%d_bh%d", problem.dtype, problem.D, problem.E,
@@ -194,6 +69,8 @@ return {
                 HAS_INITIAL = b(problem.has_initial),
                 HAS_FINAL = b(problem.has_final),
                 VARLEN = b(problem.varlen),
+                REVERSE = "false",
+                GRAD_STATE = "false",
             },
         }
     end,

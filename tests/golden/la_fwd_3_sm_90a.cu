@@ -19,6 +19,12 @@
 //            its k-steps are interleaved with the Q Kᵀ / Q S k-steps of the first row tile.
 // Ragged last chunks are zero-filled by cp.async, so padding rows add nothing. fp32 inputs use
 // tf32 m16n8k8 with every operand rounded by cvt.rna (the P matrix and the state copy included).
+//
+// The same scan is the backward (la_bwd/family.lua): dq is this kernel on (dO, v, k) with the
+// transposed state, dv on (k, q, dO) and dk on (v, dO, q) walked from the last token (REVERSE)
+// with the state G/σ (GRAD_STATE). GRAD_STATE changes three things: the initial state is dS_N/σ
+// and enters undecayed (G_{N−1} = dS_N + σ q_{N−1}ᵀ dO_{N−1}, so the first chunk uses λ^i and
+// λ^{L−1} where a forward uses λ^{i+1} and λ^L), and the final state written is σλ·state = dS_0.
 #include "common/la_params.h"
 #include "common/types.cuh"
 #include "common/mma.cuh"
@@ -35,6 +41,8 @@ constexpr bool DECAY = true;
 constexpr bool HAS_INITIAL = true;
 constexpr bool HAS_FINAL = true;
 constexpr bool VARLEN = true;
+constexpr bool REVERSE = false;         // tokens from the last to the first
+constexpr bool GRAD_STATE = false;   // the state is la_bwd's G/σ (see above)
 
 using F = lj_frag<T>;
 constexpr int NT = WARPS * 32;
@@ -187,11 +195,15 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
         slot = b;
     }
     const long long bq = VARLEN ? 0 : (long long)b;
+    // Walking backwards is walking forwards over a view that starts at the last token with
+    // negated token strides.
+    if constexpr (REVERSE) tok0 += n > 0 ? n - 1 : 0;
+    const long long dir = REVERSE ? -1 : 1;
     const T *q = reinterpret_cast<const T *>(p.q.ptr) + bq * p.q.s0 + h * p.q.s1 + tok0 * p.q.s2;
     const T *k = reinterpret_cast<const T *>(p.k.ptr) + bq * p.k.s0 + h * p.k.s1 + tok0 * p.k.s2;
     const T *v = reinterpret_cast<const T *>(p.v.ptr) + bq * p.v.s0 + h * p.v.s1 + tok0 * p.v.s2 + e0;
     T *o = reinterpret_cast<T *>(p.o.ptr) + bq * p.o.s0 + h * p.o.s1 + tok0 * p.o.s2 + e0;
-    const long long qs = p.q.s2, ks = p.k.s2, vs = p.v.s2, os = p.o.s2;
+    const long long qs = dir * p.q.s2, ks = dir * p.k.s2, vs = dir * p.v.s2, os = dir * p.o.s2;
     const int nchunks = (n + BLOCK - 1) / BLOCK;
 
     // Start the ring before anything else so the first loads overlap the state set-up.
@@ -222,6 +234,7 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
     if constexpr (HAS_INITIAL) {
         if (slot >= 0) {
             const float *s0 = reinterpret_cast<const float *>(p.s0.ptr) + (long long)slot * p.s0.s0 + h * p.s0.s1;
+            const float in = GRAD_STATE ? 1.f / p.scale : 1.f;
 #pragma unroll
             for (int i = 0; i < SMT; i++) {
                 const int mt = wsm + i * SMW;
@@ -232,7 +245,7 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
                         for (int r = 0; r < 4; r++) {
                             const int d = mt * 16 + g + (r >> 1) * 8;
                             const int e = e0 + (wsn * SNT + j) * 8 + 2 * t4 + (r & 1);
-                            st[i][j][r] = s0[d * p.s0.s2 + e * p.s0.s3];
+                            st[i][j][r] = in * s0[d * p.s0.s2 + e * p.s0.s3];
                         }
                 }
             }
@@ -252,10 +265,12 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
         const int slotc = c % STAGES;
         const T *cQ = sQ + slotc * SQ_ELEMS, *cK = sK + slotc * SQ_ELEMS, *cV = sV + slotc * SV_ELEMS;
         const int L = min(BLOCK, n - c * BLOCK);
+        // GRAD_STATE: the initial state enters undecayed, one power of λ less in the first chunk.
+        const int u = GRAD_STATE && c == 0 ? 1 : 0;
 
         // ---------------- state update: S ← λ^L S + Σ_j λ^{L−1−j} k_jᵀ v_j
         if constexpr (DECAY) {
-            const float dl = sPow[L];
+            const float dl = sPow[L - u];
 #pragma unroll
             for (int i = 0; i < SMT; i++)
 #pragma unroll
@@ -381,7 +396,7 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
             // diagonal and vanish above it.
             const int i0 = row0 + g, i1 = i0 + 8;
             if constexpr (DECAY) {
-                const float d0 = sPow[i0 + 1], d1 = sPow[i1 + 1];
+                const float d0 = sPow[i0 + 1 - u], d1 = sPow[i1 + 1 - u];
 #pragma unroll
                 for (int j = 0; j < ONT; j++) {
                     acc[j][0] *= d0;
@@ -450,6 +465,8 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
     if constexpr (HAS_FINAL) {
         if (slot >= 0) {
             float *sn = reinterpret_cast<float *>(p.sn.ptr) + (long long)slot * p.sn.s0 + h * p.sn.s1;
+            // GRAD_STATE: dS_0 = λ G_0 = σλ·state (σ alone for an empty sequence: dS_0 = dS_N).
+            const float out = GRAD_STATE ? p.scale * (DECAY && n > 0 ? sPow[1] : 1.f) : 1.f;
 #pragma unroll
             for (int i = 0; i < SMT; i++) {
                 const int mt = wsm + i * SMW;
@@ -460,7 +477,7 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
                         for (int r = 0; r < 4; r++) {
                             const int d = mt * 16 + g + (r >> 1) * 8;
                             const int e = e0 + (wsn * SNT + j) * 8 + 2 * t4 + (r & 1);
-                            sn[d * p.sn.s2 + e * p.sn.s3] = st[i][j][r];
+                            sn[d * p.sn.s2 + e * p.sn.s3] = out * st[i][j][r];
                         }
                 }
             }

@@ -80,8 +80,9 @@ void la_ref_backward(int N, int D, int E, const double *q, const double *k, cons
         sum += dot;
         bound += sqrt(gn) * sqrt(sn);
     }
+    /* With no token S_N is S_0, so dS_0 is dS_N itself (G was never decayed into S_0). */
     for (size_t i = 0; i < DE; i++)
-        dS0[i] = lambda * G[i];
+        dS0[i] = N > 0 ? lambda * G[i] : G[i];
     *ds = -lambda * sum;
     *ds_bound = lambda * bound;
     free(G);

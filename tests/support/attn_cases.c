@@ -7,12 +7,17 @@
 #include "gpu.h"
 #include "la_ref.h"
 
-static double tolerance(lj_dtype dt)
+double case_tolerance(lj_dtype dt)
 {
     return dt == LJ_BF16 ? 6e-3 : 1e-3;
 }
 
 static unsigned rng_state;
+
+void case_seed(unsigned seed)
+{
+    rng_state = seed ? seed : 12345;
+}
 
 static float uniform(float amp)
 {
@@ -20,13 +25,13 @@ static float uniform(float amp)
     return amp * ((float)(rng_state >> 8) / 8388608.0f - 1.0f);
 }
 
-static void random_fill(float *x, size_t n, float amp, lj_dtype dt)
+void case_random_fill(float *x, size_t n, float amp, lj_dtype dt)
 {
     for (size_t i = 0; i < n; i++)
         x[i] = lj_round_to(uniform(amp), dt);
 }
 
-static lajit_ctx *open_ctx(void)
+lajit_ctx *case_open_ctx(void)
 {
     lajit_ctx_desc desc;
     lajit_ctx_desc_init(&desc);
@@ -35,7 +40,7 @@ static lajit_ctx *open_ctx(void)
     return ctx;
 }
 
-static void check_or_fail(const char *what, const double *got, const double *ref, size_t rows,
+void case_check(const char *what, const double *got, const double *ref, size_t rows,
                           size_t cols, double tol, double *rel_out)
 {
     char why[256];
@@ -51,7 +56,7 @@ static void check_or_fail(const char *what, const double *got, const double *ref
 void run_fwd_case(const fwd_case *c)
 {
     lj_gpu_init();
-    rng_state = c->seed ? c->seed : 12345;
+    case_seed(c->seed);
     lj_dtype dt = c->dtype;
     const int H = c->H, D = c->D, E = c->E;
     const int varlen = c->nseq > 0;
@@ -69,9 +74,9 @@ void run_fwd_case(const fwd_case *c)
 
     /* Host inputs in the logical order (b, h, t, .) and their device copies in memory order. */
     float *q = malloc(nq * 4), *k = malloc(nq * 4), *v = malloc(nv * 4);
-    random_fill(q, nq, 0.5f, dt);
-    random_fill(k, nq, 0.5f, dt);
-    random_fill(v, nv, 0.5f, dt);
+    case_random_fill(q, nq, 0.5f, dt);
+    case_random_fill(k, nq, 0.5f, dt);
+    case_random_fill(v, nv, 0.5f, dt);
     /* Memory strides (elements) of the logical [B, H, N, X] view. */
     long long sq[4], sv[4];
     int bnhd = c->bnhd || varlen; /* varlen is packed [T, H, X] */
@@ -120,7 +125,7 @@ void run_fwd_case(const fwd_case *c)
         slots[nseq / 2] = -1;
     size_t nst = (size_t)P * H * D * E;
     float *s0 = malloc(nst * 4), *s0_mem = malloc(nst * 4);
-    random_fill(s0, nst, 1.0f, LJ_F32);
+    case_random_fill(s0, nst, 1.0f, LJ_F32);
     /* memory order: (slot, h, d, e) KV or (slot, h, e, d) VK */
     for (size_t sh = 0; sh < (size_t)P * H; sh++)
         for (int d = 0; d < D; d++)
@@ -185,7 +190,7 @@ void run_fwd_case(const fwd_case *c)
             a.state_slots = lj_gpu_tensor(&tsl, dslots, 0, 1, slshape, NULL, lj_test_dl_int32());
     }
 
-    lajit_ctx *ctx = open_ctx();
+    lajit_ctx *ctx = case_open_ctx();
     lajit_status st = lajit_attn_fwd(ctx, &a);
     if (st != LAJIT_OK)
         lj_test_fail(__FILE__, __LINE__, "lajit_attn_fwd: %s: %s", lajit_status_string(st), lajit_errmsg(ctx));
@@ -242,14 +247,14 @@ void run_fwd_case(const fwd_case *c)
             }
         }
     }
-    double tol = tolerance(dt), rel_o = 0, rel_s = 0;
+    double tol = case_tolerance(dt), rel_o = 0, rel_s = 0;
     if (row > 0)
-        check_or_fail("o", got_o, ref_o, row, (size_t)E, tol, &rel_o);
+        case_check("o", got_o, ref_o, row, (size_t)E, tol, &rel_o);
     /* DESIGN.md checks S_N on its own with the dtype's tolerance: chunked kernels multiply
      * 16-bit operands (the decay-weighted keys are rounded), so the state carries 16-bit
      * rounding too. */
     if (sn_rows > 0)
-        check_or_fail("final state", got_sn, ref_sn, sn_rows, (size_t)E, tol, &rel_s);
+        case_check("final state", got_sn, ref_sn, sn_rows, (size_t)E, tol, &rel_s);
     /* Slots no sequence writes keep their bytes (pool entries of −1 rows and spare slots). */
     if (c->final && varlen) {
         for (int p = 0; p < P; p++) {
@@ -354,7 +359,7 @@ void run_decode_case(const decode_case *c)
     /* Pool: random states; the reference keeps float64 copies in (slot, h, d, e). */
     size_t nst = (size_t)P * H * DE;
     float *pool = malloc(nst * 4), *pool_mem = malloc(nst * 4), *after = malloc(nst * 4);
-    random_fill(pool, nst, 1.0f, LJ_F32);
+    case_random_fill(pool, nst, 1.0f, LJ_F32);
     double *S = malloc(nst * sizeof(double));
     for (size_t i = 0; i < nst; i++)
         S[i] = pool[i];
@@ -406,7 +411,7 @@ void run_decode_case(const decode_case *c)
     a.flags = c->vk ? LAJIT_STATE_VK : 0;
     a.family = c->family;
 
-    lajit_ctx *ctx = open_ctx();
+    lajit_ctx *ctx = case_open_ctx();
     const lj_driver *drv = lj_gpu_driver();
     CUstream stream = NULL;
     CUgraphExec exec = NULL;
@@ -416,9 +421,9 @@ void run_decode_case(const decode_case *c)
     for (int call = 0; call < calls; call++) {
         int fresh = !c->graph || call == 0;
         if (fresh) {
-            random_fill(q, nq, 0.5f, dt);
-            random_fill(k, nq, 0.5f, dt);
-            random_fill(v, nv, 0.5f, dt);
+            case_random_fill(q, nq, 0.5f, dt);
+            case_random_fill(k, nq, 0.5f, dt);
+            case_random_fill(v, nv, 0.5f, dt);
             lj_gpu_upload_as(dq, q, nq, dt);
             lj_gpu_upload_as(dk, k, nq, dt);
             lj_gpu_upload_as(dv, v, nv, dt);
@@ -480,7 +485,7 @@ void run_decode_case(const decode_case *c)
         }
         double rel;
         if (check_rows)
-            check_or_fail("o", got_o, ref_o, check_rows, (size_t)E, tolerance(dt), &rel);
+            case_check("o", got_o, ref_o, check_rows, (size_t)E, case_tolerance(dt), &rel);
         else
             rel = 0;
         worst_o = fmax(worst_o, rel);
@@ -507,7 +512,7 @@ void run_decode_case(const decode_case *c)
                     }
             }
             if (n)
-                check_or_fail("step states", got, want, n / (size_t)E, (size_t)E, 1e-5, NULL);
+                case_check("step states", got, want, n / (size_t)E, (size_t)E, 1e-5, NULL);
             free(got);
             free(want);
         }
@@ -536,7 +541,7 @@ void run_decode_case(const decode_case *c)
                 }
     }
     double rel_state = 0;
-    check_or_fail("final pool states", got, want, n / (size_t)E, (size_t)E, 1e-5 * sqrt((double)calls), &rel_state);
+    case_check("final pool states", got, want, n / (size_t)E, (size_t)E, 1e-5 * sqrt((double)calls), &rel_state);
     printf("decode %s B=%d H=%d D=%d E=%d T=%d%s%s%s%s calls=%d%s: worst o rel L2 %.2e, state rel L2 %.2e\n",
            lj_dtype_name(dt), B, H, D, E, T, c->decay ? " decay" : "", c->vk ? " vk" : "",
            c->slots ? " slots" : "", c->step_states ? " step_states" : "", calls,

@@ -42,4 +42,35 @@ typedef struct decode_case {
 
 void run_decode_case(const decode_case *c);
 
+typedef struct bwd_case {
+    const char *family;  /* NULL: the default backward family */
+    lj_dtype dtype;
+    int B, H, N, D, E;
+    int decay;           /* s given (head 0 gets s = 0) */
+    int want_ds;         /* ds requested (needs decay) */
+    int initial;         /* S_0 given */
+    int dsn;             /* dS_N given */
+    int ds0;             /* dS_0 wanted */
+    int vk;
+    int bnhd;
+    int nseq;            /* > 0: varlen with these lengths */
+    int lens[16];
+    int slot_minus_one;
+    float scale;         /* 0: 1 */
+    int finite_diff;     /* also check ds against a float64 finite difference of the forward */
+    unsigned seed;
+} bwd_case;
+
+/* Runs the backward twice (the second run must give the same bits) and checks every gradient
+ * against the float64 reference (tests/support/bwd_case.c). */
+void run_bwd_case(const bwd_case *c);
+
+/* Shared by the case files. */
+double case_tolerance(lj_dtype dt);
+void case_seed(unsigned seed);
+void case_random_fill(float *x, size_t n, float amp, lj_dtype dt);
+struct lajit_ctx *case_open_ctx(void);
+void case_check(const char *what, const double *got, const double *ref, size_t rows, size_t cols,
+                double tol, double *rel_out);
+
 #endif

@@ -1,0 +1,189 @@
+-- family.lua — la_bwd: the chunked Lightning Attention backward (DESIGN.md, "Backward").
+--
+-- The op runs up to four kernels, one per `part` of the problem (0..3), each with its own plan
+-- and tuning bucket:
+--   0 dq  the scan of la_fwd/fwd.cu over (dO, v, k) with the transposed state Sᵀ and S₀ᵀ:
+--         dq_t = σ dO_t S_tᵀ is a forward whose "q" is dO, "k" is v and "v" is k.
+--   1 dv  the scan walked from the last token over (k, q, dO) with the state G/σ: dv_t = k_t G_t;
+--         its final state, scaled by σλ, is dS₀; its initial state is dS_N.
+--   2 dk  the same reversed scan over (v, dO, q) with (G/σ)ᵀ: dk_t = v_t G_tᵀ.
+--   3 ds  la_bwd/ds.cu: the decay gradient, only when requested (fp32 recurrence, see there).
+-- Nothing is stored between the parts: each recomputes what it needs from q, k, v and dO, so the
+-- memory a training step needs beyond its inputs is dq, dk, dv (and a few bytes for ds).
+
+local scan = import("common/scan.lua")
+local ELEM, log2_bucket = scan.ELEM, scan.log2_bucket
+
+local PARTS = { [0] = "dq", [1] = "dv", [2] = "dk", [3] = "ds" }
+
+-- The scan's own shape for parts 0..2 (what la_fwd/fwd.cu calls D and E).
+local function scan_problem(problem)
+    local sp = {}
+    for k, v in pairs(problem) do sp[k] = v end
+    if problem.part == 0 or problem.part == 2 then
+        sp.D, sp.E = problem.E, problem.D
+    end
+    return sp
+end
+
+-- ---- ds (part 3): CTAs of WARPS·32 threads over (TILE_V columns, head, sequence); a thread holds
+-- an RD × 4 block of the D × TILE_V slice of S and of Y (RD rows, 4 columns); BLOCK tokens of
+-- q, k, v, dO are staged in shared memory as fp32.
+local function ds_geometry(cfg, problem)
+    local nt = cfg.WARPS * 32
+    local cg = cfg.TILE_V // 4
+    if nt % cg ~= 0 then return nil, "threads do not cover the column groups" end
+    local rg = nt // cg
+    if problem.D % rg ~= 0 then
+        return nil, string.format("%d row groups do not divide D=%d", rg, problem.D)
+    end
+    local rd = problem.D // rg
+    if rd > 8 then return nil, string.format("%d rows per thread (at most 8)", rd) end
+    return { rd = rd, cg = cg, rg = rg }
+end
+
+local function ds_smem(cfg, problem)
+    return cfg.BLOCK * (2 * problem.D + 2 * cfg.TILE_V) * 4
+end
+
+local function ds_valid(cfg, problem, device)
+    if not problem.decay then return false, "ds needs the decay path" end
+    if cfg.TILE_V > problem.E or problem.E % cfg.TILE_V ~= 0 then
+        return false, string.format("TILE_V=%d does not divide E=%d", cfg.TILE_V, problem.E)
+    end
+    if cfg.STAGES ~= 2 or cfg.MINB ~= 1 then
+        return false, "ds does not pipeline (STAGES=2, MINB=1 only)"
+    end
+    local g, why = ds_geometry(cfg, problem)
+    if not g then return false, why end
+    if ds_smem(cfg, problem) > device.smem_optin then
+        return false, string.format("%d bytes of shared memory", ds_smem(cfg, problem))
+    end
+    return true
+end
+
+local function ds_default(problem, device)
+    for _, tv in ipairs({ 32, 16, 64, 128 }) do
+        for _, w in ipairs({ 8, 4, 2 }) do
+            local cfg = { BLOCK = 32, TILE_V = tv, WARPS = w, STAGES = 2, MINB = 1 }
+            if ds_valid(cfg, problem, device) then return cfg end
+        end
+    end
+    return { BLOCK = 32, TILE_V = 16, WARPS = 2, STAGES = 2, MINB = 1 }
+end
+
+local function check_common(problem)
+    if ELEM[problem.dtype] == nil then return false, "dtype must be f32, f16 or bf16" end
+    if problem.D % 16 ~= 0 or problem.E % 16 ~= 0 or problem.D < 16 or problem.E < 16
+        or problem.D > 256 or problem.E > 256 then
+        return false, "D and E must be multiples of 16 from 16 to 256"
+    end
+    if PARTS[problem.part] == nil then return false, "part must be 0 (dq), 1 (dv), 2 (dk) or 3 (ds)" end
+    return true
+end
+
+return {
+    name = "la_bwd",
+    op = "bwd",
+
+    -- The scan's space (la_fwd's, trimmed the same way for the CPU compile sweep); ds uses
+    -- BLOCK (tokens staged), TILE_V (columns per CTA) and WARPS.
+    params = {
+        BLOCK = { 16, 32, 64 },
+        TILE_V = { 16, 32, 64, 128 },
+        WARPS = { 2, 4, 8 },
+        STAGES = { 2 },
+        MINB = { 1 },
+    },
+
+    -- has_initial: S₀ given; has_final: dS₀ wanted; has_dsn: dS_N given; want_ds: ds wanted.
+    problems = {
+        { op = "bwd", part = 0, dtype = "bf16", B = 4, H = 32, N = 8192, D = 128, E = 128,
+          decay = true },
+        { op = "bwd", part = 1, dtype = "bf16", B = 4, H = 32, N = 8192, D = 64, E = 64,
+          decay = true, has_initial = true, has_final = true, has_dsn = true },
+        { op = "bwd", part = 2, dtype = "f16", B = 2, H = 8, N = 2048, D = 96, E = 64,
+          decay = false, has_dsn = true, varlen = true, vk = true },
+        { op = "bwd", part = 3, dtype = "f32", B = 2, H = 8, N = 2048, D = 128, E = 64,
+          decay = true, has_initial = true, has_dsn = true, want_ds = true },
+    },
+
+    valid = function(cfg, problem, device)
+        local ok, why = check_common(problem)
+        if not ok then return false, why end
+        if problem.part == 3 then return ds_valid(cfg, problem, device) end
+        return scan.valid(cfg, scan_problem(problem), device)
+    end,
+
+    -- dq, dv and dk are forwards of the same shapes, so they take the forward's measured
+    -- heuristic (common/scan.lua); ds takes 8 warps of 4 × 4 blocks where they fit.
+    default = function(problem, device)
+        if problem.part == 3 then return ds_default(problem, device) end
+        return scan.default(scan_problem(problem), device)
+    end,
+
+    key = function(problem)
+        return string.format("%s_%s_D%d_E%d_%s%s%s%s%s%s_n%d_bh%d", PARTS[problem.part] or "?",
+                             problem.dtype, problem.D, problem.E,
+                             problem.decay and "decay" or "nodecay",
+                             problem.has_initial and "_s0" or "", problem.has_final and "_ds0" or "",
+                             problem.has_dsn and "_dsn" or "", problem.varlen and "_varlen" or "",
+                             problem.vk and "_vk" or "", log2_bucket(math.max(problem.N, 1)),
+                             log2_bucket(problem.B * problem.H))
+    end,
+
+    launch = function(cfg, problem, device)
+        local seqs = problem.varlen and "nseq" or "B"
+        if problem.part == 3 then
+            return {
+                grid = { problem.E // cfg.TILE_V, "H", seqs },
+                block = { cfg.WARPS * 32, 1, 1 },
+                smem = ds_smem(cfg, problem),
+                entry = "la_bwd_ds",
+            }
+        end
+        local sp = scan_problem(problem)
+        return {
+            grid = { sp.E // cfg.TILE_V, "H", seqs },
+            block = { cfg.WARPS * 32, 1, 1 },
+            smem = scan.smem(cfg, sp),
+            entry = "la_fwd",
+        }
+    end,
+
+    source = function(cfg, problem, device)
+        local b = function(x) return x and "true" or "false" end
+        if problem.part == 3 then
+            local g = ds_geometry(cfg, problem)
+            return {
+                template = "la_bwd/ds.cu",
+                consts = {
+                    ELEM = ELEM[problem.dtype],
+                    D = problem.D,
+                    E = problem.E,
+                    RD = g.rd,
+                    HAS_INITIAL = b(problem.has_initial),
+                    HAS_DSN = b(problem.has_dsn),
+                    VARLEN = b(problem.varlen),
+                },
+            }
+        end
+        local sp = scan_problem(problem)
+        local part = problem.part
+        return {
+            template = "la_fwd/fwd.cu",
+            consts = {
+                ELEM = ELEM[problem.dtype],
+                D = sp.D,
+                E = sp.E,
+                DECAY = b(problem.decay),
+                -- dq starts from S₀; dv and dk from dS_N; only dv writes a state (dS₀).
+                HAS_INITIAL = b(part == 0 and problem.has_initial or part ~= 0 and problem.has_dsn),
+                HAS_FINAL = b(part == 1 and problem.has_final),
+                VARLEN = b(problem.varlen),
+                REVERSE = b(part ~= 0),
+                GRAD_STATE = b(part ~= 0),
+            },
+        }
+    end,
+}
