@@ -9,7 +9,7 @@
  * on another state of a rotating set of at least 256 MiB ("cold" L2), beside an in-place update
  * (x *= c) of the same states captured the same way — the physical limit of that step.
  *
- * Modes: prefill (fwd rows), decode (decode rows + their ceilings), dispatch (host cost of one
+ * Modes: prefill (fwd rows), fwdbwd (fwd and fwd+bwd rows), decode (decode rows + their ceilings), dispatch (host cost of one
  * C API call on a cached kernel beside a bare cuLaunchKernel of an empty kernel). */
 #include <math.h>
 #include <stdio.h>
@@ -223,6 +223,7 @@ static double time_graph(op_fn fn, void *user, CUstream s, int steps, int reps)
 typedef struct fwd_case {
     lajit_ctx *ctx;
     lajit_attn_fwd_args args;
+    lajit_attn_bwd_args bwd;
 } fwd_case;
 
 static void run_fwd(void *user, CUstream s)
@@ -232,26 +233,55 @@ static void run_fwd(void *user, CUstream s)
     check(c->ctx, lajit_attn_fwd(c->ctx, &c->args), "lajit_attn_fwd");
 }
 
+/* One training step's attention: the forward, then the backward from dO (the forward's o is
+ * what the caller's next layer would read; the backward needs only q, k, v and dO). */
+static void run_fwdbwd(void *user, CUstream s)
+{
+    fwd_case *c = user;
+    run_fwd(user, s);
+    c->bwd.stream = s;
+    check(c->ctx, lajit_attn_bwd(c->ctx, &c->bwd), "lajit_attn_bwd");
+}
+
+static size_t free_device_bytes(void)
+{
+    size_t fr, total;
+    CU(cuMemGetInfo(&fr, &total));
+    return fr;
+}
+
+/* fwd rows and, with `bwd`, fwdbwd rows (with ms_ds: the same step with the decay gradient).
+ * extra_MiB: the outputs the caller allocates for one step (o, dq, dk, dv) plus whatever device
+ * memory one untimed fwd+bwd call takes beyond them (cuMemGetInfo before and after; lajit's
+ * backward allocates nothing without ds). */
 static void bench_prefill(lajit_ctx *ctx, CUstream s, int B, int H, const int *Ds, int nD,
-                          const int *Ns, int nN, const char *family)
+                          const int *Ns, int nN, const char *family, int bwd)
 {
     for (int di = 0; di < nD; di++) {
         for (int ni = 0; ni < nN; ni++) {
             int D = Ds[di], E = Ds[di], N = Ns[ni];
             size_t nq = (size_t)B * H * N * D, nv = (size_t)B * H * N * E;
             CUdeviceptr q = dalloc(nq * 2), k = dalloc(nq * 2), v = dalloc(nv * 2),
-                        o = dalloc(nv * 2), sl = dalloc((size_t)H * 4);
+                        sl = dalloc((size_t)H * 4), g = bwd ? dalloc(nv * 2) : 0,
+                        dsb = dalloc((size_t)H * 4);
             fill_random(q, nq, 16, 0.1f, 1);
             fill_random(k, nq, 16, 0.1f, 2);
             fill_random(v, nv, 16, 0.1f, 3);
+            if (bwd)
+                fill_random(g, nv, 16, 0.1f, 4);
             float *slopes = malloc((size_t)H * 4);
             check(ctx, lajit_decay_alibi(H, 0, 1, slopes), "slopes");
             CU(cuMemcpyHtoD(sl, slopes, (size_t)H * 4));
             free(slopes);
+            CUdeviceptr o = dalloc(nv * 2), dq = 0, dk = 0, dv = 0;
+            if (bwd)
+                dq = dalloc(nq * 2), dk = dalloc(nq * 2), dv = dalloc(nv * 2);
             int64_t qs[4] = {B, H, N, D}, vs[4] = {B, H, N, E}, ss[1] = {H};
             DLTensor tq = tensor(q, 4, qs, 16, kDLBfloat), tk = tensor(k, 4, qs, 16, kDLBfloat);
             DLTensor tv = tensor(v, 4, vs, 16, kDLBfloat), to = tensor(o, 4, vs, 16, kDLBfloat);
-            DLTensor ts = tensor(sl, 1, ss, 32, kDLFloat);
+            DLTensor ts = tensor(sl, 1, ss, 32, kDLFloat), tds = tensor(dsb, 1, ss, 32, kDLFloat);
+            DLTensor tg = tensor(g, 4, vs, 16, kDLBfloat), tdq = tensor(dq, 4, qs, 16, kDLBfloat);
+            DLTensor tdk = tensor(dk, 4, qs, 16, kDLBfloat), tdv = tensor(dv, 4, vs, 16, kDLBfloat);
             fwd_case c;
             memset(&c, 0, sizeof c);
             c.ctx = ctx;
@@ -263,17 +293,45 @@ static void bench_prefill(lajit_ctx *ctx, CUstream s, int B, int H, const int *D
             c.args.s = &ts;
             c.args.scale = 1.0f;
             c.args.family = family;
+            c.bwd.struct_size = sizeof c.bwd;
+            c.bwd.q = &tq;
+            c.bwd.k = &tk;
+            c.bwd.v = &tv;
+            c.bwd.dout = &tg;
+            c.bwd.dq = &tdq;
+            c.bwd.dk = &tdk;
+            c.bwd.dv = &tdv;
+            c.bwd.s = &ts;
+            c.bwd.scale = 1.0f;
             double ms = time_op(run_fwd, &c, s, 50);
             printf("{\"op\": \"fwd\", \"impl\": \"lajit\", \"family\": \"%s\", \"dtype\": \"bf16\", "
                    "\"B\": %d, \"H\": %d, \"D\": %d, \"E\": %d, \"N\": %d, \"decay\": true, "
                    "\"ms\": %.5f}\n",
                    family ? family : "default", B, H, D, E, N, ms);
             fflush(stdout);
-            CU(cuMemFree(q));
-            CU(cuMemFree(k));
-            CU(cuMemFree(v));
-            CU(cuMemFree(o));
-            CU(cuMemFree(sl));
+            if (bwd) {
+                run_fwdbwd(&c, s); /* plans built, kernels loaded */
+                CU(cuStreamSynchronize(s));
+                size_t before = free_device_bytes();
+                run_fwdbwd(&c, s);
+                CU(cuStreamSynchronize(s));
+                size_t after = free_device_bytes();
+                double extra = ((double)(2 * nv + 2 * nq) * 2 +
+                                (double)(before > after ? before - after : 0)) / 1048576.0;
+                double fb = time_op(run_fwdbwd, &c, s, 20);
+                c.bwd.ds = &tds;
+                double fbds = time_op(run_fwdbwd, &c, s, 10);
+                c.bwd.ds = NULL;
+                printf("{\"op\": \"fwdbwd\", \"impl\": \"lajit\", \"dtype\": \"bf16\", \"B\": %d, "
+                       "\"H\": %d, \"D\": %d, \"E\": %d, \"N\": %d, \"decay\": true, \"ms\": %.5f, "
+                       "\"ms_ds\": %.5f, \"extra_MiB\": %.1f}\n",
+                       B, H, D, E, N, fb, fbds, extra);
+                fflush(stdout);
+            }
+            CUdeviceptr frees[] = {q, k, v, o, sl, g, dq, dk, dv, dsb};
+            for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++)
+                if (frees[i])
+                    CU(cuMemFree(frees[i]));
         }
     }
 }
@@ -449,7 +507,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
         if (strcmp(a, "--help") == 0) {
-            printf("usage: lajit_bench [--mode prefill|decode|dispatch|all] [--family NAME]\n"
+            printf("usage: lajit_bench [--mode prefill|fwdbwd|decode|dispatch|all] [--family NAME]\n"
                    "  [--B 4] [--H 32] [--D 64,128] [--N 1024,...] [--decode-B 1,4,...]\n"
                    "  [--decode-H 64] [--decode-D 128] [--T 1,4]\n"
                    "Prints one JSON row per measurement (DESIGN.md's report rows).\n");
@@ -490,8 +548,8 @@ int main(int argc, char **argv)
     if (all || strcmp(mode, "decode") == 0)
         for (int t = 0; t < nT; t++)
             bench_decode(ctx, s, Bs, nB, dH, dD, Ts[t]);
-    if (all || strcmp(mode, "prefill") == 0)
-        bench_prefill(ctx, s, B, H, Ds, nD, Ns, nN, family);
+    if (all || strcmp(mode, "prefill") == 0 || strcmp(mode, "fwdbwd") == 0)
+        bench_prefill(ctx, s, B, H, Ds, nD, Ns, nN, family, all || strcmp(mode, "fwdbwd") == 0);
     CU(cuMemFree(flush_buf));
     CU(cuStreamDestroy(s));
     lajit_ctx_destroy(ctx);
