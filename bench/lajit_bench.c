@@ -251,9 +251,8 @@ static size_t free_device_bytes(void)
 }
 
 /* fwd rows and, with `bwd`, fwdbwd rows (with ms_ds: the same step with the decay gradient).
- * extra_MiB: the outputs the caller allocates for one step (o, dq, dk, dv) plus whatever device
- * memory one untimed fwd+bwd call takes beyond them (cuMemGetInfo before and after; lajit's
- * backward allocates nothing without ds). */
+ * extra_MiB: the device memory one step needs above its inputs, counted as the peers' allocator
+ * counts it: the outputs o, dq, dk, dv (the library allocates nothing else without ds). */
 static void bench_prefill(lajit_ctx *ctx, CUstream s, int B, int H, const int *Ds, int nD,
                           const int *Ns, int nN, const char *family, int bwd)
 {
@@ -316,16 +315,19 @@ static void bench_prefill(lajit_ctx *ctx, CUstream s, int B, int H, const int *D
                 run_fwdbwd(&c, s);
                 CU(cuStreamSynchronize(s));
                 size_t after = free_device_bytes();
-                double extra = ((double)(2 * nv + 2 * nq) * 2 +
-                                (double)(before > after ? before - after : 0)) / 1048576.0;
+                /* Allocator-level, as the peers' torch.cuda.max_memory_allocated: the outputs
+                 * (lajit's backward allocates nothing without ds). The driver's free-memory
+                 * drop across the call is reported beside it. */
+                double extra = (double)(2 * nv + 2 * nq) * 2 / 1048576.0;
+                double drop = (double)(before > after ? before - after : 0) / 1048576.0;
                 double fb = time_op(run_fwdbwd, &c, s, 20);
                 c.bwd.ds = &tds;
                 double fbds = time_op(run_fwdbwd, &c, s, 10);
                 c.bwd.ds = NULL;
                 printf("{\"op\": \"fwdbwd\", \"impl\": \"lajit\", \"dtype\": \"bf16\", \"B\": %d, "
                        "\"H\": %d, \"D\": %d, \"E\": %d, \"N\": %d, \"decay\": true, \"ms\": %.5f, "
-                       "\"ms_ds\": %.5f, \"extra_MiB\": %.1f}\n",
-                       B, H, D, E, N, fb, fbds, extra);
+                       "\"ms_ds\": %.5f, \"extra_MiB\": %.1f, \"driver_free_drop_MiB\": %.1f}\n",
+                       B, H, D, E, N, fb, fbds, extra, drop);
                 fflush(stdout);
             }
             CUdeviceptr frees[] = {q, k, v, o, sl, g, dq, dk, dv, dsb};

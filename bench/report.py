@@ -4,7 +4,10 @@
 DESIGN.md, and writes <gpu>.md beside it with the tables and <gpu>.png with the plot.
 
 Usage: report.py --lajit lajit.jsonl --peers peers.json --gpu h200 --commit SHA \
-                 [--meta meta.json] [--out docs/bench]
+                 [--meta meta.json] [--out docs/bench] [--run NAME --join OLD.json]
+--run tags this call's rows; --join carries over the rows of OLD.json whose `run` differs (an
+earlier device call, e.g. the decode call beside a prefill call), each still compared only with
+rows of its own call.
 meta.json (optional) holds {"device", "cc", "driver"} as the driver reports them.
 Every row must come from the same run on the same GPU; this script does not mix runs."""
 import argparse, datetime, json, os
@@ -16,6 +19,8 @@ p.add_argument("--gpu", required=True)
 p.add_argument("--commit", default="unknown")
 p.add_argument("--meta", default=None)
 p.add_argument("--out", default="docs/bench")
+p.add_argument("--run", default=None)
+p.add_argument("--join", default=None)
 a = p.parse_args()
 
 peers = json.load(open(a.peers))
@@ -76,15 +81,25 @@ for r in lajit_rows:
         r["floor_ms"] = floor_ms(r["op"], r["B"], r["H"], r["N"], r["D"], r["E"])
     rows.append(r)
 
+commit = a.commit
+if a.run:
+    for r in rows:
+        r["run"] = a.run
+if a.join:
+    old = json.load(open(a.join))
+    kept = [r for r in old["rows"] if r.get("run") and r.get("run") != a.run]
+    rows = kept + rows
+    runs = sorted({r["run"] for r in kept})
+    commit = f"{a.commit} ({a.run}); {old.get('lajit')} ({', '.join(runs)})"
 rep = dict(device=meta.get("device", peers.get("device")), cc=meta.get("cc"), driver=meta.get("driver"),
-           lajit=a.commit, date=datetime.date.today().isoformat(), ceilings=ceil, rows=rows)
+           lajit=commit, date=datetime.date.today().isoformat(), ceilings=ceil, rows=rows)
 os.makedirs(a.out, exist_ok=True)
 jpath = os.path.join(a.out, a.gpu + ".json")
 json.dump(rep, open(jpath, "w"), indent=1)
 
 # ---- Markdown tables -------------------------------------------------------------------------
 md = [f"# lajit benchmark — {rep['device']}", "",
-      f"lajit {a.commit}, {rep['date']}, driver {rep['driver']}; ceilings measured in the same run: "
+      f"lajit {rep['lajit']}, {rep['date']}, driver {rep['driver']}; ceilings measured in the same run: "
       f"copy {ceil.get('copy_TBps')} TB/s, bf16 matmul {ceil.get('bf16_TFLOPs')} TFLOP/s. "
       "Every lajit row is compared only with peer rows measured in the same device call as it "
       "(lajit_bench and ../shared/peers/peer_bench.py together; rows carry `run` when a report "
