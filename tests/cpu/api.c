@@ -350,3 +350,122 @@ LJ_TEST(decay_helpers)
     ASSERT_STATUS(lajit_decay_alibi(0, 0, 1, s), LAJIT_ERR_INVALID_ARGUMENT);
     ASSERT_STATUS(lajit_decay_alibi(8, 4, 4, s), LAJIT_ERR_INVALID_ARGUMENT);
 }
+
+/* ---- Backward ------------------------------------------------------------------------------ */
+
+typedef struct bwd_setup {
+    fake_tensor q, k, v, g, dq, dk, dv, s, ds, st;
+    lajit_attn_bwd_args args;
+} bwd_setup;
+
+static void bwd_valid(bwd_setup *s)
+{
+    int64_t shape[4] = {2, 4, 64, 128}, h[1] = {4}, st[4] = {2, 4, 128, 128};
+    fake(&s->q, 0x100000, 4, shape, kDLBfloat, 16);
+    fake(&s->k, 0x200000, 4, shape, kDLBfloat, 16);
+    fake(&s->v, 0x300000, 4, shape, kDLBfloat, 16);
+    fake(&s->g, 0x400000, 4, shape, kDLBfloat, 16);
+    fake(&s->dq, 0x500000, 4, shape, kDLBfloat, 16);
+    fake(&s->dk, 0x600000, 4, shape, kDLBfloat, 16);
+    fake(&s->dv, 0x700000, 4, shape, kDLBfloat, 16);
+    fake(&s->s, 0x800000, 1, h, kDLFloat, 32);
+    fake(&s->ds, 0x900000, 1, h, kDLFloat, 32);
+    fake(&s->st, 0xa00000, 4, st, kDLFloat, 32);
+    memset(&s->args, 0, sizeof s->args);
+    s->args.struct_size = sizeof s->args;
+    s->args.q = &s->q.t;
+    s->args.k = &s->k.t;
+    s->args.v = &s->v.t;
+    s->args.dout = &s->g.t;
+    s->args.dq = &s->dq.t;
+    s->args.dk = &s->dk.t;
+    s->args.dv = &s->dv.t;
+    s->args.scale = 1.0f;
+}
+
+LJ_TEST(bwd_null_ctx_args_and_struct_size)
+{
+    bwd_setup s;
+    bwd_valid(&s);
+    ASSERT_STATUS(lajit_attn_bwd(NULL, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
+    lajit_ctx *ctx = make_ctx();
+    ASSERT_STATUS(lajit_attn_bwd(ctx, NULL), LAJIT_ERR_INVALID_ARGUMENT);
+    s.args.struct_size = sizeof s.args - 8;
+    ASSERT_STATUS(lajit_attn_bwd(ctx, &s.args), LAJIT_ERR_STRUCT_SIZE);
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(bwd_missing_gradient_tensor)
+{
+    bwd_setup s;
+    bwd_valid(&s);
+    s.args.dk = NULL;
+    lajit_ctx *ctx = make_ctx();
+    ASSERT_STATUS(lajit_attn_bwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_TRUE(strstr(lajit_errmsg(ctx), "dk") != NULL);
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(bwd_ds_needs_s)
+{
+    bwd_setup s;
+    bwd_valid(&s);
+    s.args.ds = &s.ds.t;
+    lajit_ctx *ctx = make_ctx();
+    ASSERT_STATUS(lajit_attn_bwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_TRUE(strstr(lajit_errmsg(ctx), "needs s") != NULL);
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(bwd_shape_and_dtype_mismatch)
+{
+    bwd_setup s;
+    bwd_valid(&s);
+    lajit_ctx *ctx = make_ctx();
+    s.dq.shape[2] = 63; /* dq must be shaped like q */
+    ASSERT_STATUS(lajit_attn_bwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_TRUE(strstr(lajit_errmsg(ctx), "dq") != NULL);
+    s.dq.shape[2] = 64;
+    s.g.t.dtype.code = kDLFloat; /* dO in another dtype */
+    ASSERT_STATUS(lajit_attn_bwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
+    s.g.t.dtype.code = kDLBfloat;
+    s.args.s = &s.s.t;
+    s.ds.shape[0] = 3; /* ds must be [H] */
+    s.args.ds = &s.ds.t;
+    ASSERT_STATUS(lajit_attn_bwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(bwd_state_gradients_checked)
+{
+    bwd_setup s;
+    bwd_valid(&s);
+    lajit_ctx *ctx = make_ctx();
+    s.st.t.dtype.bits = 16; /* states are float32 */
+    s.st.t.dtype.code = kDLBfloat;
+    s.args.d_final_state = &s.st.t;
+    ASSERT_STATUS(lajit_attn_bwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_TRUE(strstr(lajit_errmsg(ctx), "d_final_state") != NULL);
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(bwd_slots_only_with_varlen)
+{
+    bwd_setup s;
+    bwd_valid(&s);
+    lajit_ctx *ctx = make_ctx();
+    fake_tensor sl;
+    int64_t n[1] = {2};
+    fake(&sl, 0xb00000, 1, n, kDLInt, 32);
+    s.args.state_slots = &sl.t;
+    ASSERT_STATUS(lajit_attn_bwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(bwd_workspace_size)
+{
+    ASSERT_EQ(lajit_attn_bwd_workspace_size(0, 4, 64), 0);
+    ASSERT_EQ(lajit_attn_bwd_workspace_size(2, 4, -1), 0);
+    size_t w = lajit_attn_bwd_workspace_size(4, 32, 128);
+    ASSERT_TRUE(w >= 16 + 4 * 32 * 8 * 4 && w % 16 == 0);
+}

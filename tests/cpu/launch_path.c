@@ -272,3 +272,107 @@ LJ_TEST(fault_every_driver_call)
 {
     sweep(LJ_FAULT_DRIVER, 0, 200);
 }
+
+/* The backward's passes through the fake driver: dq, dv (+ dS_0), dk as scans of the forward
+ * kernel over permuted inputs, then ds after zeroing its ticket; a second call reuses the four
+ * plans; the context's ds workspace is freed with the context. */
+LJ_TEST(bwd_passes_and_their_params)
+{
+    require_nvrtc();
+    lj_fake_driver_reset();
+    setup u;
+    setup_open(&u);
+    const lj_driver *drv = lj_fake_driver();
+    CUdeviceptr g, dq, dk, dv, dsn, ds0, ds;
+    size_t nq = (size_t)B * H * N * D * 4, nv = (size_t)B * H * N * E * 4, ns = (size_t)B * H * D * E * 4;
+    ASSERT_EQ(drv->cuMemAlloc(&g, nv), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuMemAlloc(&dq, nq), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuMemAlloc(&dk, nq), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuMemAlloc(&dv, nv), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuMemAlloc(&dsn, ns), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuMemAlloc(&ds0, ns), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuMemAlloc(&ds, H * 4), CUDA_SUCCESS);
+    DLTensor tg = make(g, 4, u.vshape, kDLFloat, 32), tdq = make(dq, 4, u.qshape, kDLFloat, 32);
+    DLTensor tdk = make(dk, 4, u.qshape, kDLFloat, 32), tdv = make(dv, 4, u.vshape, kDLFloat, 32);
+    DLTensor tdsn = make(dsn, 4, u.stshape, kDLFloat, 32), tds0 = make(ds0, 4, u.stshape, kDLFloat, 32);
+    DLTensor tds = make(ds, 1, u.sshape, kDLFloat, 32);
+    lajit_attn_bwd_args a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = sizeof a;
+    a.q = &u.tq, a.k = &u.tk, a.v = &u.tv, a.dout = &tg;
+    a.dq = &tdq, a.dk = &tdk, a.dv = &tdv;
+    a.s = &u.ts, a.ds = &tds, a.scale = 0.5f;
+    a.initial_state = &u.ts0, a.d_final_state = &tdsn, a.d_initial_state = &tds0;
+
+    lajit_ctx *ctx = fake_ctx(0);
+    int allocs = lj_fake_driver_counts()->allocs;
+    ASSERT_OK(lajit_attn_bwd(ctx, &a));
+    ASSERT_EQ(lj_fake_driver_counts()->allocs, allocs + 1); /* the context's ds workspace */
+    ASSERT_EQ(lj_fake_launch_count(), 4);
+    const lj_fake_launch *l0 = lj_fake_launch_get(0), *l1 = lj_fake_launch_get(1);
+    const lj_fake_launch *l2 = lj_fake_launch_get(2), *l3 = lj_fake_launch_get(3);
+    ASSERT_STREQ(l0->entry, "la_fwd");
+    ASSERT_STREQ(l3->entry, "la_bwd_ds");
+    /* dq: (dO, v, k) -> dq, from S_0ᵀ (strides swapped); a scan of width E rows, D outputs. */
+    ASSERT_EQ(l0->params.q.ptr, g);
+    ASSERT_EQ(l0->params.k.ptr, u.v);
+    ASSERT_EQ(l0->params.v.ptr, u.k);
+    ASSERT_EQ(l0->params.o.ptr, dq);
+    ASSERT_EQ(l0->params.s0.ptr, u.s0);
+    ASSERT_EQ(l0->params.s0.s2, 1);
+    ASSERT_EQ(l0->params.s0.s3, E);
+    ASSERT_EQ(l0->params.sn.ptr, 0);
+    /* dv: (k, q, dO) -> dv from dS_N, writing dS_0. */
+    ASSERT_EQ(l1->params.q.ptr, u.k);
+    ASSERT_EQ(l1->params.k.ptr, u.q);
+    ASSERT_EQ(l1->params.v.ptr, g);
+    ASSERT_EQ(l1->params.o.ptr, dv);
+    ASSERT_EQ(l1->params.s0.ptr, dsn);
+    ASSERT_EQ(l1->params.s0.s2, E);
+    ASSERT_EQ(l1->params.sn.ptr, ds0);
+    /* dk: (v, dO, q) -> dk from dS_Nᵀ. */
+    ASSERT_EQ(l2->params.q.ptr, u.v);
+    ASSERT_EQ(l2->params.k.ptr, g);
+    ASSERT_EQ(l2->params.v.ptr, u.q);
+    ASSERT_EQ(l2->params.o.ptr, dk);
+    ASSERT_EQ(l2->params.s0.ptr, dsn);
+    ASSERT_EQ(l2->params.s0.s2, 1);
+    /* ds: the plain inputs, the workspace and the output. */
+    ASSERT_EQ(l3->params.q.ptr, u.q);
+    ASSERT_EQ(l3->params.dout.ptr, g);
+    ASSERT_EQ(l3->params.dsn.ptr, dsn);
+    ASSERT_EQ(l3->params.dsdecay, ds);
+    ASSERT_TRUE(l3->params.workspace != 0 && l3->params.workspace % 16 == 0);
+    ASSERT_EQ(l3->grid[1], H);
+    ASSERT_EQ(l3->grid[2], B);
+
+    /* Hot path: no new module, no new allocation; without ds three launches. */
+    int loads = lj_fake_driver_counts()->loads;
+    a.ds = NULL;
+    ASSERT_OK(lajit_attn_bwd(ctx, &a));
+    ASSERT_EQ(lj_fake_launch_count(), 7);
+    ASSERT_EQ(lj_fake_driver_counts()->loads, loads);
+    ASSERT_EQ(lj_fake_driver_counts()->allocs, allocs + 1);
+
+    /* A caller's workspace that is too small is refused; a large enough one is used. */
+    CUdeviceptr ws;
+    size_t need = lajit_attn_bwd_workspace_size(B, H, E);
+    ASSERT_TRUE(need >= 16 + (size_t)B * H * 4);
+    ASSERT_EQ(drv->cuMemAlloc(&ws, need), CUDA_SUCCESS);
+    int64_t wshape[1] = {(int64_t)(need / 4) - 1};
+    DLTensor tws = make(ws, 1, wshape, kDLFloat, 32);
+    a.ds = &tds;
+    a.workspace = &tws;
+    ASSERT_STATUS(lajit_attn_bwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_TRUE(strstr(lajit_errmsg(ctx), "workspace") != NULL);
+    wshape[0] = (int64_t)(need / 4);
+    ASSERT_OK(lajit_attn_bwd(ctx, &a));
+    ASSERT_EQ(lj_fake_launch_get(lj_fake_launch_count() - 1)->params.workspace, ws);
+
+    lajit_ctx_destroy(ctx);
+    CUdeviceptr all[] = {g, dq, dk, dv, dsn, ds0, ds, ws};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        ASSERT_EQ(drv->cuMemFree(all[i]), CUDA_SUCCESS);
+    setup_close(&u);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}

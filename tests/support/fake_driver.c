@@ -546,6 +546,17 @@ static CUresult f_cuMemsetD32(CUdeviceptr dst, unsigned int v, size_t n)
     return CUDA_SUCCESS;
 }
 
+static CUresult f_cuMemsetD32Async(CUdeviceptr dst, unsigned int v, size_t n, CUstream s)
+{
+    FAKE_ENTRY("cuMemsetD32Async");
+    NEED_CONTEXT();
+    if ((s && !live_handle(fk.streams, s)) || dst % 4 || n > SIZE_MAX / 4 || find_alloc(dst, n * 4) < 0)
+        return err(CUDA_ERROR_INVALID_VALUE);
+    for (size_t i = 0; i < n; i++)
+        memcpy((char *)(uintptr_t)dst + 4 * i, &v, 4);
+    return CUDA_SUCCESS;
+}
+
 static CUresult f_cuMemGetInfo(size_t *free_bytes, size_t *total)
 {
     FAKE_ENTRY("cuMemGetInfo");
@@ -745,6 +756,7 @@ static const lj_driver fake_table = {
     .cuMemsetD8 = f_cuMemsetD8,
     .cuMemsetD32 = f_cuMemsetD32,
     .cuMemGetInfo = f_cuMemGetInfo,
+    .cuMemsetD32Async = f_cuMemsetD32Async,
     .cuPointerGetAttribute = f_cuPointerGetAttribute,
     .cuStreamCreate = f_cuStreamCreate,
     .cuStreamDestroy = f_cuStreamDestroy,
