@@ -338,6 +338,59 @@ static void bench_prefill(lajit_ctx *ctx, CUstream s, int B, int H, const int *D
     }
 }
 
+/* ---- JIT start-up ----------------------------------------------------------------------- */
+
+/* The wall time of an application's first training step through lajit, in this (fresh)
+ * process: context creation, plan building (template expansion, cache or NVRTC, module load) of
+ * the forward and the backward's passes, and the launches, until the stream is done. The
+ * application's CUDA context and tensors exist already, as they would in a framework. `what`
+ * only labels the row: the caller sets up the cache directory (empty, warm) or the bundle. */
+static void bench_jit(CUstream s, const char *what, int D, int N)
+{
+    const int B = 4, H = 32, E = D;
+    size_t nq = (size_t)B * H * N * D, nv = (size_t)B * H * N * E;
+    CUdeviceptr q = dalloc(nq * 2), k = dalloc(nq * 2), v = dalloc(nv * 2), o = dalloc(nv * 2),
+                g = dalloc(nv * 2), dq = dalloc(nq * 2), dk = dalloc(nq * 2), dv = dalloc(nv * 2),
+                sl = dalloc((size_t)H * 4);
+    fill_random(q, nq, 16, 0.1f, 1);
+    fill_random(k, nq, 16, 0.1f, 2);
+    fill_random(v, nv, 16, 0.1f, 3);
+    fill_random(g, nv, 16, 0.1f, 4);
+    float slopes[256];
+    check(NULL, lajit_decay_alibi(H, 0, 1, slopes), "slopes");
+    CU(cuMemcpyHtoD(sl, slopes, (size_t)H * 4));
+    CU(cuCtxSynchronize());
+    int64_t qs[4] = {B, H, N, D}, vs[4] = {B, H, N, E}, ss[1] = {H};
+    DLTensor tq = tensor(q, 4, qs, 16, kDLBfloat), tk = tensor(k, 4, qs, 16, kDLBfloat);
+    DLTensor tv = tensor(v, 4, vs, 16, kDLBfloat), to = tensor(o, 4, vs, 16, kDLBfloat);
+    DLTensor tg = tensor(g, 4, vs, 16, kDLBfloat), tdq = tensor(dq, 4, qs, 16, kDLBfloat);
+    DLTensor tdk = tensor(dk, 4, qs, 16, kDLBfloat), tdv = tensor(dv, 4, vs, 16, kDLBfloat);
+    DLTensor ts = tensor(sl, 1, ss, 32, kDLFloat);
+    fwd_case c;
+    memset(&c, 0, sizeof c);
+    c.args.struct_size = sizeof c.args;
+    c.args.q = &tq, c.args.k = &tk, c.args.v = &tv, c.args.o = &to, c.args.s = &ts;
+    c.args.scale = 1.0f;
+    c.bwd.struct_size = sizeof c.bwd;
+    c.bwd.q = &tq, c.bwd.k = &tk, c.bwd.v = &tv, c.bwd.dout = &tg;
+    c.bwd.dq = &tdq, c.bwd.dk = &tdk, c.bwd.dv = &tdv, c.bwd.s = &ts, c.bwd.scale = 1.0f;
+
+    double t0 = now_s();
+    lajit_ctx_desc desc;
+    lajit_ctx_desc_init(&desc);
+    check(NULL, lajit_ctx_create(&desc, &c.ctx), "context");
+    run_fwdbwd(&c, s);
+    CU(cuStreamSynchronize(s));
+    double t1 = now_s();
+    printf("{\"op\": \"jit\", \"what\": \"%s\", \"family\": \"la_fwd+la_bwd\", \"dtype\": \"bf16\", "
+           "\"B\": %d, \"H\": %d, \"D\": %d, \"N\": %d, \"s\": %.4f}\n", what, B, H, D, N, t1 - t0);
+    fflush(stdout);
+    lajit_ctx_destroy(c.ctx);
+    CUdeviceptr frees[] = {q, k, v, o, g, dq, dk, dv, sl};
+    for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++)
+        CU(cuMemFree(frees[i]));
+}
+
 /* ---- Decode -------------------------------------------------------------------------------- */
 
 typedef struct decode_case {
@@ -502,14 +555,15 @@ static int parse_list(const char *s, int *out, int cap)
 
 int main(int argc, char **argv)
 {
-    const char *mode = "all", *family = NULL;
+    const char *mode = "all", *family = NULL, *jit_what = "first_call";
     int Ds[8] = {64, 128}, nD = 2, Ns[16] = {1024, 2048, 4096, 8192, 16384, 32768}, nN = 6;
     int Bs[16] = {1, 4, 16, 32, 64, 128, 256}, nB = 7, Ts[4] = {1, 4}, nT = 2;
     int B = 4, H = 32, dH = 64, dD = 128;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
         if (strcmp(a, "--help") == 0) {
-            printf("usage: lajit_bench [--mode prefill|fwdbwd|decode|dispatch|all] [--family NAME]\n"
+            printf("usage: lajit_bench [--mode prefill|fwdbwd|decode|dispatch|jit|all] [--family NAME]\n"
+                   "  [--jit-what first_call_cold|first_call_warm_disk|first_call_bundle]\n"
                    "  [--B 4] [--H 32] [--D 64,128] [--N 1024,...] [--decode-B 1,4,...]\n"
                    "  [--decode-H 64] [--decode-D 128] [--T 1,4]\n"
                    "Prints one JSON row per measurement (DESIGN.md's report rows).\n");
@@ -517,6 +571,7 @@ int main(int argc, char **argv)
         }
         if (strcmp(a, "--mode") == 0) mode = v;
         else if (strcmp(a, "--family") == 0) family = v;
+        else if (strcmp(a, "--jit-what") == 0) jit_what = v;
         else if (strcmp(a, "--B") == 0) B = atoi(v);
         else if (strcmp(a, "--H") == 0) H = atoi(v);
         else if (strcmp(a, "--D") == 0) nD = parse_list(v, Ds, 8);
@@ -540,6 +595,19 @@ int main(int argc, char **argv)
     lajit_ctx_desc desc;
     lajit_ctx_desc_init(&desc);
     check(NULL, lajit_ctx_create(&desc, &ctx), "context");
+    if (strcmp(mode, "jit") == 0) {
+        /* Alone, in a fresh process: the application's CUDA context exists (made current here
+         * without NVRTC, which the helpers below would load), nothing of lajit's is warm. */
+        lj_device *dev;
+        check(ctx, lajit__ctx_device(ctx, &dev), "device");
+        check(ctx, lj_device_make_current(lajit__ctx_env(ctx), dev), "make current");
+        CUstream s;
+        CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+        bench_jit(s, jit_what, Ds[nD - 1], Ns[nN - 1]);
+        CU(cuStreamDestroy(s));
+        lajit_ctx_destroy(ctx);
+        return 0;
+    }
     load_helpers(ctx);
     CUstream s;
     CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
