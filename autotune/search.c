@@ -62,22 +62,23 @@ lajit_status lj_config_parse(lj_env *env, lj_family *f, const lj_config *base, c
         memcpy(token, q, n);
         token[n] = 0;
         q += n;
-        /* Only parameters (capitals) are accepted here: a lower-case key would assign the
-         * dummy problem and must not pass for a configuration. */
-        if (!(token[0] >= 'A' && token[0] <= 'Z'))
+        /* Only the family's parameters: lj_assign would also take problem fields (D=64) into
+         * the dummy problem, which must not pass for a configuration. */
+        size_t klen = strcspn(token, "=");
+        int which = -1;
+        for (int i = 0; i < cfg.n; i++)
+            if (strlen(cfg.names[i]) == klen && strncmp(cfg.names[i], token, klen) == 0)
+                which = i;
+        if (which < 0 || token[klen] != '=')
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                            "configuration \"%s\": %s is not a parameter", text, token);
+                            "configuration \"%s\": %s is not a parameter of %s", text, token,
+                            lj_family_name(f));
+        if (seen[which]++)
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                            "configuration \"%s\": %s given twice", text, cfg.names[which]);
         lajit_status st = lj_assign(env, f, token, &dummy, &cfg);
         if (st != LAJIT_OK)
             return st;
-        size_t klen = strcspn(token, "=");
-        for (int i = 0; i < cfg.n; i++) {
-            if (strlen(cfg.names[i]) == klen && strncmp(cfg.names[i], token, klen) == 0) {
-                if (seen[i]++)
-                    return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                                    "configuration \"%s\": %s given twice", text, cfg.names[i]);
-            }
-        }
     }
     for (int i = 0; i < cfg.n; i++)
         if (!seen[i])
