@@ -3,6 +3,7 @@
  * (family.h has the contract). Also the small name tables and the offline arch table. */
 #include "family.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -787,24 +788,76 @@ static int compare_str(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* Adds dir/sub's regular file names as "sub/name" to paths (grown as needed). A missing folder
+ * adds nothing: a development template dir need not have every folder. */
+static lajit_status list_folder(lj_env *env, const char *dir, const char *sub, char ***paths,
+                                size_t *n, size_t *cap)
+{
+    char folder[4096];
+    snprintf(folder, sizeof folder, "%s/%s", dir, sub);
+    DIR *d = opendir(folder);
+    if (!d)
+        return LAJIT_OK;
+    struct dirent *e;
+    lajit_status st = LAJIT_OK;
+    while (st == LAJIT_OK && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        if (*n == *cap) {
+            size_t grown = *cap ? 2 * *cap : 16;
+            char **p = lj_realloc(env, *paths, grown * sizeof *p);
+            if (!p) {
+                st = lj_oom(env);
+                break;
+            }
+            *paths = p;
+            *cap = grown;
+        }
+        size_t len = strlen(sub) + strlen(e->d_name) + 2;
+        char *path = lj_malloc(env, len);
+        if (!path) {
+            st = lj_oom(env);
+            break;
+        }
+        snprintf(path, len, "%s/%s", sub, e->d_name);
+        (*paths)[(*n)++] = path;
+    }
+    closedir(d);
+    return st;
+}
+
 lajit_status lj_family_template_text(lj_family *f, char **text, size_t *len)
 {
-    /* The file list is the embedded one; with a template dir the same paths are read from it. */
+    /* The file list is the embedded one, or with a template dir the files its common/ and
+     * <family>/ folders hold (a development family need not be embedded). */
     lj_buf b;
     lj_buf_init(&b, f->env);
-    size_t n = lj_embedded_count;
-    const char **paths = lj_malloc(f->env, sizeof *paths * (n ? n : 1));
-    if (!paths)
-        return lj_oom(f->env);
+    const char *dir = lj_lua_template_dir(f->h);
+    char **owned = NULL; /* template dir: the listed names, freed below */
+    size_t n_owned = 0, cap_owned = 0;
+    const char **paths = NULL;
     size_t m = 0;
-    size_t fl = strlen(f->name);
-    for (size_t i = 0; i < n; i++) {
-        const char *p = lj_embedded_files[i].path;
-        if (strncmp(p, "common/", 7) == 0 || (strncmp(p, f->name, fl) == 0 && p[fl] == '/'))
-            paths[m++] = p;
-    }
-    qsort(paths, m, sizeof *paths, compare_str);
     lajit_status st = LAJIT_OK;
+    if (dir) {
+        st = list_folder(f->env, dir, "common", &owned, &n_owned, &cap_owned);
+        if (st == LAJIT_OK)
+            st = list_folder(f->env, dir, f->name, &owned, &n_owned, &cap_owned);
+        paths = (const char **)owned;
+        m = n_owned;
+    } else {
+        size_t n = lj_embedded_count;
+        paths = lj_malloc(f->env, sizeof *paths * (n ? n : 1));
+        if (!paths)
+            return lj_oom(f->env);
+        size_t fl = strlen(f->name);
+        for (size_t i = 0; i < n; i++) {
+            const char *p = lj_embedded_files[i].path;
+            if (strncmp(p, "common/", 7) == 0 || (strncmp(p, f->name, fl) == 0 && p[fl] == '/'))
+                paths[m++] = p;
+        }
+    }
+    if (st == LAJIT_OK && m > 1)
+        qsort(paths, m, sizeof *paths, compare_str);
     for (size_t i = 0; i < m && st == LAJIT_OK; i++) {
         const char *t;
         size_t l;
@@ -814,7 +867,12 @@ lajit_status lj_family_template_text(lj_family *f, char **text, size_t *len)
             lj_buf_add(&b, t, l);
         }
     }
-    lj_free(f->env, paths);
+    for (size_t i = 0; i < n_owned; i++)
+        lj_free(f->env, owned[i]);
+    if (dir)
+        lj_free(f->env, owned);
+    else
+        lj_free(f->env, (void *)paths);
     if (st != LAJIT_OK) {
         lj_buf_free(&b);
         return st;

@@ -2,6 +2,7 @@
 #include "kernel.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,4 +225,67 @@ lajit_status lj_kernel_build(lj_lua *L, lj_family *f, lj_cache *cache, const lj_
     if (st == LAJIT_OK)
         *out = k;
     return st;
+}
+
+/* ---- Parallel compiles ------------------------------------------------------------------------ */
+
+typedef struct compile_pool {
+    lj_compile_task *tasks;
+    int n, next;
+    pthread_mutex_t lock;
+} compile_pool;
+
+static double wall_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void *compile_worker(void *arg)
+{
+    compile_pool *pool = arg;
+    lj_env env;
+    lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
+    for (;;) {
+        pthread_mutex_lock(&pool->lock);
+        int i = pool->next++;
+        pthread_mutex_unlock(&pool->lock);
+        if (i >= pool->n)
+            return NULL;
+        lj_compile_task *t = &pool->tasks[i];
+        if (!t->job)
+            continue;
+        double t0 = wall_s();
+        t->status = lj_kernel_compile(&env, t->job, &t->compiled);
+        t->seconds = wall_s() - t0;
+        if (t->status != LAJIT_OK)
+            snprintf(t->error, sizeof t->error, "%.1000s", env.errmsg);
+        lj_clear_error(&env);
+    }
+}
+
+void lj_kernel_compile_parallel(lj_compile_task *tasks, int n, int threads)
+{
+    compile_pool pool = {tasks, n, 0, PTHREAD_MUTEX_INITIALIZER};
+    if (threads <= 0)
+        threads = 4;
+    if (threads > 16)
+        threads = 16;
+    pthread_t tid[16];
+    int started = 0;
+    for (int t = 0; t < threads; t++)
+        if (pthread_create(&tid[t], NULL, compile_worker, &pool) == 0)
+            started++;
+    if (started == 0)
+        compile_worker(&pool); /* no thread could start: compile here */
+    for (int t = 0; t < started; t++)
+        pthread_join(tid[t], NULL);
+}
+
+void lj_compile_task_free(lj_compile_task *task)
+{
+    lj_env env;
+    lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
+    lj_compiled_free(&env, &task->compiled);
 }

@@ -104,6 +104,14 @@ typedef void (*lajit_log_fn)(void *user, lajit_log_level level, const char *mess
 #define LAJIT_CTX_CHECKED 0x2u       /* validate device-side values (costs a synchronisation) */
 #define LAJIT_CTX_NO_DEVICE 0x4u     /* never touch the driver: generation and compile only */
 
+/* Autotune policies (lajit_ctx_desc.autotune). The tuning database is tune.db in the cache
+ * directory (none with LAJIT_CTX_NO_DISK_CACHE); an unusable database means defaults. */
+#define LAJIT_AUTOTUNE_ENV 0u   /* from the environment: LAJIT_AUTOTUNE=off (default) | eager */
+#define LAJIT_AUTOTUNE_OFF 1u   /* a bucket uses the database's winner if any, else the default */
+#define LAJIT_AUTOTUNE_EAGER 2u /* a bucket with no winner is tuned on its first call (once per
+                                   bucket and device, by one process at a time; others use the
+                                   default meanwhile) */
+
 typedef struct lajit_ctx_desc {
     size_t struct_size;       /* sizeof(lajit_ctx_desc): lets later versions grow the struct */
     int device;               /* CUDA device ordinal */
@@ -115,6 +123,9 @@ typedef struct lajit_ctx_desc {
     const char *cache_dir;    /* NULL: $LAJIT_CACHE_DIR, else $XDG_CACHE_HOME/lajit, else
                                  ~/.cache/lajit. Copied at creation. */
     uint32_t flags;           /* LAJIT_CTX_* */
+    uint32_t autotune;        /* LAJIT_AUTOTUNE_*; 0 (LAJIT_AUTOTUNE_ENV): the environment
+                                 decides. Added in 0.1: a struct_size ending before it is
+                                 accepted and means 0. */
 } lajit_ctx_desc;
 
 /* Fills *desc with the defaults (device 0, system allocator, no log, default cache). */

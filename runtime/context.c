@@ -2,6 +2,7 @@
  * families, device), lajit_expand and the error message (context.h, lajit.h). */
 #include "context.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,9 +27,14 @@ LAJIT_API lajit_status lajit_ctx_create(const lajit_ctx_desc *desc, lajit_ctx **
         lajit_ctx_desc_init(&defaults);
         desc = &defaults;
     }
-    if (desc->struct_size != sizeof(lajit_ctx_desc))
+    /* The size before `autotune` was added is accepted too (on LP64 it is the same number:
+     * the field took what was padding, which lajit_ctx_desc_init zeroes). */
+    size_t before_autotune = offsetof(lajit_ctx_desc, autotune);
+    if (desc->struct_size != sizeof(lajit_ctx_desc) && desc->struct_size != before_autotune)
         return LAJIT_ERR_STRUCT_SIZE;
-    if (desc->device < 0 || (unsigned)desc->log_level > LAJIT_LOG_DEBUG)
+    uint32_t autotune = desc->struct_size > before_autotune ? desc->autotune : LAJIT_AUTOTUNE_ENV;
+    if (desc->device < 0 || (unsigned)desc->log_level > LAJIT_LOG_DEBUG ||
+        autotune > LAJIT_AUTOTUNE_EAGER)
         return LAJIT_ERR_INVALID_ARGUMENT;
 
     /* The context itself comes from the caller's allocator too: a temporary env does the
@@ -46,6 +52,15 @@ LAJIT_API lajit_status lajit_ctx_create(const lajit_ctx_desc *desc, lajit_ctx **
     const char *check = getenv("LAJIT_CHECK");
     if (check && strcmp(check, "1") == 0)
         ctx->flags |= LAJIT_CTX_CHECKED;
+    ctx->autotune = autotune;
+    if (autotune == LAJIT_AUTOTUNE_ENV) {
+        const char *policy = getenv("LAJIT_AUTOTUNE");
+        ctx->autotune = LAJIT_AUTOTUNE_OFF;
+        if (policy && strcmp(policy, "eager") == 0)
+            ctx->autotune = LAJIT_AUTOTUNE_EAGER;
+        else if (policy && *policy && strcmp(policy, "off") != 0)
+            lj_log(&ctx->env, LAJIT_LOG_WARN, "LAJIT_AUTOTUNE=%s is not off or eager: off", policy);
+    }
 
     lajit_status st = LAJIT_OK;
     const char *tdir = getenv("LAJIT_TEMPLATE_DIR");
@@ -91,6 +106,7 @@ LAJIT_API void lajit_ctx_destroy(lajit_ctx *ctx)
     lj_plan_table_free(env, &ctx->plans);
     for (int i = 0; i < ctx->n_families; i++)
         lj_family_free(ctx->families[i]);
+    lj_tunedb_close(ctx->tunedb);
     lj_lua_close(ctx->lua);
     lj_cache_close(ctx->cache);
     lj_free(env, ctx->cache_dir);

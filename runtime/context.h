@@ -10,6 +10,7 @@
 #include "family.h"
 #include "plan.h"
 #include "sandbox.h"
+#include "tunedb.h"
 
 #define LJ_MAX_FAMILIES 16
 
@@ -29,6 +30,9 @@ struct lajit_ctx {
     lj_plan_table plans;
     CUdeviceptr scratch; /* the backward's ds workspace when the caller gives none (grow-only) */
     size_t scratch_bytes;
+    uint32_t autotune;  /* LAJIT_AUTOTUNE_OFF or _EAGER (resolved at creation) */
+    lj_tunedb *tunedb;  /* opened on the first plan built; NULL until then or if unusable */
+    int tunedb_failed;  /* 1: opening failed once; not retried for this context */
 };
 
 /* Internal entry points shared by the ops, the CLI and the tests. */

@@ -47,6 +47,8 @@ static const struct {
     LJ_ENTRY(cuCtxPushCurrent),
     LJ_ENTRY(cuCtxPopCurrent),
     LJ_ENTRY(cuCtxSynchronize),
+    LJ_ENTRY(cuCtxCreate),
+    LJ_ENTRY(cuCtxDestroy),
     LJ_ENTRY(cuModuleLoadData),
     LJ_ENTRY(cuModuleUnload),
     LJ_ENTRY(cuModuleGetFunction),

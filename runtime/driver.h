@@ -28,6 +28,10 @@ typedef struct lj_driver {
     CUresult (*cuCtxPushCurrent)(CUcontext);
     CUresult (*cuCtxPopCurrent)(CUcontext *);
     CUresult (*cuCtxSynchronize)(void);
+    /* Private contexts (the tuner times candidates in one, so a faulting kernel poisons only
+     * it). At the pinned ABI these are cuCtxCreate_v2 (flags, device) and cuCtxDestroy_v2. */
+    CUresult (*cuCtxCreate)(CUcontext *, unsigned int, CUdevice);
+    CUresult (*cuCtxDestroy)(CUcontext);
     CUresult (*cuModuleLoadData)(CUmodule *, const void *);
     CUresult (*cuModuleUnload)(CUmodule);
     CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);

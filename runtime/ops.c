@@ -11,6 +11,7 @@
 #include "context.h"
 #include "kernel.h"
 #include "problem.h"
+#include "search.h"
 #include "tensor.h"
 
 /* ---- Plans --------------------------------------------------------------------------------- */
@@ -42,6 +43,88 @@ static const char *const *default_families(lj_op op)
 
 /* Plans built for "no family named" are keyed by this index, whichever family served them. */
 #define DEFAULT_FAMILY_INDEX 255
+
+/* ---- Autotune policy (the slow path only) ------------------------------------------------- */
+
+/* How long a tuning lease lasts: longer than any one bucket's search. */
+#define TUNE_LEASE_S 1800
+
+/* The tuning database of the context, opened on first need; NULL when there is none (memory
+ * cache only, or unusable: said once in the log, then defaults for the context's life). */
+static lj_tunedb *context_tunedb(lajit_ctx *ctx)
+{
+    if (ctx->tunedb || ctx->tunedb_failed)
+        return ctx->tunedb;
+    if (!ctx->cache_dir || lj_tunedb_open(&ctx->env, ctx->cache_dir, &ctx->tunedb) != LAJIT_OK) {
+        ctx->tunedb_failed = 1;
+        if (ctx->cache_dir)
+            lj_log(&ctx->env, LAJIT_LOG_WARN, "no tuning database, using defaults: %s",
+                   ctx->env.errmsg);
+        lj_clear_error(&ctx->env);
+    }
+    return ctx->tunedb;
+}
+
+/* Replaces *cfg (f's default for p, valid) by the tuned configuration when the policy finds or
+ * makes one. Tuning never fails an op: any problem is logged and the default stays. A winner
+ * from the database is used only when it still parses and is valid for this problem. */
+static void apply_tuning(lajit_ctx *ctx, lj_family *f, lj_lua *L, lj_cache *cache, lj_device *dev,
+                         const lj_problem *p, lj_config *cfg)
+{
+    lj_env *env = &ctx->env;
+    lj_tunedb *db = context_tunedb(ctx);
+    if (!db)
+        return;
+    lj_tune_id id;
+    char text[256];
+    int found = 0, ok = 0;
+    lj_config tuned;
+    char reason[256];
+    if (lj_tune_id_make(env, f, dev, p, &id) != LAJIT_OK ||
+        lj_tunedb_winner(db, &id, text, sizeof text, NULL, &found) != LAJIT_OK)
+        goto failed;
+    if (found) {
+        if (lj_config_parse(env, f, cfg, text, &tuned) != LAJIT_OK ||
+            lj_family_valid(f, &tuned, p, &dev->info, &ok, reason, sizeof reason) != LAJIT_OK) {
+            lj_log(env, LAJIT_LOG_WARN, "tuned [%s] for %s is unusable (%s): default", text,
+                   id.bucket, env->errmsg);
+            lj_clear_error(env);
+        } else if (!ok) {
+            lj_log(env, LAJIT_LOG_WARN, "tuned [%s] for %s is not valid here (%s): default",
+                   text, id.bucket, reason);
+        } else {
+            *cfg = tuned;
+            return;
+        }
+    }
+    if (ctx->autotune != LAJIT_AUTOTUNE_EAGER || found)
+        return;
+    int got = 0;
+    if (lj_tunedb_lease(db, &id, TUNE_LEASE_S, &got) != LAJIT_OK)
+        goto failed;
+    if (!got) {
+        lj_log(env, LAJIT_LOG_INFO, "%s %s is being tuned by another process: default for now",
+               id.family, id.bucket);
+        return;
+    }
+    lj_log(env, LAJIT_LOG_INFO, "tuning %s %s", id.family, id.bucket);
+    lj_search_out res;
+    lajit_status st = lj_search_run(env, L, f, cache, dev, p, NULL, &res);
+    if (st == LAJIT_OK) {
+        char dtext[256];
+        lj_config_format(&res.dflt, dtext, sizeof dtext);
+        st = lj_tunedb_record(db, &id, res.results, res.n_results, dtext, res.default_ms);
+        if (res.have_best)
+            *cfg = res.best;
+        lj_search_out_free(env, &res);
+    }
+    lj_tunedb_release(db, &id);
+    if (st == LAJIT_OK)
+        return;
+failed:
+    lj_log(env, LAJIT_LOG_WARN, "autotune: %s; using the default", env->errmsg);
+    lj_clear_error(env);
+}
 
 static lajit_status build_plan(lajit_ctx *ctx, const char *requested, const lj_problem *p,
                                const lj_plan **out)
@@ -95,6 +178,7 @@ static lajit_status build_plan(lajit_ctx *ctx, const char *requested, const lj_p
         return lj_error(env, LAJIT_ERR_UNSUPPORTED, "no family supports %s on %s (%s)", what,
                         dev->info.arch, reasons);
     }
+    apply_tuning(ctx, f, L, cache, dev, p, &plan.config);
     plan.key = lj_plan_key_make(p, requested ? family_index(ctx, requested) : DEFAULT_FAMILY_INDEX);
     st = lj_family_launch(f, &plan.config, p, &dev->info, &plan.launch);
     if (st != LAJIT_OK)

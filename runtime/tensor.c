@@ -10,9 +10,12 @@
 
 /* The tensor's layout after normalisation: address, element size, and strides with those of
  * size-1 dimensions replaced (0, or 1 for the last) so equal views compare equal. */
+/* Up to 5 dimensions: decode's step_states [B,T,H,D,E] is checked through these too. */
+#define MAX_DIMS 5
+
 typedef struct layout {
     uint64_t ptr;
-    int64_t stride[4];
+    int64_t stride[MAX_DIMS];
     int64_t max_offset; /* largest element offset, in elements */
     int elsize;         /* bytes */
 } layout;
@@ -95,9 +98,9 @@ static void shape_text(const int64_t *shape, int ndim, char *out, size_t cap)
 }
 
 /* Strides as the tensor gives them (compact row-major when NULL), normalised for size-1
- * dimensions. Assumes ndim in 1..4 and positive sizes. Returns 0 when the compact strides
+ * dimensions. Assumes ndim in 1..MAX_DIMS and positive sizes. Returns 0 when the compact strides
  * overflow 64 bits. */
-static int strides_of(const DLTensor *t, int64_t stride[4])
+static int strides_of(const DLTensor *t, int64_t stride[MAX_DIMS])
 {
     int n = t->ndim;
     int64_t compact = 1;
@@ -189,7 +192,7 @@ lajit_status lj_tensor_view(lj_env *env, const char *name, const DLTensor *t, in
         }
     }
 
-    int64_t stride[4];
+    int64_t stride[MAX_DIMS];
     if (!strides_of(t, stride)) {
         shape_text(t->shape, ndim, got, sizeof got);
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s's offsets overflow 32 bits: %s %s",
@@ -341,8 +344,8 @@ lajit_status lj_tensor_check_writable(lj_env *env, const char *name, const DLTen
         return LAJIT_OK;
     layout l;
     layout_of(t, &l);
-    /* Dimensions of size > 1 ordered by stride (insertion sort of at most 4). */
-    int order[4], n = 0;
+    /* Dimensions of size > 1 ordered by stride (insertion sort of at most MAX_DIMS). */
+    int order[MAX_DIMS], n = 0;
     for (int i = 0; i < t->ndim; i++) {
         if (t->shape[i] == 1)
             continue;

@@ -1,4 +1,4 @@
-/* lajit.c — the `lajit` command: version, info, families, expand, compile, cache.
+/* lajit.c — the `lajit` command: version, info, families, expand, compile, cache, tune, db.
  *
  * It is a thin shell over the library: everything it prints comes from the same functions the
  * C API uses (the internal ones where the CLI reports more than the API returns, e.g. the
@@ -9,10 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "context.h"
 #include "kernel.h"
 #include "problem.h"
+#include "search.h"
+#include "tunedb.h"
 
 static const char *prog = "lajit";
 
@@ -219,39 +222,9 @@ typedef struct compile_item {
     int have_job;
     int cached;            /* served by the cache */
     lj_cache_entry entry;  /* report (from the cache or the compile) */
-    lj_compiled compiled;
     lajit_status status;
     char error[1024];
-    double seconds;
 } compile_item;
-
-typedef struct compile_pool {
-    compile_item *items;
-    int n, next;
-    pthread_mutex_t lock;
-} compile_pool;
-
-static void *compile_worker(void *arg)
-{
-    compile_pool *pool = arg;
-    lj_env env;
-    lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
-    for (;;) {
-        pthread_mutex_lock(&pool->lock);
-        int i = pool->next++;
-        pthread_mutex_unlock(&pool->lock);
-        if (i >= pool->n)
-            return NULL;
-        compile_item *it = &pool->items[i];
-        if (!it->have_job || it->cached)
-            continue;
-        double t0 = now_s();
-        it->status = lj_kernel_compile(&env, &it->job, &it->compiled);
-        it->seconds = now_s() - t0;
-        if (it->status != LAJIT_OK)
-            snprintf(it->error, sizeof it->error, "%.1000s", env.errmsg);
-    }
-}
 
 static int split_list(char *list, char **out, int cap)
 {
@@ -386,35 +359,34 @@ static int cmd_compile(int argc, char **argv)
             }
         }
         /* Compile the misses on worker threads, then store them from this thread. */
-        compile_pool pool = {items, n, 0, PTHREAD_MUTEX_INITIALIZER};
-        int threads = jobs > 0 ? jobs : 4;
-        if (threads > 16)
-            threads = 16;
-        pthread_t tid[16];
-        int started = 0;
-        for (int t = 0; t < threads; t++)
-            if (pthread_create(&tid[t], NULL, compile_worker, &pool) == 0)
-                started++;
-        if (started == 0)
-            compile_worker(&pool);
-        for (int t = 0; t < started; t++)
-            pthread_join(tid[t], NULL);
+        lj_compile_task *tasks = lj_calloc(env, (size_t)(n ? n : 1), sizeof *tasks);
+        if (!tasks) {
+            rc = fail(ctx, lj_oom(env));
+            n = 0;
+        }
+        for (int i = 0; i < n; i++)
+            tasks[i].job = items[i].have_job && !items[i].cached && items[i].status == LAJIT_OK
+                               ? &items[i].job : NULL;
+        lj_kernel_compile_parallel(tasks, n, jobs);
         for (int i = 0; i < n; i++) {
             compile_item *it = &items[i];
             char what[256], cfg[256];
             lj_problem_format(&it->problem, what, sizeof what);
             lj_config_format(&it->config, cfg, sizeof cfg);
-            if (it->have_job && !it->cached && it->status == LAJIT_OK) {
+            if (tasks[i].job && tasks[i].status != LAJIT_OK) {
+                it->status = tasks[i].status;
+                snprintf(it->error, sizeof it->error, "%s", tasks[i].error);
+            } else if (tasks[i].job) {
                 int found = 0;
-                st = lj_cache_put(cache, it->job.key, 0, &it->compiled);
+                st = lj_cache_put(cache, it->job.key, 0, &tasks[i].compiled);
                 if (st == LAJIT_OK)
                     st = lj_cache_get(cache, it->job.key, 0, &it->entry, &found);
-                lj_compiled_free(env, &it->compiled);
                 if (st != LAJIT_OK) {
                     it->status = st;
                     snprintf(it->error, sizeof it->error, "%s", lajit_errmsg(ctx));
                 }
             }
+            lj_compile_task_free(&tasks[i]);
             if (it->status != LAJIT_OK) {
                 printf("%-13s %-8s %-44s %-36s FAILED: %s\n", families[fi], it->arch, what, cfg,
                        it->error);
@@ -428,11 +400,12 @@ static int cmd_compile(int argc, char **argv)
                 printf("%-13s %-8s %-44s %-36s %-7s %8zu %5d %7s %8u %.2f\n", families[fi],
                        it->arch, what, cfg, it->cached ? "cache" : "nvrtc", it->entry.size,
                        it->entry.regs, spills, (unsigned)it->entry.smem_static + it->smem_dynamic,
-                       it->seconds);
+                       tasks[i].seconds);
             }
             if (it->have_job)
                 lj_kernel_job_free(L, &it->job);
         }
+        lj_free(env, tasks);
         lj_free(env, items);
         lj_free(env, problems);
         lj_free(env, configs);
@@ -503,6 +476,386 @@ static int cmd_cache(int argc, char **argv)
     return rc;
 }
 
+/* ---- tune ------------------------------------------------------------------------------------ */
+
+typedef struct tune_progress {
+    int tty;
+    const char *label;
+} tune_progress;
+
+/* A one-line bar on a terminal (stderr); nothing otherwise, so logs and pipes stay clean. */
+static void tune_progress_fn(void *user, int done, int total, const char *what)
+{
+    tune_progress *t = user;
+    if (!t->tty)
+        return;
+    int width = 30, filled = total > 0 ? done * width / total : 0;
+    char bar[64];
+    for (int i = 0; i < width; i++)
+        bar[i] = i < filled ? '#' : '.';
+    bar[width] = 0;
+    fprintf(stderr, "\r%-28.28s [%s] %3d/%-3d %-40.40s", t->label, bar, done, total, what);
+    fflush(stderr);
+}
+
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            fprintf(f, "\\u%04x", (unsigned char)*s);
+        else
+            fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void json_ms(FILE *f, double ms)
+{
+    if (ms >= 0)
+        fprintf(f, "%.6g", ms);
+    else
+        fputs("null", f);
+}
+
+#define MAX_LIST 16
+
+/* "1,4,16" into values; returns the count (0 on a bad list). */
+static int int_list(const char *text, int *values)
+{
+    int n = 0;
+    const char *p = text;
+    while (*p && n < MAX_LIST) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v <= 0 || v > 1 << 30)
+            return 0;
+        values[n++] = (int)v;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',')
+            return 0;
+    }
+    return *p ? 0 : n;
+}
+
+static int cmd_tune(int argc, char **argv)
+{
+    if (wants_help(argc, argv) || argc < 1) {
+        printf("usage: %s tune --family NAME [--dtype T] [--B LIST] [--H LIST] [--N LIST] [--D n]\n"
+               "       [--E n] [--T n] [--decay] [--initial] [--final] [--vk] [--step-states]\n"
+               "       [-p KEY=VALUE ...] [--runs N] [--warmup N] [-j N] [--json FILE]\n\n"
+               "Tunes a family on this machine's GPU (device 0) and stores the winners in the\n"
+               "tuning database (tune.db in the cache directory). The problem starts from the\n"
+               "family's first representative problem; the flags (or -p with problem fields) set\n"
+               "its fields. B, H and N take comma-separated lists: every combination is tuned.\n"
+               "Each valid configuration is compiled (-j threads), then timed in a private CUDA\n"
+               "context: --warmup launches, then the median of --runs (default 3 and 5), inputs\n"
+               "rotated beyond the L2 size. A faulting candidate is recorded as failed.\n"
+               "A progress bar goes to stderr on a terminal. --json writes a summary: per bucket\n"
+               "the default and the tuned configuration with their times.\n", prog);
+        return argc < 1 ? 2 : 0;
+    }
+    const char *family = NULL, *json = NULL;
+    const char *assign[64];
+    int n_assign = 0;
+    char flagbuf[8][32];
+    int n_flags = 0;
+    int Bs[MAX_LIST], Hs[MAX_LIST], Ns[MAX_LIST], nB = 0, nH = 0, nN = 0;
+    lj_search_opts opts;
+    memset(&opts, 0, sizeof opts);
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        int more = i + 1 < argc;
+        if (strcmp(a, "--family") == 0 && more)
+            family = argv[++i];
+        else if (strcmp(a, "--json") == 0 && more)
+            json = argv[++i];
+        else if (strcmp(a, "-p") == 0 && more && n_assign < 48)
+            assign[n_assign++] = argv[++i];
+        else if (strcmp(a, "--runs") == 0 && more)
+            opts.runs = atoi(argv[++i]);
+        else if (strcmp(a, "--warmup") == 0 && more)
+            opts.warmup = atoi(argv[++i]);
+        else if (strcmp(a, "-j") == 0 && more)
+            opts.threads = atoi(argv[++i]);
+        else if (strcmp(a, "--B") == 0 && more) {
+            if (!(nB = int_list(argv[++i], Bs)))
+                return usage_error("tune: bad --B list %s", argv[i]);
+        } else if (strcmp(a, "--H") == 0 && more) {
+            if (!(nH = int_list(argv[++i], Hs)))
+                return usage_error("tune: bad --H list %s", argv[i]);
+        } else if (strcmp(a, "--N") == 0 && more) {
+            if (!(nN = int_list(argv[++i], Ns)))
+                return usage_error("tune: bad --N list %s", argv[i]);
+        } else if ((strcmp(a, "--D") == 0 || strcmp(a, "--E") == 0 || strcmp(a, "--T") == 0 ||
+                    strcmp(a, "--dtype") == 0) && more && n_flags < 8) {
+            snprintf(flagbuf[n_flags], sizeof flagbuf[n_flags], "%s=%s", a + 2, argv[++i]);
+            assign[n_assign++] = flagbuf[n_flags++];
+        } else if (strcmp(a, "--decay") == 0 && n_assign < 48)
+            assign[n_assign++] = "decay=1";
+        else if (strcmp(a, "--initial") == 0 && n_assign < 48)
+            assign[n_assign++] = "has_initial=1";
+        else if (strcmp(a, "--final") == 0 && n_assign < 48)
+            assign[n_assign++] = "has_final=1";
+        else if (strcmp(a, "--vk") == 0 && n_assign < 48)
+            assign[n_assign++] = "vk=1";
+        else if (strcmp(a, "--step-states") == 0 && n_assign < 48)
+            assign[n_assign++] = "step_states=1";
+        else
+            return usage_error("tune: unexpected argument %s", a);
+    }
+    if (!family)
+        return usage_error("tune: %s", "--family is required");
+    lajit_ctx *ctx = open_ctx(0, 0);
+    if (!ctx)
+        return 1;
+    lj_env *env = lajit__ctx_env(ctx);
+    lj_family *f;
+    lj_lua *L;
+    lj_cache *cache;
+    lj_device *dev;
+    lajit_status st;
+    if ((st = lajit__ctx_family(ctx, family, &f)) != LAJIT_OK ||
+        (st = lajit__ctx_lua(ctx, &L)) != LAJIT_OK || (st = lajit__ctx_cache(ctx, &cache)) != LAJIT_OK ||
+        (st = lajit__ctx_device(ctx, &dev)) != LAJIT_OK) {
+        int rc = fail(ctx, st);
+        lajit_ctx_destroy(ctx);
+        return rc;
+    }
+    lj_problem *problems;
+    int n_problems;
+    if ((st = lj_family_problems(f, &problems, &n_problems)) != LAJIT_OK || n_problems == 0) {
+        int rc = st != LAJIT_OK ? fail(ctx, st) : 1;
+        if (st == LAJIT_OK) {
+            fprintf(stderr, "%s: %s lists no representative problem\n", prog, family);
+            lj_free(env, problems);
+        }
+        lajit_ctx_destroy(ctx);
+        return rc;
+    }
+    lj_problem base = problems[0];
+    lj_free(env, problems);
+    lj_config unused;
+    memset(&unused, 0, sizeof unused);
+    if ((st = lj_assign_all(env, f, assign, (size_t)n_assign, &dev->info, &base, &unused)) != LAJIT_OK) {
+        int rc = fail(ctx, st);
+        lajit_ctx_destroy(ctx);
+        return rc;
+    }
+    lj_tunedb *db = NULL;
+    if (!ctx->cache_dir || lj_tunedb_open(env, ctx->cache_dir, &db) != LAJIT_OK)
+        fprintf(stderr, "%s: warning: results will not be stored: %s\n", prog,
+                ctx->cache_dir ? lajit_errmsg(ctx) : "no cache directory");
+    if (!nB)
+        Bs[nB++] = base.B;
+    if (!nH)
+        Hs[nH++] = base.H;
+    if (!nN)
+        Ns[nN++] = base.N;
+    FILE *out = NULL;
+    if (json && !(out = fopen(json, "w"))) {
+        fprintf(stderr, "%s: cannot write %s\n", prog, json);
+        lj_tunedb_close(db);
+        lajit_ctx_destroy(ctx);
+        return 1;
+    }
+    if (out) {
+        fputs("{\"device\":", out);
+        json_string(out, dev->info.name);
+        fprintf(out, ",\"cc\":%d,\"driver\":%d,\"lajit\":", dev->info.cc, dev->driver_version);
+        json_string(out, lajit_version_string());
+        fputs(",\"rows\":[", out);
+    }
+    int rc = 0, rows = 0;
+    tune_progress prog_state = {isatty(2), family};
+    opts.progress = tune_progress_fn;
+    opts.progress_user = &prog_state;
+    printf("%-10s %-44s %-34s %10s %-34s %10s %7s\n", "family", "problem", "default", "ms",
+           "tuned", "ms", "speedup");
+    for (int bi = 0; bi < nB; bi++) {
+        for (int hi = 0; hi < nH; hi++) {
+            for (int ni = 0; ni < nN; ni++) {
+                lj_problem p = base;
+                p.B = Bs[bi];
+                p.H = Hs[hi];
+                p.N = Ns[ni];
+                if (p.op == LJ_OP_DECODE)
+                    p.N = p.T > 0 ? p.T : 1;
+                char what[256];
+                lj_problem_format(&p, what, sizeof what);
+                lj_tune_id id;
+                int got = 1;
+                if ((st = lj_tune_id_make(env, f, dev, &p, &id)) != LAJIT_OK) {
+                    rc = fail(ctx, st);
+                    continue;
+                }
+                if (db && lj_tunedb_lease(db, &id, 1800, &got) == LAJIT_OK && !got) {
+                    fprintf(stderr, "%s: %s %s is being tuned by another process; skipped\n", prog,
+                            family, what);
+                    rc = 1;
+                    continue;
+                }
+                double t0 = now_s();
+                lj_search_out res;
+                st = lj_search_run(env, L, f, cache, dev, &p, &opts, &res);
+                double seconds = now_s() - t0;
+                if (prog_state.tty)
+                    fprintf(stderr, "\r%100s\r", "");
+                if (st != LAJIT_OK) {
+                    if (db)
+                        lj_tunedb_release(db, &id);
+                    rc = fail(ctx, st);
+                    continue;
+                }
+                char dtext[256], btext[256] = "-";
+                lj_config_format(&res.dflt, dtext, sizeof dtext);
+                if (res.have_best)
+                    lj_config_format(&res.best, btext, sizeof btext);
+                if (db) {
+                    if (lj_tunedb_record(db, &id, res.results, res.n_results, dtext, res.default_ms) != LAJIT_OK)
+                        rc = fail(ctx, LAJIT_ERR_DATABASE);
+                    lj_tunedb_release(db, &id);
+                }
+                int failed = 0;
+                for (int i = 0; i < res.n_results; i++)
+                    failed += res.results[i].failure[0] != 0;
+                char speed[32] = "-";
+                if (res.have_best && res.default_ms > 0)
+                    snprintf(speed, sizeof speed, "%.2fx", res.default_ms / res.best_ms);
+                printf("%-10s %-44s %-34s %10.4f %-34s %10.4f %7s\n", family, what, dtext,
+                       res.default_ms, btext, res.have_best ? res.best_ms : -1.0, speed);
+                if (!res.have_best) {
+                    fprintf(stderr, "%s: no candidate of %s ran for %s\n", prog, family, what);
+                    rc = 1;
+                }
+                if (out) {
+                    fprintf(out, "%s\n{\"family\":", rows++ ? "," : "");
+                    json_string(out, family);
+                    fputs(",\"bucket\":", out);
+                    json_string(out, id.bucket);
+                    fputs(",\"problem\":", out);
+                    json_string(out, what);
+                    fprintf(out, ",\"B\":%d,\"H\":%d,\"N\":%d,\"D\":%d,\"E\":%d,\"default_config\":",
+                            p.B, p.H, p.N, p.D, p.E);
+                    json_string(out, dtext);
+                    fputs(",\"default_ms\":", out);
+                    json_ms(out, res.default_ms);
+                    fputs(",\"tuned_config\":", out);
+                    json_string(out, btext);
+                    fputs(",\"tuned_ms\":", out);
+                    json_ms(out, res.have_best ? res.best_ms : -1);
+                    fprintf(out, ",\"candidates\":%d,\"failed\":%d,\"space\":%d,\"s\":%.3f}",
+                            res.n_results, failed, res.n_space, seconds);
+                }
+                lj_search_out_free(env, &res);
+            }
+        }
+    }
+    if (out) {
+        fputs("\n]}\n", out);
+        if (fclose(out) != 0) {
+            fprintf(stderr, "%s: cannot write %s\n", prog, json);
+            rc = 1;
+        }
+    }
+    lj_tunedb_close(db);
+    lajit_ctx_destroy(ctx);
+    return rc;
+}
+
+/* ---- db -------------------------------------------------------------------------------------- */
+
+static void show_row(void *user, const lj_fingerprint *fp, const char *family,
+                     const char *template_hash, const char *bucket, const char *config, double ms,
+                     const char *default_config, double default_ms, int measured)
+{
+    int *rows = user;
+    if ((*rows)++ == 0)
+        printf("%-28s %-5s %-8s %-12s %-36s %-34s %10s %-34s %10s %5s\n", "device", "cc", "driver",
+               "family", "bucket", "tuned", "ms", "default", "ms", "tried");
+    char dms[32] = "-";
+    if (default_ms >= 0)
+        snprintf(dms, sizeof dms, "%.4f", default_ms);
+    printf("%-28s %-5d %-8d %-12s %-36s %-34s %10.4f %-34s %10s %5d\n", fp->name, fp->cc,
+           fp->driver, family, bucket, config, ms, default_config[0] ? default_config : "-", dms,
+           measured);
+    (void)template_hash;
+}
+
+static int cmd_db(int argc, char **argv)
+{
+    if (wants_help(argc, argv) || argc < 1) {
+        printf("usage: %s db show | export FILE | import FILE [--force]\n\n"
+               "The tuning database (tune.db in the cache directory).\n"
+               "show: every winner with its device, bucket, time and the default's time.\n"
+               "export: every measurement and winner as JSON lines into FILE, to share with\n"
+               "machines of the same GPU. import: adds FILE's rows (replacing equal ones);\n"
+               "rows for another device name or compute capability than this machine's GPU are\n"
+               "refused unless --force (also needed when this machine has no GPU).\n", prog);
+        return argc < 1 ? 2 : 0;
+    }
+    const char *action = argv[0], *file = NULL;
+    int force = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--force") == 0)
+            force = 1;
+        else if (!file && argv[i][0] != '-')
+            file = argv[i];
+        else
+            return usage_error("db: unexpected argument %s", argv[i]);
+    }
+    int is_show = strcmp(action, "show") == 0, is_export = strcmp(action, "export") == 0,
+        is_import = strcmp(action, "import") == 0;
+    if (!is_show && !is_export && !is_import)
+        return usage_error("db: unknown action %s", action);
+    if (!is_show && !file)
+        return usage_error("db %s: FILE is required", action);
+    lajit_ctx *ctx = open_ctx(0, 0);
+    if (!ctx)
+        return 1;
+    lj_env *env = lajit__ctx_env(ctx);
+    lj_tunedb *db = NULL;
+    int rc = 0, rows = 0;
+    lajit_status st;
+    if (!ctx->cache_dir) {
+        fprintf(stderr, "%s: no cache directory\n", prog);
+        rc = 1;
+    } else if ((st = lj_tunedb_open(env, ctx->cache_dir, &db)) != LAJIT_OK) {
+        rc = fail(ctx, st);
+    } else if (is_show) {
+        if ((st = lj_tunedb_show(db, show_row, &rows)) != LAJIT_OK)
+            rc = fail(ctx, st);
+        else
+            printf("%s: %d winners\n", lj_tunedb_path(db), rows);
+    } else if (is_export) {
+        if ((st = lj_tunedb_export(db, file, &rows)) != LAJIT_OK)
+            rc = fail(ctx, st);
+        else
+            printf("%s: %d rows written to %s\n", lj_tunedb_path(db), rows, file);
+    } else {
+        /* This machine's GPU, to check the rows against (none: only --force imports). */
+        lj_fingerprint local, *have = NULL;
+        lj_device *dev;
+        if (lajit__ctx_device(ctx, &dev) == LAJIT_OK) {
+            int major = 0, minor = 0;
+            if (lj_nvrtc_version(env, &major, &minor) != LAJIT_OK)
+                major = minor = 0;
+            lj_fingerprint_make(&dev->info, dev->driver_version, major, minor, &local);
+            have = &local;
+        }
+        lj_clear_error(env);
+        if ((st = lj_tunedb_import(db, file, have, force, &rows)) != LAJIT_OK)
+            rc = fail(ctx, st);
+        else
+            printf("%s: %d rows imported from %s\n", lj_tunedb_path(db), rows, file);
+    }
+    lj_tunedb_close(db);
+    lajit_ctx_destroy(ctx);
+    return rc;
+}
+
 /* ---- main ------------------------------------------------------------------------------------ */
 
 static const struct {
@@ -516,6 +869,8 @@ static const struct {
     {"expand", cmd_expand, "print a family's expanded CUDA source"},
     {"compile", cmd_compile, "compile families for a list of archs, with a resource report"},
     {"cache", cmd_cache, "list, verify or clear the kernel cache"},
+    {"tune", cmd_tune, "tune families on this GPU and store the winners"},
+    {"db", cmd_db, "show, export or import the tuning database"},
 };
 
 int main(int argc, char **argv)
@@ -525,7 +880,8 @@ int main(int argc, char **argv)
         printf("usage: %s COMMAND [ARGS]   (%s COMMAND --help for each)\n\ncommands:\n", prog, prog);
         for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
             printf("  %-9s %s\n", commands[i].name, commands[i].help);
-        printf("\nenvironment: LAJIT_CACHE_DIR, LAJIT_TEMPLATE_DIR, LAJIT_CHECK=1\n");
+        printf("\nenvironment: LAJIT_CACHE_DIR, LAJIT_TEMPLATE_DIR, LAJIT_CHECK=1, "
+               "LAJIT_AUTOTUNE=off|eager\n");
         return argc < 2 ? 2 : 0;
     }
     if (strcmp(argv[1], "--version") == 0)

@@ -13,11 +13,13 @@
 #define MAX_FUNCTIONS 256
 #define MAX_ALLOCS 1024
 #define MAX_HANDLES 64
+#define MAX_CONTEXTS 8
 #define DEFAULT_SMEM (48 * 1024)
 
 struct fake_module {
     int live;
     const void *image;
+    CUcontext ctx; /* the context it was loaded in */
 };
 struct fake_function {
     int live;
@@ -27,6 +29,14 @@ struct fake_function {
 };
 struct fake_handle { /* streams, events, graphs, graph execs */
     int live;
+    CUcontext ctx; /* streams and events: the context they belong to */
+    double t;      /* events: the virtual clock when recorded */
+};
+/* A context made with cuCtxCreate. sticky: the error a faulted kernel left in it (every later
+ * call that needs it fails with this until it is destroyed, as with the real driver). */
+struct fake_context {
+    int live;
+    CUresult sticky;
 };
 
 static struct {
@@ -40,6 +50,15 @@ static struct {
     struct fake_function functions[MAX_FUNCTIONS];
     void *allocs[MAX_ALLOCS];
     size_t alloc_sizes[MAX_ALLOCS];
+    CUcontext alloc_ctx[MAX_ALLOCS];
+    struct fake_context contexts[MAX_CONTEXTS];
+    CUresult primary_sticky;
+    lj_fake_fault_fn fault_fn;
+    void *fault_user;
+    CUresult fault_result;
+    lj_fake_time_fn time_fn;
+    void *time_user;
+    double clock_ms; /* virtual time: advanced by each launch's kernel time */
     struct fake_handle streams[MAX_HANDLES], events[MAX_HANDLES], graphs[MAX_HANDLES],
         execs[MAX_HANDLES];
     CUstream capturing; /* the stream under capture */
@@ -66,10 +85,29 @@ static CUresult err(CUresult r)
             return err(fk.fail_result);                                            \
     } while (0)
 
+static struct fake_context *private_ctx(CUcontext c)
+{
+    struct fake_context *p = (struct fake_context *)(void *)c;
+    if (p < fk.contexts || p >= fk.contexts + MAX_CONTEXTS || !p->live)
+        return NULL;
+    return p;
+}
+
+/* CUDA_SUCCESS when a usable context is current, else the error a call needing one gets: no
+ * context, or the sticky error of a faulted one. */
+static CUresult current_state(void)
+{
+    if (fk.current == PRIMARY && fk.retained)
+        return fk.primary_sticky;
+    struct fake_context *p = private_ctx(fk.current);
+    return p ? p->sticky : CUDA_ERROR_INVALID_CONTEXT;
+}
+
 #define NEED_CONTEXT()                                                             \
     do {                                                                           \
-        if (fk.current != PRIMARY || !fk.retained)                                 \
-            return err(CUDA_ERROR_INVALID_CONTEXT);                                \
+        CUresult state_ = current_state();                                         \
+        if (state_ != CUDA_SUCCESS)                                                \
+            return err(state_);                                                    \
     } while (0)
 
 /* ---- Handles ----------------------------------------------------------------------------- */
@@ -79,6 +117,8 @@ static void *take_handle(struct fake_handle *pool, int *counter)
     for (int i = 0; i < MAX_HANDLES; i++) {
         if (!pool[i].live) {
             pool[i].live = 1;
+            pool[i].ctx = fk.current;
+            pool[i].t = 0;
             (*counter)++;
             return &pool[i];
         }
@@ -161,6 +201,9 @@ static const struct {
      "too many resources requested for launch"},
     {CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
      "operation failed due to a previous error during capture"},
+    {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS",
+     "an illegal memory access was encountered"},
+    {CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
     {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 
@@ -280,10 +323,68 @@ static CUresult f_cuCtxGetCurrent(CUcontext *c)
 static CUresult f_cuCtxSetCurrent(CUcontext c)
 {
     FAKE_ENTRY("cuCtxSetCurrent");
-    if (c && (c != PRIMARY || !fk.retained))
+    if (c && (c != PRIMARY || !fk.retained) && !private_ctx(c))
         return err(CUDA_ERROR_INVALID_CONTEXT);
     fk.current = c;
     fk.counts.set_current++;
+    return CUDA_SUCCESS;
+}
+
+static CUresult f_cuCtxCreate(CUcontext *c, unsigned int flags, CUdevice d)
+{
+    FAKE_ENTRY("cuCtxCreate");
+    if (d < 0 || d >= fk.device_count)
+        return err(CUDA_ERROR_INVALID_DEVICE);
+    for (int i = 0; i < MAX_CONTEXTS; i++) {
+        if (!fk.contexts[i].live) {
+            fk.contexts[i].live = 1;
+            fk.contexts[i].sticky = CUDA_SUCCESS;
+            fk.counts.contexts_created++;
+            *c = (CUcontext)(void *)&fk.contexts[i];
+            fk.current = *c; /* made current, as the driver does */
+            return CUDA_SUCCESS;
+        }
+    }
+    return err(CUDA_ERROR_OUT_OF_MEMORY);
+}
+
+/* Destroying a context frees everything made in it: memory, modules, streams, events. */
+static CUresult f_cuCtxDestroy(CUcontext c)
+{
+    FAKE_ENTRY("cuCtxDestroy");
+    struct fake_context *p = private_ctx(c);
+    if (!p)
+        return err(CUDA_ERROR_INVALID_CONTEXT);
+    for (int i = 0; i < MAX_ALLOCS; i++) {
+        if (fk.allocs[i] && fk.alloc_ctx[i] == c) {
+            free(fk.allocs[i]);
+            fk.allocs[i] = NULL;
+            fk.counts.frees++;
+        }
+    }
+    for (int i = 0; i < MAX_MODULES; i++) {
+        if (fk.modules[i].live && fk.modules[i].ctx == c) {
+            fk.modules[i].live = 0;
+            fk.counts.unloads++;
+            for (int j = 0; j < MAX_FUNCTIONS; j++)
+                if (fk.functions[j].live && fk.functions[j].module == &fk.modules[i])
+                    fk.functions[j].live = 0;
+        }
+    }
+    for (int i = 0; i < MAX_HANDLES; i++) {
+        if (fk.streams[i].live && fk.streams[i].ctx == c) {
+            fk.streams[i].live = 0;
+            fk.counts.streams_destroyed++;
+        }
+        if (fk.events[i].live && fk.events[i].ctx == c) {
+            fk.events[i].live = 0;
+            fk.counts.events_destroyed++;
+        }
+    }
+    p->live = 0;
+    fk.counts.contexts_destroyed++;
+    if (fk.current == c)
+        fk.current = NULL;
     return CUDA_SUCCESS;
 }
 
@@ -329,6 +430,7 @@ static CUresult f_cuModuleLoadData(CUmodule *m, const void *image)
         if (!fk.modules[i].live) {
             fk.modules[i].live = 1;
             fk.modules[i].image = image;
+            fk.modules[i].ctx = fk.current;
             fk.last_image = image;
             fk.counts.loads++;
             *m = (CUmodule)(void *)&fk.modules[i];
@@ -436,8 +538,8 @@ static CUresult f_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigne
     if (!params || !params[0] || extra)
         return err(CUDA_ERROR_INVALID_VALUE);
     int captured = fk.capture_active && stream == fk.capturing;
-    if (fk.counts.launches < LJ_FAKE_MAX_LAUNCHES) {
-        lj_fake_launch *l = &fk.log[fk.counts.launches];
+    lj_fake_launch record, *l = &record;
+    {
         memset(l, 0, sizeof *l);
         strcpy(l->entry, fn->name);
         l->grid[0] = gx;
@@ -451,6 +553,19 @@ static CUresult f_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigne
         l->captured = captured;
         memcpy(&l->params, params[0], sizeof l->params);
     }
+    /* The kernel "runs": virtual time passes, and a kernel the test marks as faulting leaves
+     * its context with a sticky error, seen by the next call (the launch itself succeeds, as
+     * launches are asynchronous). */
+    fk.clock_ms += fk.time_fn ? fk.time_fn(l, fk.time_user) : 0.001;
+    if (fk.fault_fn && fk.fault_fn(l, fk.fault_user)) {
+        if (fk.current == PRIMARY)
+            fk.primary_sticky = fk.fault_result;
+        else
+            private_ctx(fk.current)->sticky = fk.fault_result;
+        fk.counts.faults++;
+    }
+    if (fk.counts.launches < LJ_FAKE_MAX_LAUNCHES)
+        fk.log[fk.counts.launches] = record;
     fk.counts.launches++;
     fk.counts.captured_launches += captured;
     return CUDA_SUCCESS;
@@ -473,6 +588,7 @@ static CUresult f_cuMemAlloc(CUdeviceptr *p, size_t bytes)
                 return err(CUDA_ERROR_OUT_OF_MEMORY);
             fk.allocs[i] = mem;
             fk.alloc_sizes[i] = bytes;
+            fk.alloc_ctx[i] = fk.current;
             fk.counts.allocs++;
             *p = (CUdeviceptr)(uintptr_t)mem;
             return CUDA_SUCCESS;
@@ -702,24 +818,30 @@ static CUresult f_cuEventDestroy(CUevent e)
 static CUresult f_cuEventRecord(CUevent e, CUstream s)
 {
     FAKE_ENTRY("cuEventRecord");
+    NEED_CONTEXT();
     if (!live_handle(fk.events, e) || (s && !live_handle(fk.streams, s)))
         return err(CUDA_ERROR_INVALID_HANDLE);
+    ((struct fake_handle *)(void *)e)->t = fk.clock_ms;
     return CUDA_SUCCESS;
 }
 
 static CUresult f_cuEventSynchronize(CUevent e)
 {
     FAKE_ENTRY("cuEventSynchronize");
+    NEED_CONTEXT();
     return live_handle(fk.events, e) ? CUDA_SUCCESS : err(CUDA_ERROR_INVALID_HANDLE);
 }
 
-/* Every pair of events is 1 ms apart. */
+/* Every pair of events is 1 ms apart, unless a kernel-time function is set: then the virtual
+ * time between the two records. */
 static CUresult f_cuEventElapsedTime(float *ms, CUevent a, CUevent b)
 {
     FAKE_ENTRY("cuEventElapsedTime");
     if (!live_handle(fk.events, a) || !live_handle(fk.events, b))
         return err(CUDA_ERROR_INVALID_HANDLE);
-    *ms = 1.0f;
+    *ms = fk.time_fn ? (float)(((struct fake_handle *)(void *)b)->t -
+                               ((struct fake_handle *)(void *)a)->t)
+                     : 1.0f;
     return CUDA_SUCCESS;
 }
 
@@ -742,6 +864,8 @@ static const lj_driver fake_table = {
     .cuCtxPushCurrent = f_cuCtxPushCurrent,
     .cuCtxPopCurrent = f_cuCtxPopCurrent,
     .cuCtxSynchronize = f_cuCtxSynchronize,
+    .cuCtxCreate = f_cuCtxCreate,
+    .cuCtxDestroy = f_cuCtxDestroy,
     .cuModuleLoadData = f_cuModuleLoadData,
     .cuModuleUnload = f_cuModuleUnload,
     .cuModuleGetFunction = f_cuModuleGetFunction,
@@ -799,7 +923,8 @@ int lj_fake_driver_balanced(void)
     int graphs = 0;
     for (int i = 0; i < MAX_HANDLES; i++)
         graphs += fk.graphs[i].live;
-    return c->retains == c->releases && c->loads == c->unloads && c->allocs == c->frees &&
+    return c->retains == c->releases && c->contexts_created == c->contexts_destroyed &&
+           c->loads == c->unloads && c->allocs == c->frees &&
            c->streams_created == c->streams_destroyed &&
            c->events_created == c->events_destroyed &&
            c->graphs_instantiated == c->graph_execs_destroyed && graphs == 0 &&
@@ -836,6 +961,19 @@ void lj_fake_driver_fail(const char *fn, CUresult r)
         fk.fail_name[sizeof fk.fail_name - 1] = '\0';
     }
     fk.fail_result = r;
+}
+
+void lj_fake_driver_fault_launches(lj_fake_fault_fn fn, void *user, CUresult r)
+{
+    fk.fault_fn = fn;
+    fk.fault_user = user;
+    fk.fault_result = r;
+}
+
+void lj_fake_driver_set_kernel_time(lj_fake_time_fn fn, void *user)
+{
+    fk.time_fn = fn;
+    fk.time_user = user;
 }
 
 const void *lj_fake_last_image(void)

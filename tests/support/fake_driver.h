@@ -10,7 +10,12 @@
  *   most 1024 threads, dynamic shared memory within the function's limit, a current context)
  *   and records the launch, with the bytes of its first kernel parameter (an la_params).
  * - Streams, events and graphs are handles that do nothing; a launch during stream capture is
- *   recorded with captured = 1.
+ *   recorded with captured = 1. Events read a virtual clock that launches advance (by the
+ *   kernel-time function when one is set; elapsed times are 1 ms when none is).
+ * - cuCtxCreate makes private contexts (current at once); destroying one frees the memory,
+ *   modules, streams and events made in it. A launch the fault function picks "faults": it
+ *   succeeds, and its context then fails every call needing it with the sticky error until
+ *   destroyed, as an illegal address does on a GPU.
  * - Calls that need a context (memory, modules, launches) fail with CUDA_ERROR_INVALID_CONTEXT
  *   unless the primary context has been made current, as with the real driver.
  * The fake counts everything taken and given back so tests can assert that every path,
@@ -50,6 +55,8 @@ typedef struct lj_fake_counts {
     int captures_begun, captures_ended;
     int graphs_instantiated, graph_launches, graph_execs_destroyed, graphs_destroyed;
     int errors;                /* calls that returned an error (misuse, injected failures) */
+    int contexts_created, contexts_destroyed; /* private contexts (cuCtxCreate) */
+    int faults;                /* launches the fault function made fault */
 } lj_fake_counts;
 
 /* The table. Its state starts reset. */
@@ -73,6 +80,14 @@ const lj_fake_launch *lj_fake_launch_get(int i);
 void lj_fake_driver_set_device_count(int n);
 void lj_fake_driver_set_init_result(CUresult r);
 void lj_fake_driver_fail(const char *fn, CUresult r);
+
+/* Launches for which fn returns nonzero fault with r (sticky, see above); fn NULL: none. */
+typedef int (*lj_fake_fault_fn)(const lj_fake_launch *launch, void *user);
+void lj_fake_driver_fault_launches(lj_fake_fault_fn fn, void *user, CUresult r);
+/* The time in ms a launch takes on the virtual clock; fn NULL: 0.001 ms and elapsed times of
+ * 1 ms (the default). */
+typedef double (*lj_fake_time_fn)(const lj_fake_launch *launch, void *user);
+void lj_fake_driver_set_kernel_time(lj_fake_time_fn fn, void *user);
 
 /* The image the last successful cuModuleLoadData received (NULL before any). */
 const void *lj_fake_last_image(void);

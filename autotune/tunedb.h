@@ -1,0 +1,110 @@
+/* tunedb.h — the tuning database: `tune.db`, an SQLite file in the cache directory, holding for
+ * each device fingerprint, family (and hash of its templates) and problem bucket every
+ * configuration that was measured, with its time or its failure, and the winner.
+ *
+ * Several processes may use one database at once (each its own connection): the file is in WAL
+ * mode with a busy timeout, every read-then-write runs in one BEGIN IMMEDIATE transaction, and no
+ * transaction is held while anything is compiled or timed (the tuner measures first, then
+ * records everything in one short transaction). A lease row per bucket keeps two processes from
+ * tuning the same bucket at the same time.
+ *
+ * A database that is not SQLite, is corrupt or truncated, belongs to another program, or has a
+ * schema from a later lajit (PRAGMA user_version above this build's) is renamed aside
+ * ("tune.db.corrupt-<time>-<pid>"), a warning is logged, and a fresh one is created. A directory
+ * that cannot be written makes the database unavailable (lj_tunedb_open fails with
+ * LAJIT_ERR_DATABASE and callers fall back to the families' defaults), never a crash.
+ *
+ * A handle is used by one thread at a time (it belongs to one context or one CLI command). */
+#ifndef LAJIT_TUNEDB_H
+#define LAJIT_TUNEDB_H
+
+#include "family.h"
+
+/* The schema version this build writes (PRAGMA user_version). */
+#define LJ_TUNEDB_SCHEMA 1
+
+/* What a tuning result is valid for: the device and the software that compiled its kernels.
+ * Two machines with equal fingerprints get equal kernels for equal configurations. */
+typedef struct lj_fingerprint {
+    char name[128]; /* device name as the driver reports it */
+    int cc;         /* 90 */
+    int sms;
+    int driver;     /* cuDriverGetVersion, e.g. 13000 */
+    int nvrtc;      /* major * 1000 + minor * 10, like the driver's; 0 when unknown */
+} lj_fingerprint;
+
+/* From a device's properties and the versions. */
+void lj_fingerprint_make(const lj_device_info *info, int driver, int nvrtc_major,
+                         int nvrtc_minor, lj_fingerprint *out);
+
+/* One bucket of one family on one device: the unit that is tuned, leased and has a winner. */
+typedef struct lj_tune_id {
+    lj_fingerprint fp;
+    char family[64];
+    char template_hash[17]; /* 16 hex digits: lj_hash64 of lj_family_template_text */
+    char bucket[256];       /* the family's key(problem) */
+} lj_tune_id;
+
+/* The template hash of family f (16 hex digits of lj_hash64 over lj_family_template_text).
+ * env: the env f was loaded with. */
+lajit_status lj_tune_template_hash(lj_env *env, lj_family *f, char out[17]);
+
+/* One measured configuration: its text (lj_config_format) and either a time or a failure. */
+typedef struct lj_tune_result {
+    char config[256];
+    double ms;         /* median time; < 0 when failed */
+    char failure[256]; /* "" when measured */
+} lj_tune_result;
+
+typedef struct lj_tunedb lj_tunedb;
+
+/* Opens (creating when absent) dir/tune.db. dir is created (0700, with parents) when missing.
+ * A corrupt, foreign or future-version file is set aside and replaced, with a WARN log line.
+ * LAJIT_ERR_DATABASE when the database cannot be used (unwritable directory, I/O error): the
+ * message says why. *out is written only on success. */
+lajit_status lj_tunedb_open(lj_env *env, const char *dir, lj_tunedb **out);
+void lj_tunedb_close(lj_tunedb *db); /* accepts NULL */
+const char *lj_tunedb_path(const lj_tunedb *db);
+
+/* The winner of a bucket: *found = 1 and config (and *ms, may be NULL) written when there is
+ * one. */
+lajit_status lj_tunedb_winner(lj_tunedb *db, const lj_tune_id *id, char *config, size_t cap,
+                              double *ms, int *found);
+
+/* Records a tuning run in one transaction: every result (replacing earlier measurements of the
+ * same configs) and the winner (the fastest measured result; none when all failed), together
+ * with the default configuration and its time (default_ms < 0: not measured). */
+lajit_status lj_tunedb_record(lj_tunedb *db, const lj_tune_id *id, const lj_tune_result *results,
+                              int n, const char *default_config, double default_ms);
+
+/* Measurements of a bucket, fastest first then failures; *out freed with lj_free. */
+lajit_status lj_tunedb_results(lj_tunedb *db, const lj_tune_id *id, lj_tune_result **out,
+                               int *count);
+
+/* The lease on a bucket: *got = 1 when this process now holds it (it was free, expired, held by
+ * a process of this host that no longer exists, or already ours), 0 when another live holder
+ * has it. seconds: how long the lease lasts without renewal. */
+lajit_status lj_tunedb_lease(lj_tunedb *db, const lj_tune_id *id, int seconds, int *got);
+/* Gives the lease back (only when this process holds it). */
+lajit_status lj_tunedb_release(lj_tunedb *db, const lj_tune_id *id);
+
+/* A line per winner for `lajit db show`: called with the fingerprint, family, template hash,
+ * bucket, winner config and time, default config and time (< 0 unknown), and the number of
+ * measurements of the bucket. */
+typedef void (*lj_tunedb_show_fn)(void *user, const lj_fingerprint *fp, const char *family,
+                                  const char *template_hash, const char *bucket,
+                                  const char *config, double ms, const char *default_config,
+                                  double default_ms, int measured);
+lajit_status lj_tunedb_show(lj_tunedb *db, lj_tunedb_show_fn fn, void *user);
+
+/* Export: every measurement and winner as JSON lines (one flat object a line, "kind" being
+ * "measurement" or "winner", the fingerprint spelled out in each), to path. *rows: lines
+ * written. */
+lajit_status lj_tunedb_export(lj_tunedb *db, const char *path, int *rows);
+/* Import of an export. Rows whose device name or compute capability differ from local's are
+ * refused (LAJIT_ERR_INVALID_ARGUMENT, nothing imported) unless force; local NULL accepts any
+ * device only with force. Rows keep their own fingerprint. All rows in one transaction. */
+lajit_status lj_tunedb_import(lj_tunedb *db, const char *path, const lj_fingerprint *local,
+                              int force, int *rows);
+
+#endif
