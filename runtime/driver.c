@@ -27,10 +27,15 @@ _Static_assert(sizeof(void *) == sizeof(lj_get_proc_fn),
 /* Base names as cuGetProcAddress knows them, and where each lands in the table. The member
  * names pass through cuda.h's version macros (cuMemAlloc -> cuMemAlloc_v2), the same way they
  * did in the struct declaration, while #fn keeps the base name. */
-#define LJ_ENTRY(fn) {#fn, offsetof(lj_driver, fn)}
+#define LJ_ENTRY(fn) {#fn, offsetof(lj_driver, fn), 0}
+/* An entry whose ABI changed after the version the table is declared for: cuGetProcAddress
+ * returns the newest variant not newer than the version asked for, so cuCtxCreate at 12000
+ * would be cuCtxCreate_v3 (affinity parameters first); 11000 selects the (flags, device) one. */
+#define LJ_ENTRY_AT(fn, version) {#fn, offsetof(lj_driver, fn), version}
 static const struct {
     const char *name;
     size_t offset;
+    int version; /* 0: LJ_DRIVER_ABI */
 } entries[] = {
     LJ_ENTRY(cuInit),
     LJ_ENTRY(cuDriverGetVersion),
@@ -47,7 +52,7 @@ static const struct {
     LJ_ENTRY(cuCtxPushCurrent),
     LJ_ENTRY(cuCtxPopCurrent),
     LJ_ENTRY(cuCtxSynchronize),
-    LJ_ENTRY(cuCtxCreate),
+    LJ_ENTRY_AT(cuCtxCreate, 11000),
     LJ_ENTRY(cuCtxDestroy),
     LJ_ENTRY(cuModuleLoadData),
     LJ_ENTRY(cuModuleUnload),
@@ -72,7 +77,7 @@ static const struct {
     LJ_ENTRY(cuStreamEndCapture),
     /* The flags form under its own name: the base name can resolve to the older
      * five-argument cuGraphInstantiate. */
-    {"cuGraphInstantiateWithFlags", offsetof(lj_driver, cuGraphInstantiate)},
+    {"cuGraphInstantiateWithFlags", offsetof(lj_driver, cuGraphInstantiate), 0},
     LJ_ENTRY(cuGraphLaunch),
     LJ_ENTRY(cuGraphExecDestroy),
     LJ_ENTRY(cuGraphDestroy),
@@ -161,8 +166,8 @@ static void load(void)
     for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
         void *fn = NULL;
         CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-        CUresult r = get_proc(entries[i].name, &fn, LJ_DRIVER_ABI, CU_GET_PROC_ADDRESS_DEFAULT,
-                              &found);
+        CUresult r = get_proc(entries[i].name, &fn, entries[i].version ? entries[i].version : LJ_DRIVER_ABI,
+                              CU_GET_PROC_ADDRESS_DEFAULT, &found);
         if (r == CUDA_ERROR_STUB_LIBRARY) {
             fail(LAJIT_ERR_NO_DRIVER,
                  "no CUDA driver: %s%s is the toolkit's stub libcuda (CUDA_ERROR_STUB_LIBRARY); "

@@ -29,7 +29,8 @@ typedef struct lj_driver {
     CUresult (*cuCtxPopCurrent)(CUcontext *);
     CUresult (*cuCtxSynchronize)(void);
     /* Private contexts (the tuner times candidates in one, so a faulting kernel poisons only
-     * it). At the pinned ABI these are cuCtxCreate_v2 (flags, device) and cuCtxDestroy_v2. */
+     * it): cuCtxCreate_v2 (flags, device), resolved at CUDA 11.0's ABI (driver.c says why),
+     * and cuCtxDestroy_v2. */
     CUresult (*cuCtxCreate)(CUcontext *, unsigned int, CUdevice);
     CUresult (*cuCtxDestroy)(CUcontext);
     CUresult (*cuModuleLoadData)(CUmodule *, const void *);
