@@ -549,7 +549,8 @@ static int cmd_tune(int argc, char **argv)
                "Tunes a family on this machine's GPU (device 0) and stores the winners in the\n"
                "tuning database (tune.db in the cache directory). The problem starts from the\n"
                "family's first representative problem; the flags (or -p with problem fields) set\n"
-               "its fields. B, H and N take comma-separated lists: every combination is tuned.\n"
+               "its fields (--D alone sets E = D too). B, H and N take comma-separated lists:\n"
+               "every combination is tuned.\n"
                "Each valid configuration is compiled (-j threads), then timed in a private CUDA\n"
                "context: --warmup launches, then the median of --runs (default 3 and 5), inputs\n"
                "rotated beyond the L2 size. A faulting candidate is recorded as failed.\n"
@@ -590,9 +591,18 @@ static int cmd_tune(int argc, char **argv)
             if (!(nN = int_list(argv[++i], Ns)))
                 return usage_error("tune: bad --N list %s", argv[i]);
         } else if ((strcmp(a, "--D") == 0 || strcmp(a, "--E") == 0 || strcmp(a, "--T") == 0 ||
-                    strcmp(a, "--dtype") == 0) && more && n_flags < 8) {
+                    strcmp(a, "--dtype") == 0) && more && n_flags < 7) {
             snprintf(flagbuf[n_flags], sizeof flagbuf[n_flags], "%s=%s", a + 2, argv[++i]);
             assign[n_assign++] = flagbuf[n_flags++];
+            /* --D alone means D = E, as in the benchmarks (the representative problem may have
+             * another E). */
+            int e_given = 0;
+            for (int j = 1; j < argc; j++)
+                e_given |= strcmp(argv[j], "--E") == 0;
+            if (strcmp(a, "--D") == 0 && !e_given) {
+                snprintf(flagbuf[n_flags], sizeof flagbuf[n_flags], "E=%s", argv[i]);
+                assign[n_assign++] = flagbuf[n_flags++];
+            }
         } else if (strcmp(a, "--decay") == 0 && n_assign < 48)
             assign[n_assign++] = "decay=1";
         else if (strcmp(a, "--initial") == 0 && n_assign < 48)
