@@ -90,7 +90,8 @@ if a.join:
     kept = [r for r in old["rows"] if r.get("run") and r.get("run") != a.run]
     rows = kept + rows
     runs = sorted({r["run"] for r in kept})
-    commit = f"{a.commit} ({a.run}); {old.get('lajit')} ({', '.join(runs)})"
+    prev = old.get("lajit", "")
+    commit = f"{a.commit} ({a.run}); " + (prev if "(" in prev else f"{prev} ({', '.join(runs)})")
 rep = dict(device=meta.get("device", peers.get("device")), cc=meta.get("cc"), driver=meta.get("driver"),
            lajit=commit, date=datetime.date.today().isoformat(), ceilings=ceil, rows=rows)
 os.makedirs(a.out, exist_ok=True)
@@ -125,6 +126,29 @@ for op in ("fwd", "fwdbwd"):
             md.append(f"| {N} | " + " | ".join(f"{cell[i]:.3f}" if i in cell else "—" for i in impls)
                       + f" | {fl if fl is not None else '—'} | {ratio} |")
         md.append("")
+fb = [r for r in rows if r.get("op") == "fwdbwd"]
+if fb:
+    md += ["## fwdbwd: memory above the inputs during one call (MiB) and lajit with the decay gradient (ms)", "",
+           "| D | N | lajit extra | fla extra | la2_decay extra | sdpa extra | lajit fwd+bwd | lajit fwd+bwd with ds |",
+           "|---|---|---|---|---|---|---|---|"]
+    for D in sorted({r["D"] for r in fb}):
+        for N in sorted({r["N"] for r in fb if r["D"] == D}):
+            cell = {r["impl"]: r for r in fb if r["D"] == D and r["N"] == N}
+            ex = lambda i: f"{cell[i]['extra_MiB']:.0f}" if i in cell and "extra_MiB" in cell[i] else "—"
+            l = cell.get("lajit", {})
+            md.append(f"| {D} | {N} | {ex('lajit')} | {ex('fla')} | {ex('la2_decay')} | {ex('sdpa')} | "
+                      f"{l.get('ms', float('nan')):.3f} | {l.get('ms_ds', float('nan')):.3f} |")
+    md.append("")
+jit = [r for r in rows if r.get("op") == "jit"]
+if jit:
+    md += ["## JIT start-up and tuning (wall seconds, each in a fresh process)", "",
+           "| what | family | problem | s | default → tuned |", "|---|---|---|---|---|"]
+    for r in jit:
+        prob = r.get("problem") or f"bf16 B={r.get('B')} H={r.get('H')} N={r.get('N')} D={r.get('D')}"
+        tuned = (f"{r['default_config']} {r['default_ms']:.4f} ms → {r['tuned_config']} {r['tuned_ms']:.4f} ms "
+                 f"({r['default_ms'] / r['tuned_ms']:.2f}×)" if "tuned_ms" in r else "")
+        md.append(f"| {r['what']} | {r['family']} | {prob} | {r['s']:.4f} | {tuned} |")
+    md.append("")
 dec = [r for r in rows if r.get("op") == "decode"]
 if dec:
     md += ["## decode, H=64, D=E=128, bf16 q/k/v, fp32 state, cold L2 (µs per step, TB/s, % of the in-place ceiling)", "",
