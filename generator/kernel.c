@@ -127,11 +127,22 @@ lajit_status lj_kernel_prepare(lj_lua *L, lj_family *f, const lj_config *cfg,
                                const lj_problem *p, const lj_device_info *device, int ptx,
                                lj_kernel_job *job)
 {
+    return lj_kernel_prepare_ex(L, f, cfg, p, device, ptx, 1, job);
+}
+
+lajit_status lj_kernel_prepare_ex(lj_lua *L, lj_family *f, const lj_config *cfg,
+                                  const lj_problem *p, const lj_device_info *device, int ptx,
+                                  int require_nvrtc, lj_kernel_job *job)
+{
     lj_env *env = lj_lua_env(L);
     memset(job, 0, sizeof *job);
     lajit_status st = lj_nvrtc_version(env, &job->nvrtc_major, &job->nvrtc_minor);
-    if (st != LAJIT_OK)
-        return st;
+    if (st != LAJIT_OK) {
+        if (require_nvrtc)
+            return st;
+        lj_clear_error(env);
+        job->nvrtc_major = job->nvrtc_minor = -1;
+    }
     st = lj_family_source(f, cfg, p, device, &job->source);
     if (st != LAJIT_OK)
         return st;
@@ -157,7 +168,10 @@ lajit_status lj_kernel_prepare(lj_lua *L, lj_family *f, const lj_config *cfg,
         .ptx = ptx,
         .lajit_version = LAJIT_VERSION_STRING,
     };
-    job->key = lj_key_compute(&in);
+    if (job->nvrtc_major >= 0)
+        job->key = lj_key_compute(&in);
+    in.nvrtc_major = in.nvrtc_minor = 0;
+    job->source_key = lj_key_compute(&in);
     return LAJIT_OK;
 }
 

@@ -39,12 +39,18 @@ typedef struct lj_kernel_job {
     char arch[16];
     char name[64];
     int ptx;
-    lj_key key;
+    lj_key key;        /* the cache key (with the NVRTC version) */
+    lj_key source_key; /* the same without the NVRTC version: how bundles find kernels */
 } lj_kernel_job;
 
 lajit_status lj_kernel_prepare(lj_lua *L, lj_family *f, const lj_config *cfg,
                                const lj_problem *p, const lj_device_info *device, int ptx,
                                lj_kernel_job *job);
+/* The same; with require_nvrtc 0 a missing NVRTC is not an error: job->nvrtc_major is then -1,
+ * job->key is unset and only job->source_key (and the expansion) may be used (bundle lookups). */
+lajit_status lj_kernel_prepare_ex(lj_lua *L, lj_family *f, const lj_config *cfg,
+                                  const lj_problem *p, const lj_device_info *device, int ptx,
+                                  int require_nvrtc, lj_kernel_job *job);
 lajit_status lj_kernel_compile(lj_env *env, const lj_kernel_job *job, lj_compiled *out);
 void lj_kernel_job_free(lj_lua *L, lj_kernel_job *job);
 

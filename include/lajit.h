@@ -126,6 +126,11 @@ typedef struct lajit_ctx_desc {
     uint32_t autotune;        /* LAJIT_AUTOTUNE_*; 0 (LAJIT_AUTOTUNE_ENV): the environment
                                  decides. Added in 0.1: a struct_size ending before it is
                                  accepted and means 0. */
+    const char *bundle;       /* an offline kernel set written by `lajit gen` (NULL:
+                                 $LAJIT_BUNDLE, else none): kernels are taken from it before
+                                 any compile, so NVRTC need not be installed. Opened (and
+                                 checked) at creation: LAJIT_ERR_DATABASE for a missing or
+                                 damaged file. Added in 0.1, like autotune. */
 } lajit_ctx_desc;
 
 /* Fills *desc with the defaults (device 0, system allocator, no log, default cache). */

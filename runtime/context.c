@@ -30,8 +30,13 @@ LAJIT_API lajit_status lajit_ctx_create(const lajit_ctx_desc *desc, lajit_ctx **
     /* The size before `autotune` was added is accepted too (on LP64 it is the same number:
      * the field took what was padding, which lajit_ctx_desc_init zeroes). */
     size_t before_autotune = offsetof(lajit_ctx_desc, autotune);
-    if (desc->struct_size != sizeof(lajit_ctx_desc) && desc->struct_size != before_autotune)
+    size_t before_bundle = offsetof(lajit_ctx_desc, bundle);
+    if (desc->struct_size != sizeof(lajit_ctx_desc) && desc->struct_size != before_autotune &&
+        desc->struct_size != before_bundle)
         return LAJIT_ERR_STRUCT_SIZE;
+    const char *bundle = desc->struct_size > before_bundle ? desc->bundle : NULL;
+    if (!bundle && getenv("LAJIT_BUNDLE") && *getenv("LAJIT_BUNDLE"))
+        bundle = getenv("LAJIT_BUNDLE");
     uint32_t autotune = desc->struct_size > before_autotune ? desc->autotune : LAJIT_AUTOTUNE_ENV;
     if (desc->device < 0 || (unsigned)desc->log_level > LAJIT_LOG_DEBUG ||
         autotune > LAJIT_AUTOTUNE_EAGER)
@@ -63,6 +68,10 @@ LAJIT_API lajit_status lajit_ctx_create(const lajit_ctx_desc *desc, lajit_ctx **
     }
 
     lajit_status st = LAJIT_OK;
+    if (bundle && (st = lj_bundle_open(&ctx->env, bundle, &ctx->bundle)) != LAJIT_OK) {
+        lajit_ctx_destroy(ctx);
+        return st;
+    }
     const char *tdir = getenv("LAJIT_TEMPLATE_DIR");
     if (tdir && *tdir && !(ctx->template_dir = lj_strdup(&ctx->env, tdir)))
         st = LAJIT_ERR_OUT_OF_MEMORY;
@@ -107,6 +116,7 @@ LAJIT_API void lajit_ctx_destroy(lajit_ctx *ctx)
     for (int i = 0; i < ctx->n_families; i++)
         lj_family_free(ctx->families[i]);
     lj_tunedb_close(ctx->tunedb);
+    lj_bundle_close(ctx->bundle);
     lj_lua_close(ctx->lua);
     lj_cache_close(ctx->cache);
     lj_free(env, ctx->cache_dir);

@@ -5,6 +5,7 @@
 #ifndef LAJIT_CONTEXT_H
 #define LAJIT_CONTEXT_H
 
+#include "bundle.h"
 #include "cache.h"
 #include "device.h"
 #include "family.h"
@@ -28,6 +29,7 @@ struct lajit_ctx {
     lj_device device;
     int device_open;
     lj_plan_table plans;
+    lj_bundle *bundle;  /* the offline kernel set, NULL when none */
     CUdeviceptr scratch; /* the backward's ds workspace when the caller gives none (grow-only) */
     size_t scratch_bytes;
     uint32_t autotune;  /* LAJIT_AUTOTUNE_OFF or _EAGER (resolved at creation) */

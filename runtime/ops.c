@@ -126,6 +126,75 @@ failed:
     lj_clear_error(env);
 }
 
+/* ---- Bundles: kernels from an offline set before any compile ------------------------------- */
+
+/* The bundle's configuration for this bucket on this arch, when it has one. */
+static void bundle_config(lajit_ctx *ctx, lj_family *f, const lj_device *dev, const lj_problem *p,
+                          lj_config *cfg, int *from_bundle)
+{
+    lj_env *env = &ctx->env;
+    char bucket[256], text[256];
+    int found = 0;
+    lj_config parsed;
+    if (lj_family_key(f, p, bucket, sizeof bucket) == LAJIT_OK &&
+        lj_bundle_config(ctx->bundle, lj_family_name(f), bucket, dev->info.arch, text, sizeof text,
+                         &found) == LAJIT_OK &&
+        found && lj_config_parse(env, f, cfg, text, &parsed) == LAJIT_OK) {
+        *cfg = parsed;
+        *from_bundle = 1;
+    }
+    lj_clear_error(env);
+}
+
+/* The image of (f, cfg, p) from the bundle: the cubin for this exact arch, else (NVRTC missing)
+ * the PTX of an older plain arch for the driver to compile. *image stays NULL when the caller
+ * should compile (NVRTC present); with neither a kernel nor NVRTC, an error saying so. */
+static lajit_status bundle_image(lajit_ctx *ctx, lj_family *f, lj_lua *L, const lj_device *dev,
+                                 const lj_problem *p, const lj_config *cfg, const void **image,
+                                 const char **source)
+{
+    lj_env *env = &ctx->env;
+    lj_kernel_job job;
+    lajit_status st = lj_kernel_prepare_ex(L, f, cfg, p, &dev->info, 0, 0, &job);
+    if (st != LAJIT_OK)
+        return st;
+    int no_nvrtc = job.nvrtc_major < 0, found = 0;
+    size_t size;
+    char cfgtext[256], bucket[256], arch[16];
+    lj_config_format(cfg, cfgtext, sizeof cfgtext);
+    st = lj_bundle_find(ctx->bundle, job.source_key, dev->info.arch, 0, image, &size, &found);
+    lj_kernel_job_free(L, &job);
+    if (st != LAJIT_OK || found) {
+        *source = "bundle";
+        return st;
+    }
+    *image = NULL;
+    if (!no_nvrtc) {
+        lj_log(env, LAJIT_LOG_INFO, "bundle %s has no %s kernel of %s [%s]: compiling with NVRTC",
+               lj_bundle_path(ctx->bundle), dev->info.arch, lj_family_name(f), cfgtext);
+        return LAJIT_OK;
+    }
+    if ((st = lj_family_key(f, p, bucket, sizeof bucket)) != LAJIT_OK)
+        return st;
+    st = lj_bundle_find_ptx(ctx->bundle, lj_family_name(f), bucket, cfgtext, dev->info.cc, image,
+                            &size, arch, &found);
+    if (st != LAJIT_OK)
+        return st;
+    if (found) {
+        lj_log(env, LAJIT_LOG_WARN,
+               "bundle %s has no %s kernel of %s [%s] and NVRTC is not available: loading its %s PTX "
+               "(the driver compiles it)",
+               lj_bundle_path(ctx->bundle), dev->info.arch, lj_family_name(f), cfgtext, arch);
+        *source = "bundle PTX";
+        return LAJIT_OK;
+    }
+    int major, minor;
+    st = lj_nvrtc_version(env, &major, &minor);
+    lj_error_prefix(env, "bundle %s has no %s kernel of %s [%s] for %s, and no PTX to fall back on",
+                    lj_bundle_path(ctx->bundle), dev->info.arch, lj_family_name(f), cfgtext, bucket);
+    return st != LAJIT_OK ? st : LAJIT_ERR_INTERNAL;
+}
+
 static lajit_status build_plan(lajit_ctx *ctx, const char *requested, const lj_problem *p,
                                const lj_plan **out)
 {
@@ -178,14 +247,21 @@ static lajit_status build_plan(lajit_ctx *ctx, const char *requested, const lj_p
         return lj_error(env, LAJIT_ERR_UNSUPPORTED, "no family supports %s on %s (%s)", what,
                         dev->info.arch, reasons);
     }
-    apply_tuning(ctx, f, L, cache, dev, p, &plan.config);
+    int from_bundle = 0;
+    if (ctx->bundle)
+        bundle_config(ctx, f, dev, p, &plan.config, &from_bundle);
+    if (!from_bundle)
+        apply_tuning(ctx, f, L, cache, dev, p, &plan.config);
     plan.key = lj_plan_key_make(p, requested ? family_index(ctx, requested) : DEFAULT_FAMILY_INDEX);
     st = lj_family_launch(f, &plan.config, p, &dev->info, &plan.launch);
     if (st != LAJIT_OK)
         return st;
     lj_kernel k;
-    st = lj_kernel_build(L, f, cache, &plan.config, p, &dev->info, 0, &k);
-    if (st != LAJIT_OK)
+    memset(&k, 0, sizeof k);
+    const char *source = NULL;
+    if (ctx->bundle && (st = bundle_image(ctx, f, L, dev, p, &plan.config, &k.entry.image, &source)) != LAJIT_OK)
+        return st;
+    if (!k.entry.image && (st = lj_kernel_build(L, f, cache, &plan.config, p, &dev->info, 0, &k)) != LAJIT_OK)
         return st;
     if ((st = lj_device_make_current(env, dev)) != LAJIT_OK)
         return st;
@@ -202,7 +278,7 @@ static lajit_status build_plan(lajit_ctx *ctx, const char *requested, const lj_p
     lj_config_format(&plan.config, cfgtext, sizeof cfgtext);
     lj_problem_format(p, what, sizeof what);
     lj_log(env, LAJIT_LOG_INFO, "plan %s [%s] for %s on %s (%s)", name, cfgtext, what,
-           dev->info.arch, k.compiled ? "compiled" : k.entry.from_disk ? "disk cache" : "memory");
+           dev->info.arch, source ? source : k.compiled ? "compiled" : k.entry.from_disk ? "disk cache" : "memory");
     *out = lj_plan_find(&ctx->plans, &plan.key);
     return LAJIT_OK;
 }

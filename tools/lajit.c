@@ -14,6 +14,7 @@
 #include "context.h"
 #include "kernel.h"
 #include "problem.h"
+#include "bundle.h"
 #include "search.h"
 #include "tunedb.h"
 
@@ -866,6 +867,282 @@ static int cmd_db(int argc, char **argv)
     return rc;
 }
 
+/* ---- gen: offline kernel sets ------------------------------------------------------------- */
+
+/* Winners of a tuning database, kept to pick the bundle's configurations. */
+typedef struct winner {
+    int cc;
+    char family[64], hash[17], bucket[256], config[256];
+} winner;
+
+typedef struct winners {
+    winner *w;
+    int n, cap;
+} winners;
+
+static void collect_winner(void *user, const lj_fingerprint *fp, const char *family,
+                           const char *template_hash, const char *bucket, const char *config,
+                           double ms, const char *default_config, double default_ms, int measured)
+{
+    winners *ws = user;
+    (void)ms, (void)default_config, (void)default_ms, (void)measured;
+    if (ws->n == ws->cap) {
+        int cap = ws->cap ? 2 * ws->cap : 16;
+        winner *w = realloc(ws->w, sizeof *w * (size_t)cap);
+        if (!w)
+            return;
+        ws->w = w;
+        ws->cap = cap;
+    }
+    winner *w = &ws->w[ws->n++];
+    w->cc = fp->cc;
+    snprintf(w->family, sizeof w->family, "%s", family);
+    snprintf(w->hash, sizeof w->hash, "%s", template_hash);
+    snprintf(w->bucket, sizeof w->bucket, "%s", bucket);
+    snprintf(w->config, sizeof w->config, "%s", config);
+}
+
+typedef struct gen_item {
+    char arch[16], bucket[256], config[256], what[256], entry[64];
+    lj_problem problem;
+    lj_config cfg;
+    lj_kernel_job job;
+    int have_job, ptx, tuned;
+} gen_item;
+
+static int cmd_gen(int argc, char **argv)
+{
+    if (wants_help(argc, argv)) {
+        printf("usage: %s gen --arch LIST [--family NAMES] [--db tune.db] [-p KEY=VALUE ...] [-j N]\n"
+               "       -o FILE\n\n"
+               "Writes an offline kernel set (a bundle: one SQLite file) for the archs of LIST\n"
+               "(default sm_80,sm_90a,sm_100a,sm_120): for each family of NAMES (comma-separated,\n"
+               "default all) and each of its representative problems (or the one problem the -p\n"
+               "assignments describe; a backward problem without part= gets all its passes), the\n"
+               "configuration the tuning database --db holds for that bucket on a GPU of the\n"
+               "arch's compute capability, else the family's default; its cubin, and PTX for the\n"
+               "plain (not arch-specific) archs so newer GPUs can fall back on it. Every kernel is\n"
+               "checksummed. A context opened with the bundle (lajit_ctx_desc.bundle or\n"
+               "LAJIT_BUNDLE=FILE) launches its kernels without NVRTC. -j: compile threads.\n", prog);
+        return 0;
+    }
+    char archbuf[256] = "sm_80,sm_90a,sm_100a,sm_120", fambuf[512] = "";
+    const char *db_path = NULL, *out_path = NULL, *assign[64];
+    int n_assign = 0, jobs = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--arch") == 0 && i + 1 < argc)
+            snprintf(archbuf, sizeof archbuf, "%s", argv[++i]);
+        else if (strcmp(argv[i], "--family") == 0 && i + 1 < argc)
+            snprintf(fambuf, sizeof fambuf, "%s", argv[++i]);
+        else if (strcmp(argv[i], "--db") == 0 && i + 1 < argc)
+            db_path = argv[++i];
+        else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc)
+            out_path = argv[++i];
+        else if (strcmp(argv[i], "-p") == 0 && i + 1 < argc && n_assign < 63)
+            assign[n_assign++] = argv[++i];
+        else if (strcmp(argv[i], "-j") == 0 && i + 1 < argc)
+            jobs = atoi(argv[++i]);
+        else
+            return usage_error("gen: unexpected argument %s", argv[i]);
+    }
+    if (!out_path)
+        return usage_error("gen: %s", "-o FILE is required");
+    char *archs[16], *families[32];
+    int n_archs = split_list(archbuf, archs, 16), n_families = 0;
+    if (fambuf[0])
+        n_families = split_list(fambuf, families, 32);
+    else
+        for (const char *const *f = lajit_family_names(); *f && n_families < 32; f++)
+            families[n_families++] = (char *)*f;
+    lajit_ctx *ctx = open_ctx(0, LAJIT_CTX_NO_DEVICE);
+    if (!ctx)
+        return 1;
+    lj_env *env = lajit__ctx_env(ctx);
+    lj_lua *L;
+    lajit_status st = lajit__ctx_lua(ctx, &L);
+    winners ws = {0};
+    if (st == LAJIT_OK && db_path) {
+        /* --db names a file; the database module opens tune.db in a directory. */
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", db_path);
+        char *slash = strrchr(dir, '/');
+        const char *base = slash ? slash + 1 : dir;
+        if (strcmp(base, "tune.db") != 0) {
+            fprintf(stderr, "%s: gen: --db must name a tune.db file\n", prog);
+            lajit_ctx_destroy(ctx);
+            return 2;
+        }
+        if (slash)
+            *slash = 0;
+        else
+            snprintf(dir, sizeof dir, ".");
+        lj_tunedb *db;
+        if ((st = lj_tunedb_open(env, dir, &db)) == LAJIT_OK) {
+            st = lj_tunedb_show(db, collect_winner, &ws);
+            lj_tunedb_close(db);
+        }
+    }
+    lj_bundle *bundle = NULL;
+    if (st == LAJIT_OK)
+        st = lj_bundle_create(env, out_path, &bundle);
+    if (st != LAJIT_OK) {
+        int rc = fail(ctx, st);
+        free(ws.w);
+        lajit_ctx_destroy(ctx);
+        return rc;
+    }
+    int rc = 0, cubins = 0, ptxs = 0, tuned = 0;
+    for (int fi = 0; fi < n_families && rc == 0; fi++) {
+        lj_family *f;
+        lj_problem *problems = NULL;
+        int n_problems = 0;
+        char hash[17];
+        if ((st = lajit__ctx_family(ctx, families[fi], &f)) != LAJIT_OK ||
+            (st = lj_family_problems(f, &problems, &n_problems)) != LAJIT_OK ||
+            (st = lj_tune_template_hash(env, f, hash)) != LAJIT_OK) {
+            rc = fail(ctx, st);
+            lj_free(env, problems);
+            break;
+        }
+        if (n_assign > 0 && n_problems > 1)
+            n_problems = 1;
+        /* Problems × archs × (cubin, PTX); a backward problem given with -p and no part gets its
+         * passes 0..2 (and 3 with want_ds). */
+        int cap = n_problems * n_archs * 2 * 4;
+        gen_item *items = lj_calloc(env, (size_t)(cap ? cap : 1), sizeof *items);
+        lj_compile_task *tasks = items ? lj_calloc(env, (size_t)(cap ? cap : 1), sizeof *tasks) : NULL;
+        if (!tasks) {
+            rc = fail(ctx, lj_oom(env));
+            lj_free(env, items);
+            lj_free(env, problems);
+            break;
+        }
+        int part_given = 0;
+        for (int i = 0; i < n_assign; i++)
+            part_given |= strncmp(assign[i], "part=", 5) == 0;
+        int n = 0;
+        for (int a = 0; a < n_archs && rc == 0; a++) {
+            lj_device_info dev;
+            if (!lj_device_info_for_arch(archs[a], &dev)) {
+                fprintf(stderr, "%s: unknown arch %s\n", prog, archs[a]);
+                rc = 1;
+                break;
+            }
+            int plain = archs[a][strlen(archs[a]) - 1] >= '0' && archs[a][strlen(archs[a]) - 1] <= '9';
+            for (int pi = 0; pi < n_problems && rc == 0; pi++) {
+                lj_problem base = problems[pi];
+                lj_config cfg;
+                if ((st = lj_assign_all(env, f, assign, (size_t)n_assign, &dev, &base, &cfg)) != LAJIT_OK) {
+                    rc = fail(ctx, st);
+                    break;
+                }
+                int parts = base.op == LJ_OP_BWD && n_assign > 0 && !part_given ? (base.want_ds ? 4 : 3) : 1;
+                for (int part = 0; part < parts && rc == 0; part++) {
+                    lj_problem p = base;
+                    if (parts > 1)
+                        p.part = part;
+                    if (parts > 1 && (st = lj_family_default(f, &p, &dev, &cfg)) != LAJIT_OK) {
+                        rc = fail(ctx, st);
+                        break;
+                    }
+                    char bucket[256];
+                    if ((st = lj_family_key(f, &p, bucket, sizeof bucket)) != LAJIT_OK) {
+                        rc = fail(ctx, st);
+                        break;
+                    }
+                    int from_db = 0;
+                    for (int w = 0; w < ws.n && !from_db; w++) {
+                        lj_config parsed;
+                        if (ws.w[w].cc == dev.cc && strcmp(ws.w[w].family, families[fi]) == 0 &&
+                            strcmp(ws.w[w].hash, hash) == 0 && strcmp(ws.w[w].bucket, bucket) == 0 &&
+                            lj_config_parse(env, f, &cfg, ws.w[w].config, &parsed) == LAJIT_OK) {
+                            cfg = parsed;
+                            from_db = 1;
+                        }
+                    }
+                    lj_clear_error(env);
+                    int ok;
+                    char reason[256];
+                    if ((st = lj_family_valid(f, &cfg, &p, &dev, &ok, reason, sizeof reason)) != LAJIT_OK) {
+                        rc = fail(ctx, st);
+                        break;
+                    }
+                    char what[256];
+                    lj_problem_format(&p, what, sizeof what);
+                    if (!ok) {
+                        printf("%-12s %-8s %-48s skipped: %s\n", families[fi], archs[a], what, reason);
+                        continue;
+                    }
+                    lj_launch launch;
+                    if ((st = lj_family_launch(f, &cfg, &p, &dev, &launch)) != LAJIT_OK) {
+                        rc = fail(ctx, st);
+                        break;
+                    }
+                    for (int ptx = 0; ptx <= plain; ptx++) {
+                        gen_item *it = &items[n];
+                        snprintf(it->arch, sizeof it->arch, "%s", archs[a]);
+                        snprintf(it->bucket, sizeof it->bucket, "%s", bucket);
+                        lj_config_format(&cfg, it->config, sizeof it->config);
+                        snprintf(it->what, sizeof it->what, "%s", what);
+                        snprintf(it->entry, sizeof it->entry, "%s", launch.entry);
+                        it->problem = p;
+                        it->cfg = cfg;
+                        it->ptx = ptx;
+                        it->tuned = from_db;
+                        if ((st = lj_kernel_prepare(L, f, &cfg, &p, &dev, ptx, &it->job)) != LAJIT_OK) {
+                            rc = fail(ctx, st);
+                            break;
+                        }
+                        it->have_job = 1;
+                        tasks[n].job = &it->job;
+                        n++;
+                    }
+                }
+            }
+        }
+        lj_kernel_compile_parallel(tasks, n, jobs);
+        for (int i = 0; i < n; i++) {
+            gen_item *it = &items[i];
+            if (rc == 0 && tasks[i].status != LAJIT_OK) {
+                fprintf(stderr, "%s: gen: %s %s [%s]: %s\n", prog, families[fi], it->arch, it->config,
+                        tasks[i].error);
+                rc = 1;
+            } else if (rc == 0) {
+                lj_bundle_item bi = {families[fi], it->arch, it->bucket, it->config, it->what,
+                                     it->entry, it->job.source_key, it->ptx, tasks[i].compiled.image,
+                                     tasks[i].compiled.image_size + (it->ptx ? 1 : 0)};
+                if ((st = lj_bundle_add(bundle, &bi)) != LAJIT_OK)
+                    rc = fail(ctx, st);
+                else {
+                    printf("%-12s %-8s %-48s %-36s %s %8zu%s\n", families[fi], it->arch, it->what,
+                           it->config, it->ptx ? "ptx  " : "cubin", tasks[i].compiled.image_size,
+                           it->tuned ? " (tuned)" : "");
+                    *(it->ptx ? &ptxs : &cubins) += 1;
+                    tuned += it->tuned && !it->ptx;
+                }
+            }
+            lj_compile_task_free(&tasks[i]);
+            if (it->have_job)
+                lj_kernel_job_free(L, &it->job);
+        }
+        lj_free(env, tasks);
+        lj_free(env, items);
+        lj_free(env, problems);
+    }
+    free(ws.w);
+    if (rc == 0) {
+        if ((st = lj_bundle_finish(bundle)) != LAJIT_OK)
+            rc = fail(ctx, st);
+        else
+            printf("wrote %s: %d cubins (%d from the tuning database), %d PTX\n", out_path, cubins,
+                   tuned, ptxs);
+    } else {
+        lj_bundle_abort(bundle);
+    }
+    lajit_ctx_destroy(ctx);
+    return rc;
+}
+
 /* ---- main ------------------------------------------------------------------------------------ */
 
 static const struct {
@@ -881,6 +1158,7 @@ static const struct {
     {"cache", cmd_cache, "list, verify or clear the kernel cache"},
     {"tune", cmd_tune, "tune families on this GPU and store the winners"},
     {"db", cmd_db, "show, export or import the tuning database"},
+    {"gen", cmd_gen, "write an offline kernel set (bundle) for a list of archs"},
 };
 
 int main(int argc, char **argv)
@@ -891,7 +1169,7 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
             printf("  %-9s %s\n", commands[i].name, commands[i].help);
         printf("\nenvironment: LAJIT_CACHE_DIR, LAJIT_TEMPLATE_DIR, LAJIT_CHECK=1, "
-               "LAJIT_AUTOTUNE=off|eager\n");
+               "LAJIT_AUTOTUNE=off|eager, LAJIT_BUNDLE\n");
         return argc < 2 ? 2 : 0;
     }
     if (strcmp(argv[1], "--version") == 0)

@@ -422,7 +422,11 @@ static CUresult f_cuModuleLoadData(CUmodule *m, const void *image)
 {
     FAKE_ENTRY("cuModuleLoadData");
     NEED_CONTEXT();
-    if (!image || memcmp(image, "\x7f" "ELF", 4) != 0) {
+    /* A cubin (ELF) or PTX text (which the driver compiles: a comment first, then .version and
+     * .target directives). */
+    int ptx = image && memcmp(image, "//", 2) == 0 && strstr(image, "\n.version ") &&
+              strstr(image, "\n.target ");
+    if (!image || (memcmp(image, "\x7f" "ELF", 4) != 0 && !ptx)) {
         fk.counts.rejected_images++;
         return err(CUDA_ERROR_INVALID_IMAGE);
     }
