@@ -15,7 +15,7 @@ static const char schema[] =
     "  source_key TEXT NOT NULL, arch TEXT NOT NULL, ptx INTEGER NOT NULL,"
     "  family TEXT NOT NULL, bucket TEXT NOT NULL, config TEXT NOT NULL, problem TEXT NOT NULL,"
     "  entry TEXT NOT NULL, image BLOB NOT NULL, checksum TEXT NOT NULL,"
-    "  PRIMARY KEY(source_key, arch, ptx));"
+    "  PRIMARY KEY(source_key, arch, ptx, family, bucket));"
     "CREATE INDEX kernels_by_config ON kernels(family, bucket, config, ptx);";
 
 /* Images handed out by the reader, kept until close. */
@@ -246,7 +246,7 @@ lajit_status lj_bundle_find(lj_bundle *b, lj_key source_key, const char *arch, i
     sqlite3_stmt *s = NULL;
     if (sqlite3_prepare_v2(b->db,
                            "SELECT image, checksum, family || ' ' || config || ' ' || arch FROM kernels "
-                           "WHERE source_key = ?1 AND arch = ?2 AND ptx = ?3",
+                           "WHERE source_key = ?1 AND arch = ?2 AND ptx = ?3 LIMIT 1",
                            -1, &s, NULL) != SQLITE_OK)
         return db_error(b, "cannot query");
     sqlite3_bind_text(s, 1, key, -1, SQLITE_TRANSIENT);
