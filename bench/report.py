@@ -92,6 +92,8 @@ if a.join:
     runs = sorted({r["run"] for r in kept})
     prev = old.get("lajit", "")
     commit = f"{a.commit} ({a.run}); " + (prev if "(" in prev else f"{prev} ({', '.join(runs)})")
+    if not ceil:  # a call that measured no ceilings (JIT rows only) keeps the report's
+        ceil = old.get("ceilings", {})
 rep = dict(device=meta.get("device", peers.get("device")), cc=meta.get("cc"), driver=meta.get("driver"),
            lajit=commit, date=datetime.date.today().isoformat(), ceilings=ceil, rows=rows)
 os.makedirs(a.out, exist_ok=True)
@@ -142,11 +144,12 @@ if fb:
 jit = [r for r in rows if r.get("op") == "jit"]
 if jit:
     md += ["## JIT start-up and tuning (wall seconds, each in a fresh process)", "",
-           "| what | family | problem | s | default → tuned |", "|---|---|---|---|---|"]
+           "| what | family | problem | s | default → tuned, or the bundle |", "|---|---|---|---|---|"]
     for r in jit:
         prob = r.get("problem") or f"bf16 B={r.get('B')} H={r.get('H')} N={r.get('N')} D={r.get('D')}"
         tuned = (f"{r['default_config']} {r['default_ms']:.4f} ms → {r['tuned_config']} {r['tuned_ms']:.4f} ms "
-                 f"({r['default_ms'] / r['tuned_ms']:.2f}×)" if "tuned_ms" in r else "")
+                 f"({r['default_ms'] / r['tuned_ms']:.2f}×)" if "tuned_ms" in r else
+                 f"bundle {r['bundle']}, NVRTC {r.get('nvrtc', 'present')}" if "bundle" in r else "")
         md.append(f"| {r['what']} | {r['family']} | {prob} | {r['s']:.4f} | {tuned} |")
     md.append("")
 dec = [r for r in rows if r.get("op") == "decode"]
