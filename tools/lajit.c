@@ -1143,6 +1143,66 @@ static int cmd_gen(int argc, char **argv)
     return rc;
 }
 
+/* ---- bench ---------------------------------------------------------------------------------- */
+
+/* The benchmark is its own program (bench/lajit_bench.c: it times with the driver directly and
+ * measures ceilings beside lajit); `lajit bench` finds it next to this binary (installed) or in
+ * the build tree and runs it, its JSON rows going to stdout or to -o FILE. */
+static int cmd_bench(int argc, char **argv)
+{
+    const char *out = NULL;
+    char *args[64];
+    int n = 0;
+    args[n++] = "lajit_bench";
+    for (int i = 0; i < argc && n < 62; i++) {
+        if (strcmp(argv[i], "-o") == 0 && i + 1 < argc)
+            out = argv[++i];
+        else
+            args[n++] = argv[i];
+    }
+    args[n] = NULL;
+    char self[4096], path[4200];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    const char *found = NULL;
+    if (len > 0) {
+        self[len] = 0;
+        char *slash = strrchr(self, '/');
+        if (slash)
+            *slash = 0;
+        const char *rel[] = {"%s/lajit_bench", "%s/../bench/lajit_bench"};
+        for (int i = 0; i < 2 && !found; i++) {
+            snprintf(path, sizeof path, rel[i], self);
+            if (access(path, X_OK) == 0)
+                found = path;
+        }
+    }
+    if (wants_help(argc, argv)) {
+        printf("usage: %s bench [-o FILE] [--mode prefill|fwdbwd|decode|dispatch|jit|all] [ARGS]\n\n"
+               "Runs the benchmark (lajit_bench, %s): one JSON row per measurement in the\n"
+               "report format of DESIGN.md (fwd, fwdbwd with extra memory, decode with its\n"
+               "in-place ceiling, dispatch, jit), to stdout or FILE. bench/report.py merges the\n"
+               "rows with the peers' into docs/bench/<gpu>.json. The benchmark's own options:\n\n",
+               prog, found ? found : "not found next to this program");
+        fflush(stdout);
+        if (!found)
+            return 0;
+        char *help[] = {"lajit_bench", "--help", NULL};
+        execv(found, help);
+        return 0;
+    }
+    if (!found) {
+        fprintf(stderr, "%s: bench: lajit_bench is not installed next to %s\n", prog, self);
+        return 1;
+    }
+    if (out && !freopen(out, "w", stdout)) {
+        fprintf(stderr, "%s: bench: cannot write %s\n", prog, out);
+        return 1;
+    }
+    execv(found, args);
+    fprintf(stderr, "%s: bench: cannot run %s\n", prog, found);
+    return 1;
+}
+
 /* ---- main ------------------------------------------------------------------------------------ */
 
 static const struct {
@@ -1159,6 +1219,7 @@ static const struct {
     {"tune", cmd_tune, "tune families on this GPU and store the winners"},
     {"db", cmd_db, "show, export or import the tuning database"},
     {"gen", cmd_gen, "write an offline kernel set (bundle) for a list of archs"},
+    {"bench", cmd_bench, "run the benchmark, writing the report's JSON rows"},
 };
 
 int main(int argc, char **argv)
