@@ -259,19 +259,12 @@ static int make_dirs(const char *dir)
 }
 
 /* Sets the damaged file aside, unless another process already replaced it since we looked
- * (inode changed): under an exclusive lock on tune.db.lock, so two processes recovering at once
- * do not both move files. Returns 0 when the path is ready for a fresh open. */
+ * (inode changed). The caller holds the exclusive lock on tune.db.lock (open_lock), so two
+ * processes recovering at once do not both move files. Returns 0 when the path is ready for a
+ * fresh open. */
 static int set_aside(lj_tunedb *t, const struct stat *seen, const char *why)
 {
-    char lock[4200], aside[4200];
-    snprintf(lock, sizeof lock, "%s.lock", t->path);
-    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return -1;
-    if (flock(fd, LOCK_EX) != 0) {
-        close(fd);
-        return -1;
-    }
+    char aside[4200];
     struct stat now;
     int rc = 0;
     if (stat(t->path, &now) == 0 && now.st_ino == seen->st_ino && now.st_dev == seen->st_dev) {
@@ -292,9 +285,25 @@ static int set_aside(lj_tunedb *t, const struct stat *seen, const char *why)
                    "starting a new one", t->path, why, aside);
         }
     }
-    flock(fd, LOCK_UN);
-    close(fd);
     return rc;
+}
+
+/* Opening (creating the file, switching it to WAL, migrating the schema, setting a damaged file
+ * aside) runs under an exclusive flock on tune.db.lock. SQLite's busy timeout does not cover
+ * every lock taken while several connections create and convert a new file at the same moment
+ * (8 processes saw "database is locked" at open); opens are rare, so serialising them is free.
+ * Returns the lock's descriptor, or -1 when no lock could be had (then opening goes on without
+ * it). */
+static int open_lock(const char *path)
+{
+    char lock[4200];
+    snprintf(lock, sizeof lock, "%s.lock", path);
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0 && flock(fd, LOCK_EX) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
 }
 
 lajit_status lj_tunedb_open(lj_env *env, const char *dir, lj_tunedb **out)
@@ -320,6 +329,7 @@ lajit_status lj_tunedb_open(lj_env *env, const char *dir, lj_tunedb **out)
         return st;
     }
     char why[512];
+    int lock = open_lock(t->path);
     for (int attempt = 0;; attempt++) {
         why[0] = 0;
         struct stat seen;
@@ -333,9 +343,13 @@ lajit_status lj_tunedb_open(lj_env *env, const char *dir, lj_tunedb **out)
             lajit_status st = lj_error(env, LAJIT_ERR_DATABASE, "tuning database %s unavailable: %s",
                                        t->path, why);
             lj_tunedb_close(t);
+            if (lock >= 0)
+                close(lock);
             return st;
         }
     }
+    if (lock >= 0)
+        close(lock); /* releases the flock */
     *out = t;
     return LAJIT_OK;
 }
