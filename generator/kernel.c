@@ -40,7 +40,14 @@ static lajit_status name_list_add(lj_env *env, name_list *l, const char *prefix,
     return LAJIT_OK;
 }
 
-/* Paths of the files under common/: embedded, or listed from the template dir. */
+/* NVRTC sees the headers of common/ (.h, .cuh), not the Lua helpers that specs import. */
+static int is_header(const char *name)
+{
+    size_t n = strlen(name);
+    return (n > 2 && strcmp(name + n - 2, ".h") == 0) || (n > 4 && strcmp(name + n - 4, ".cuh") == 0);
+}
+
+/* Paths of the headers under common/: embedded, or listed from the template dir. */
 static lajit_status list_common(lj_lua *L, char ***names, int *count)
 {
     lj_env *env = lj_lua_env(L);
@@ -49,7 +56,7 @@ static lajit_status list_common(lj_lua *L, char ***names, int *count)
     lajit_status st = LAJIT_OK;
     if (!dir) {
         for (size_t i = 0; i < lj_embedded_count && st == LAJIT_OK; i++)
-            if (strncmp(lj_embedded_files[i].path, "common/", 7) == 0)
+            if (strncmp(lj_embedded_files[i].path, "common/", 7) == 0 && is_header(lj_embedded_files[i].path))
                 st = name_list_add(env, &l, "", lj_embedded_files[i].path);
     } else {
         lj_buf path;
@@ -63,7 +70,7 @@ static lajit_status list_common(lj_lua *L, char ***names, int *count)
             st = lj_error(env, LAJIT_ERR_IO, "cannot open template folder %s", p);
         struct dirent *e;
         while (st == LAJIT_OK && d && (e = readdir(d)) != NULL)
-            if (e->d_name[0] != '.')
+            if (e->d_name[0] != '.' && is_header(e->d_name))
                 st = name_list_add(env, &l, "common/", e->d_name);
         if (d)
             closedir(d);

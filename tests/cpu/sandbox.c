@@ -153,6 +153,30 @@ LJ_TEST(template_dir_cannot_escape)
     lj_lua_close(L);
 }
 
+/* import(): another .lua file of the template folder, run once and cached; nothing else. */
+LJ_TEST(import_runs_template_lua_only)
+{
+    lj_lua *L = open_lua(); /* the embedded templates */
+    ASSERT_OK(run(L, "local s = import('common/scan.lua') assert(type(s.valid) == 'function')"
+                     " assert(import('common/scan.lua') == s)"));
+    const char *refused[] = {
+        "import('common/la_params.h')", "import('/etc/passwd.lua')", "import('../x.lua')",
+        "import('common/missing.lua')", "import(42)",
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        lajit_status st = run(L, refused[i]);
+        if (st != LAJIT_ERR_TEMPLATE)
+            lj_test_fail(__FILE__, __LINE__, "%s: got %s", refused[i], lajit_status_string(st));
+    }
+    /* An imported file runs under the caller's limits: an endless loop in it stops. */
+    char dir[1024];
+    lj_lua_close(L);
+    snprintf(dir, sizeof dir, "%s/tests/data/templates", lj_test_source_dir());
+    ASSERT_OK(lj_lua_open(&env, dir, &L));
+    ASSERT_STATUS(run(L, "import('common/loop.lua')"), LAJIT_ERR_LIMIT);
+    lj_lua_close(L);
+}
+
 /* Open the sandbox, load a family and expand it, with the n-th allocation failing. */
 static lajit_status open_load_expand(uint64_t n, int *reached)
 {
