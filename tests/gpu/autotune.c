@@ -52,7 +52,7 @@ LJ_TEST(eager_decode_tunes)
 LJ_TEST(eager_bwd_tunes_its_scan_passes)
 {
     setenv("LAJIT_AUTOTUNE", "eager", 1);
-    bwd_case c = {NULL, LJ_BF16, 2, 2, 300, 64, 64, 1, 1, 0, 0, 0, 0, 0, 0, {0}, 0, 0, 0, 53};
+    bwd_case c = {NULL, LJ_BF16, 2, 2, 300, 64, 64, 1, 1, 0, 0, 0, 0, 0, 0, {0}, 0, 0, 0, 53, 0};
     run_bwd_case(&c); /* dq, dv, dk tuned; the ds pass keeps its default */
     ASSERT_EQ(winners(), 3);
 }

@@ -59,6 +59,7 @@ typedef struct bwd_case {
     float scale;         /* 0: 1 */
     int finite_diff;     /* also check ds against a float64 finite difference of the forward */
     unsigned seed;
+    int graph;           /* also capture the call in a CUDA graph; its replay must give the same bits */
 } bwd_case;
 
 /* Runs the backward twice (the second run must give the same bits) and checks every gradient

@@ -215,6 +215,41 @@ void run_bwd_case(const bwd_case *c)
             lj_test_fail(__FILE__, __LINE__, "a second run gave different bits (not deterministic)");
         free(now);
     }
+    if (c->graph) {
+        /* The plans exist (and the ds workspace): a captured call must replay to the same bits. */
+        const lj_driver *drv = lj_gpu_driver();
+        CUstream stream;
+        CUgraph graph;
+        CUgraphExec exec;
+        ASSERT_EQ(drv->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+        a.stream = stream;
+        lj_gpu_poison(d_dq, bytes_q);
+        lj_gpu_poison(d_dk, bytes_q);
+        lj_gpu_poison(d_dv, bytes_v);
+        lj_gpu_poison(d_ds, (size_t)H * 4);
+        if (d_ds0)
+            lj_gpu_poison(d_ds0, nst * 4);
+        lj_gpu_sync();
+        ASSERT_EQ(drv->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CUDA_SUCCESS);
+        lajit_status st = lajit_attn_bwd(ctx, &a);
+        ASSERT_EQ(drv->cuStreamEndCapture(stream, &graph), CUDA_SUCCESS);
+        ASSERT_OK(st);
+        ASSERT_EQ(drv->cuGraphInstantiate(&exec, graph, 0), CUDA_SUCCESS);
+        for (int replay = 0; replay < 2; replay++)
+            ASSERT_EQ(drv->cuGraphLaunch(exec, stream), CUDA_SUCCESS);
+        ASSERT_EQ(drv->cuStreamSynchronize(stream), CUDA_SUCCESS);
+        unsigned char *now = malloc(2 * bytes_q + bytes_v + (size_t)H * 4), *w = now;
+        lj_gpu_download(w, d_dq, bytes_q), w += bytes_q;
+        lj_gpu_download(w, d_dk, bytes_q), w += bytes_q;
+        lj_gpu_download(w, d_dv, bytes_v), w += bytes_v;
+        lj_gpu_download(w, d_ds, (size_t)H * 4);
+        if (memcmp(run1, now, 2 * bytes_q + bytes_v + (size_t)(c->want_ds ? H * 4 : 0)) != 0)
+            lj_test_fail(__FILE__, __LINE__, "the graph replay gave other bits than a direct call");
+        free(now);
+        ASSERT_EQ(drv->cuGraphExecDestroy(exec), CUDA_SUCCESS);
+        ASSERT_EQ(drv->cuGraphDestroy(graph), CUDA_SUCCESS);
+        ASSERT_EQ(drv->cuStreamDestroy(stream), CUDA_SUCCESS);
+    }
     lj_gpu_download_as(m_dq, d_dq, lq.mem, dt);
     lj_gpu_download_as(m_dk, d_dk, lq.mem, dt);
     lj_gpu_download_as(m_dv, d_dv, lv.mem, dt);
