@@ -24,6 +24,7 @@ struct lj_family {
     char param_names[LJ_MAX_PARAMS][LJ_PARAM_NAME];
     long long *param_values[LJ_MAX_PARAMS];
     int param_counts[LJ_MAX_PARAMS];
+    char archs[128]; /* the archs the family serves, comma-separated; empty: every arch */
 };
 
 /* ---- Names and the arch table ------------------------------------------------------------- */
@@ -372,6 +373,27 @@ static lajit_status check_spec(lj_family *f, const char *name)
         }
         lua_pop(L, 1);
     }
+    /* Optional: the archs the family serves (an arch-specific family such as la_fwd_sm90). */
+    int t = lua_getfield(L, spec, "archs");
+    if (t == LUA_TTABLE) {
+        lua_Integer n = (lua_Integer)lua_rawlen(L, -1);
+        for (lua_Integer j = 1; j <= n; j++) {
+            lj_device_info info;
+            if (lua_rawgeti(L, -1, j) != LUA_TSTRING || !lj_device_info_for_arch(lua_tostring(L, -1), &info) ||
+                strlen(f->archs) + lua_rawlen(L, -1) + 2 > sizeof f->archs) {
+                lua_pop(L, 2);
+                return lj_error(env, LAJIT_ERR_TEMPLATE, "%s/family.lua: archs[%d] is not a known arch", name, (int)j);
+            }
+            if (f->archs[0])
+                strcat(f->archs, ",");
+            strcat(f->archs, lua_tostring(L, -1));
+            lua_pop(L, 1);
+        }
+    } else if (t != LUA_TNIL) {
+        lua_pop(L, 1);
+        return lj_error(env, LAJIT_ERR_TEMPLATE, "%s/family.lua: archs must be a list of arch names", name);
+    }
+    lua_pop(L, 1);
     if (lua_getfield(L, spec, "problems") != LUA_TTABLE || lua_rawlen(L, -1) == 0) {
         lua_pop(L, 1);
         return lj_error(env, LAJIT_ERR_TEMPLATE, "%s/family.lua: problems must be a non-empty list", name);
@@ -492,6 +514,17 @@ void lj_family_free(lj_family *f)
     for (int i = 0; i < f->n_params; i++)
         lj_free(f->env, f->param_values[i]);
     lj_free(f->env, f);
+}
+
+int lj_family_serves(const lj_family *f, const char *arch)
+{
+    if (!f->archs[0])
+        return 1;
+    size_t n = strlen(arch);
+    for (const char *p = f->archs; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (strncmp(p, arch, n) == 0 && (p[n] == ',' || p[n] == 0))
+            return 1;
+    return 0;
 }
 
 const char *lj_family_name(const lj_family *f)

@@ -110,6 +110,8 @@ typedef struct lj_family lj_family;
 lajit_status lj_family_load(lj_env *env, lj_lua *L, const char *name, lj_family **out);
 void lj_family_free(lj_family *f);
 const char *lj_family_name(const lj_family *f);
+/* Whether the family serves arch: its spec's optional `archs` list names it, or it has none. */
+int lj_family_serves(const lj_family *f, const char *arch);
 lj_op lj_family_op(const lj_family *f);
 
 /* The parameter space: number of params, each name and its candidate values (borrowed). */

@@ -25,9 +25,9 @@ static int family_index(const lajit_ctx *ctx, const char *name)
 }
 
 /* The families an op tries, in order, when the caller names none: the fast family first, then
- * the ones that cover what it does not (la_recurrent runs fp32 forwards until la_fwd has its
- * tf32 path). */
-static const char *const fwd_defaults[] = {"la_fwd", "la_recurrent", NULL};
+ * the ones that cover what it does not (la_fwd_sm90: sm_90a, 16-bit, D a multiple of 64; la_fwd:
+ * every arch and dtype; la_recurrent: what no chunked config fits). */
+static const char *const fwd_defaults[] = {"la_fwd_sm90", "la_fwd", "la_recurrent", NULL};
 static const char *const bwd_defaults[] = {"la_bwd", NULL};
 static const char *const decode_defaults[] = {"la_decode", NULL};
 
@@ -227,6 +227,8 @@ static lajit_status build_plan(lajit_ctx *ctx, const char *requested, const lj_p
         if (lj_family_op(cand) != p->op)
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "family %s does not implement %s",
                             names[i], lj_op_name(p->op));
+        if (!requested && !lj_family_serves(cand, dev->info.arch))
+            continue; /* an arch-specific default family (la_fwd_sm90) on another arch */
         if ((st = lj_family_default(cand, p, &dev->info, &plan.config)) != LAJIT_OK)
             return st;
         int ok;

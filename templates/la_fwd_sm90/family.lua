@@ -1,0 +1,130 @@
+-- family.lua — la_fwd_sm90: the chunked Lightning Attention forward on Hopper's wgmma (fwd.cu says
+-- how the kernel works; docs/notes/la_fwd.md has the measurements behind the choices below).
+--
+-- One 128-thread CTA (a warpgroup) per (E slice of TILE_V columns, head, sequence): grid
+-- {E / TILE_V, H, B or nseq}. It serves what it can — sm_90a, f16/bf16, D a multiple of 64 — and
+-- the op falls back to la_fwd (mma.sync) for the rest (fp32 inputs: tf32 wgmma reads K-major
+-- operands only, and this kernel reads K and V transposed).
+
+local scan = import("common/scan.lua")
+local log2_bucket = scan.log2_bucket
+
+local ELEM = { f16 = "lj_f16", bf16 = "lj_bf16" }
+
+-- Dynamic shared memory: the Q, K, V ring, the weighted V copy (decay only), the 16-bit state
+-- copy, λ^k for k = 0..BLOCK, and 1 KiB to align the tiles to the swizzle period.
+local function smem(cfg, problem)
+    local q = cfg.BLOCK * problem.D * 2
+    local v = cfg.BLOCK * cfg.TILE_V * 2
+    return cfg.STAGES * (2 * q + v) + (problem.decay and v or 0) + problem.D * cfg.TILE_V * 2
+        + (cfg.BLOCK + 1) * 4 + 1024
+end
+
+-- Registers a thread holds across the chunk loop: the state (D·TILE_V/128), the output
+-- accumulators (TILE_V/2), scores, score mask and P operand (~80), the cp.async addresses (D/4) and
+-- about 40 more; fitted to ptxas -v (sm_90a, CUDA 13.0): f16 D = 256 TILE_V = 32 spills at 255,
+-- bf16 D = 128 TILE_V = 64 takes 255 without spilling.
+local function regs(cfg, problem)
+    return problem.D * cfg.TILE_V // 128 + cfg.TILE_V // 2 + 80 + problem.D // 4 + 40
+end
+
+local function valid(cfg, problem, device)
+    if device.arch ~= "sm_90a" then return false, "wgmma needs sm_90a" end
+    if ELEM[problem.dtype] == nil then
+        return false, "f16 and bf16 only (fp32 goes to la_fwd: tf32 wgmma has no transposed operands)"
+    end
+    local D, E = problem.D, problem.E
+    if D % 64 ~= 0 or D > 256 then return false, "D must be 64, 128, 192 or 256" end
+    if E % 16 ~= 0 or E < 16 or E > 256 then return false, "E must be a multiple of 16 from 16 to 256" end
+    if cfg.BLOCK ~= 64 then return false, "BLOCK must be 64 (the wgmma M of one warpgroup)" end
+    if cfg.TILE_V > E or E % cfg.TILE_V ~= 0 then
+        return false, string.format("TILE_V=%d does not divide E=%d", cfg.TILE_V, E)
+    end
+    local r = regs(cfg, problem)
+    if r > 255 then
+        return false, string.format("about %d registers per thread needed (255 allowed)", r)
+    end
+    local bytes = smem(cfg, problem)
+    if bytes > device.smem_optin then
+        return false, string.format("%d bytes of shared memory (device allows %d)", bytes,
+                                    device.smem_optin)
+    end
+    return true
+end
+
+-- The widest slice (64 columns) while the grid still has a CTA per SM; narrower slices when
+-- B·H is small, and when the state would not fit the registers (D = 256).
+local function default(problem, device)
+    local bh = 1 << log2_bucket(problem.B * problem.H)
+    local cfg = { BLOCK = 64, TILE_V = 64, STAGES = 2 }
+    while cfg.TILE_V > 16 and (cfg.TILE_V > problem.E or problem.E % cfg.TILE_V ~= 0) do
+        cfg.TILE_V = cfg.TILE_V // 2
+    end
+    while cfg.TILE_V > 16 and problem.E % (cfg.TILE_V // 2) == 0
+        and (bh * (problem.E // cfg.TILE_V) < device.sms or regs(cfg, problem) > 255) do
+        cfg.TILE_V = cfg.TILE_V // 2
+    end
+    return cfg
+end
+
+return {
+    name = "la_fwd_sm90",
+    op = "fwd",
+    archs = { "sm_90a" },                -- the op's default list skips it elsewhere
+
+    params = {
+        BLOCK = { 64 },                  -- tokens per chunk: the M of one warpgroup's wgmma
+        TILE_V = { 16, 32, 64, 128 },    -- E columns per CTA
+        STAGES = { 2, 3 },               -- chunks in flight in the cp.async ring
+    },
+
+    problems = {
+        { op = "fwd", dtype = "bf16", B = 4, H = 32, N = 8192, D = 128, E = 128, decay = true,
+          has_initial = false, has_final = false, varlen = false, vk = false },
+        { op = "fwd", dtype = "bf16", B = 4, H = 32, N = 8192, D = 64, E = 64, decay = true,
+          has_initial = false, has_final = false, varlen = false, vk = false },
+        { op = "fwd", dtype = "f16", B = 2, H = 8, N = 2048, D = 192, E = 96, decay = false,
+          has_initial = true, has_final = true, varlen = false, vk = false },
+        { op = "fwd", dtype = "f16", B = 8, H = 16, N = 4096, D = 256, E = 256, decay = true,
+          has_initial = true, has_final = true, varlen = true, vk = true },
+    },
+
+    valid = valid,
+    default = default,
+
+    key = function(problem)
+        return string.format("%s_D%d_E%d_%s%s%s%s%s_n%d_bh%d", problem.dtype, problem.D, problem.E,
+                             problem.decay and "decay" or "nodecay",
+                             problem.has_initial and "_s0" or "", problem.has_final and "_sn" or "",
+                             problem.varlen and "_varlen" or "", problem.vk and "_vk" or "",
+                             log2_bucket(math.max(problem.N, 1)),
+                             log2_bucket(problem.B * problem.H))
+    end,
+
+    launch = function(cfg, problem, device)
+        return {
+            grid = { problem.E // cfg.TILE_V, "H", problem.varlen and "nseq" or "B" },
+            block = { 128, 1, 1 },
+            smem = smem(cfg, problem),
+            entry = "la_fwd_sm90",
+        }
+    end,
+
+    source = function(cfg, problem, device)
+        local b = function(x) return x and "true" or "false" end
+        return {
+            template = "la_fwd_sm90/fwd.cu",
+            consts = {
+                ELEM = ELEM[problem.dtype],
+                D = problem.D,
+                E = problem.E,
+                DECAY = b(problem.decay),
+                HAS_INITIAL = b(problem.has_initial),
+                HAS_FINAL = b(problem.has_final),
+                VARLEN = b(problem.varlen),
+                REVERSE = "false",
+                GRAD_STATE = "false",
+            },
+        }
+    end,
+}

@@ -1,0 +1,75 @@
+/* la_fwd_sm90.c — the Hopper (wgmma) forward on the GPU against the float64 reference, named
+ * explicitly so the cases run this family and not the fallback: chunk boundaries (N = 1, 63, 64,
+ * 65, 913, 4096), D = 64 … 256 with D != E and E down to 16 (all three swizzle widths of the
+ * value tiles), f16 and bf16, decay and none, states in and out (in place, VK), [B,N,H,D] views
+ * and varlen with a pool and a -1 slot. Skipped on a GPU that is not sm_90a. */
+#include <string.h>
+
+#include "attn_cases.h"
+#include "gpu.h"
+#include "test.h"
+
+#define F "la_fwd_sm90"
+
+static void run(fwd_case c)
+{
+    lj_gpu_init();
+    if (strcmp(lj_gpu_device()->info.arch, "sm_90a") != 0)
+        lj_test_skip("la_fwd_sm90 needs an sm_90a GPU");
+    run_fwd_case(&c);
+}
+
+LJ_TEST(n1_bf16_decay_states)
+{
+    run((fwd_case){F, LJ_BF16, 2, 3, 1, 64, 64, 1, 1, 1, 0, 0, 0, 0, {0}, 0, 0, 31});
+}
+
+LJ_TEST(n63_f16_nodecay)
+{
+    run((fwd_case){F, LJ_F16, 2, 4, 63, 128, 128, 0, 0, 0, 0, 0, 0, 0, {0}, 0, 0, 32});
+}
+
+LJ_TEST(n64_bf16_d64_e16)
+{
+    run((fwd_case){F, LJ_BF16, 3, 2, 64, 64, 16, 1, 0, 1, 0, 0, 0, 0, {0}, 0, 0, 33});
+}
+
+LJ_TEST(n65_f16_d128_e96_vk_in_place)
+{
+    run((fwd_case){F, LJ_F16, 2, 3, 65, 128, 96, 1, 1, 1, 1, 1, 0, 0, {0}, 0, 0.5f, 34});
+}
+
+LJ_TEST(n913_bf16_d192_e256_bnhd)
+{
+    run((fwd_case){F, LJ_BF16, 1, 2, 913, 192, 256, 1, 1, 1, 0, 0, 1, 0, {0}, 0, 0, 35});
+}
+
+LJ_TEST(n913_f16_d256_e32)
+{
+    run((fwd_case){F, LJ_F16, 1, 4, 913, 256, 32, 1, 0, 1, 0, 0, 0, 0, {0}, 0, 0, 36});
+}
+
+LJ_TEST(n4096_bf16_d128_states)
+{
+    run((fwd_case){F, LJ_BF16, 1, 4, 4096, 128, 128, 1, 1, 1, 0, 0, 0, 0, {0}, 0, 0, 37});
+}
+
+LJ_TEST(n4096_f16_d64_nodecay_bnhd)
+{
+    run((fwd_case){F, LJ_F16, 2, 2, 4096, 64, 64, 0, 0, 1, 0, 0, 1, 0, {0}, 0, 0, 38});
+}
+
+LJ_TEST(n4096_bf16_d128_b4h32_full_grid)
+{
+    run((fwd_case){F, LJ_BF16, 4, 32, 4096, 128, 128, 1, 0, 1, 0, 0, 0, 0, {0}, 0, 0, 39});
+}
+
+LJ_TEST(varlen_pool_with_minus_one)
+{
+    run((fwd_case){F, LJ_BF16, 0, 4, 0, 128, 64, 1, 1, 1, 1, 0, 0, 6, {1, 0, 63, 65, 130, 700}, 1, 0, 40});
+}
+
+LJ_TEST(varlen_f16_vk)
+{
+    run((fwd_case){F, LJ_F16, 0, 2, 0, 64, 96, 1, 1, 1, 0, 1, 0, 3, {17, 1, 200}, 0, 0, 41});
+}
