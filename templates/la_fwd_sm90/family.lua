@@ -22,8 +22,8 @@ end
 
 -- Registers a thread holds across the chunk loop: the state (D·TILE_V/128), the output
 -- accumulators (TILE_V/2), scores, score mask and P operand (~80), the cp.async addresses (D/4) and
--- about 40 more; fitted to ptxas -v (sm_90a, CUDA 13.0): f16 D = 256 TILE_V = 32 spills at 255,
--- bf16 D = 128 TILE_V = 64 takes 255 without spilling.
+-- about 40 more; fitted to ptxas -v (sm_90a, CUDA 13.0): bf16 D = 128 TILE_V = 64 takes 255 without
+-- spilling, f16 D = 192 TILE_V = 32 238.
 local function regs(cfg, problem)
     return problem.D * cfg.TILE_V // 128 + cfg.TILE_V // 2 + 80 + problem.D // 4 + 40
 end
@@ -34,9 +34,13 @@ local function valid(cfg, problem, device)
         return false, "f16 and bf16 only (fp32 goes to la_fwd: tf32 wgmma has no transposed operands)"
     end
     local D, E = problem.D, problem.E
-    if D % 64 ~= 0 or D > 256 then return false, "D must be 64, 128, 192 or 256" end
+    -- D = 256 leaves no registers to spare (ptxas: 255 and spills even at TILE_V = 16): la_fwd.
+    if D % 64 ~= 0 or D > 192 then return false, "D must be 64, 128 or 192" end
     if E % 16 ~= 0 or E < 16 or E > 256 then return false, "E must be a multiple of 16 from 16 to 256" end
     if cfg.BLOCK ~= 64 then return false, "BLOCK must be 64 (the wgmma M of one warpgroup)" end
+    if cfg.PREFETCH == 1 and cfg.STAGES < 3 then
+        return false, "PREFETCH needs STAGES >= 3 (chunk c + 1 must have landed by mid-chunk c)"
+    end
     if cfg.TILE_V > E or E % cfg.TILE_V ~= 0 then
         return false, string.format("TILE_V=%d does not divide E=%d", cfg.TILE_V, E)
     end
@@ -52,18 +56,25 @@ local function valid(cfg, problem, device)
     return true
 end
 
--- The widest slice (64 columns) while the grid still has a CTA per SM; narrower slices when
--- B·H is small, and when the state would not fit the registers (D = 256).
+-- The widest slice (64 columns) while the grid still covers half the SMs; narrower slices when
+-- B·H is small and when the state would not fit the registers (D = 192). A third stage and
+-- PREFETCH when the CTAs of a wave still fit the SM's shared memory with it (H200, bf16, B = 4,
+-- H = 32, N = 8192: D = 64 one CTA per SM, 0.200 ms with it against 0.215 without; D = 128 two
+-- CTAs per SM only fit with two stages, 0.422 ms; docs/notes/la_fwd.md).
 local function default(problem, device)
     local bh = 1 << log2_bucket(problem.B * problem.H)
-    local cfg = { BLOCK = 64, TILE_V = 64, STAGES = 2 }
+    local cfg = { BLOCK = 64, TILE_V = 64, STAGES = 2, PREFETCH = 0 }
     while cfg.TILE_V > 16 and (cfg.TILE_V > problem.E or problem.E % cfg.TILE_V ~= 0) do
         cfg.TILE_V = cfg.TILE_V // 2
     end
     while cfg.TILE_V > 16 and problem.E % (cfg.TILE_V // 2) == 0
-        and (bh * (problem.E // cfg.TILE_V) < device.sms or regs(cfg, problem) > 255) do
+        and (2 * bh * (problem.E // cfg.TILE_V) < device.sms or regs(cfg, problem) > 255) do
         cfg.TILE_V = cfg.TILE_V // 2
     end
+    local ctas = bh * (problem.E // cfg.TILE_V)
+    local per_sm = (ctas + device.sms - 1) // device.sms
+    local deep = { BLOCK = 64, TILE_V = cfg.TILE_V, STAGES = 3, PREFETCH = 1 }
+    if per_sm * (smem(deep, problem) + 1024) <= device.smem_per_sm then cfg = deep end
     return cfg
 end
 
@@ -76,6 +87,7 @@ return {
         BLOCK = { 64 },                  -- tokens per chunk: the M of one warpgroup's wgmma
         TILE_V = { 16, 32, 64, 128 },    -- E columns per CTA
         STAGES = { 2, 3 },               -- chunks in flight in the cp.async ring
+        PREFETCH = { 0, 1 },             -- Q Kᵀ of the next chunk issued during this chunk's tail
     },
 
     problems = {
@@ -85,7 +97,7 @@ return {
           has_initial = false, has_final = false, varlen = false, vk = false },
         { op = "fwd", dtype = "f16", B = 2, H = 8, N = 2048, D = 192, E = 96, decay = false,
           has_initial = true, has_final = true, varlen = false, vk = false },
-        { op = "fwd", dtype = "f16", B = 8, H = 16, N = 4096, D = 256, E = 256, decay = true,
+        { op = "fwd", dtype = "f16", B = 8, H = 16, N = 4096, D = 192, E = 256, decay = true,
           has_initial = true, has_final = true, varlen = true, vk = true },
     },
 
@@ -124,6 +136,7 @@ return {
                 VARLEN = b(problem.varlen),
                 REVERSE = "false",
                 GRAD_STATE = "false",
+                PREFETCH = cfg.PREFETCH,
             },
         }
     end,

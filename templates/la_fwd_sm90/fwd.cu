@@ -31,11 +31,12 @@
 #include "common/mma.cuh"
 
 using T = ${ELEM};
-constexpr int D = ${D};             // key width (a multiple of 64: one wgmma M block per 64 rows of S)
+constexpr int D = ${D};             // key width: 64, 128 or 192 (one wgmma M block per 64 rows of S)
 constexpr int E = ${E};             // value width
 constexpr int BLOCK = ${BLOCK};     // tokens per chunk = wgmma M of the output (64)
 constexpr int TILE_V = ${TILE_V};   // value columns per CTA
 constexpr int STAGES = ${STAGES};   // chunks in flight in the cp.async ring
+constexpr bool PREFETCH = ${PREFETCH} != 0; // Q Kᵀ of chunk c + 1 issued during chunk c's tail
 constexpr bool DECAY = ${DECAY};
 constexpr bool HAS_INITIAL = ${HAS_INITIAL};
 constexpr bool HAS_FINAL = ${HAS_FINAL};
@@ -49,7 +50,7 @@ constexpr int NACC = TILE_V / 2;        // fp32 accumulators per thread of an m6
 constexpr int NSC = BLOCK / 2;          // ... of the 64 x 64 scores
 
 static_assert(BLOCK == 64, "one warpgroup: 64 output rows per chunk");
-static_assert(D % 64 == 0 && D <= 256, "D");
+static_assert(D % 64 == 0 && D <= 192, "D");
 static_assert(TILE_V % 16 == 0 && TILE_V <= 256 && E % TILE_V == 0, "TILE_V");
 static_assert(STAGES >= 2, "ring");
 
@@ -115,6 +116,19 @@ __device__ __forceinline__ void wg_ss${n}(float (&d)[${regs}], unsigned long lon
 //%   for i = 0, regs - 1 do outs[#outs + 1] = '"+f"(d[' .. i .. '])' end
                  : ${table.concat(outs, ", ")}
                  : "l"(da), "l"(db), "r"(acc), "n"(TA), "n"(TB));
+}
+// The same with the accumulator overwritten (d = A·B): write-only operands, so the compiler never
+// has to give d a value before the product (a value it may take from other registers in flight).
+//%   local wouts = {}
+//%   for i = 0, regs - 1 do wouts[#wouts + 1] = '"=f"(d[' .. i .. '])' end
+template <int TA, int TB>
+__device__ __forceinline__ void wg_ss${n}_z(float (&d)[${regs}], unsigned long long da, unsigned long long db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n${n}k16.f32.${ty}.${ty} {${table.concat(list, ", ")}}, "
+                 "%${regs}, %${regs + 1}, p, 1, 1, %${regs + 2}, %${regs + 3};\n}\n"
+                 : ${table.concat(wouts, ", ")}
+                 : "l"(da), "l"(db), "n"(TA), "n"(TB));
 }
 // m64n${n}k16, A from registers (four 32-bit registers per thread), B from shared memory.
 template <int TB>
@@ -279,38 +293,50 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     state_to_smem();
     decay_state(0);
 
-    const float sigma = p.scale;
-    for (int c = 0; c < nchunks; c++) {
+    // Q Kᵀ of a chunk: issued first thing in the chunk, or with PREFETCH during the previous
+    // chunk's tail (its outputs and state copy), so the tensor cores have it in flight there.
+    float sc[NSC];
+    auto issue_scores = [&](int c) {
+        const int slotc = c % STAGES;
+        const unsigned cQ = sQ + slotc * Q_BYTES, cK = sK + slotc * Q_BYTES;
+        wg_fence();
+        wg_ss${BLOCK}_z<0, 0>(sc, wg_desc<SWQ>(cQ, 16), wg_desc<SWQ>(cK, 16));
+#pragma unroll
+        for (int kk = 1; kk < D / 16; kk++) {
+            const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
+            wg_ss${BLOCK}<0, 0>(sc, wg_desc<SWQ>(cQ + off, 16), wg_desc<SWQ>(cK + off, 16), 1);
+        }
+        wg_commit();
+    };
+    // With PREFETCH the products are issued unconditionally (for an empty sequence, and for the
+    // chunk after the last), so none sits in a branch: a branch around wgmma makes ptxas
+    // serialise them all. Those extra products read stale shared memory; their results are unused.
+    if constexpr (PREFETCH) {
         lj_cp_async_wait<STAGES - 2>();
         fence_async_smem();
-        __syncthreads(); // chunk c landed; the previous chunk's products and state copy are done
-        {
-            const int nc = c + STAGES - 1;
-            if (nc < nchunks) load_chunk(nc);
-            lj_cp_async_commit();
-        }
+        __syncthreads(); // chunk 0 landed
+        issue_scores(0);
+        wg_wait<0>();
+    }
+
+    const float sigma = p.scale;
+    for (int c = 0; c < nchunks; c++) {
         const int slotc = c % STAGES;
         const unsigned cQ = sQ + slotc * Q_BYTES, cK = sK + slotc * Q_BYTES, cV = sV + slotc * V_BYTES;
         const int L = min(BLOCK, n - c * BLOCK);
         const int u = GRAD_STATE && c == 0 ? 1 : 0;
-
-        // Scores and the inter-chunk term: both read Q; they start before anything else.
-        float sc[NSC], oa[NACC];
-        fence_regs(sc);
-        fence_regs(oa);
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
-            wg_ss${BLOCK}<0, 0>(sc, wg_desc<SWQ>(cQ + off, 16), wg_desc<SWQ>(cK + off, 16), kk > 0);
+        auto load_next = [&]() {
+            const int nc = c + STAGES - 1;
+            if (nc < nchunks) load_chunk(nc);
+            lj_cp_async_commit();
+        };
+        if constexpr (!PREFETCH) {
+            lj_cp_async_wait<STAGES - 2>();
+            fence_async_smem();
+            __syncthreads(); // chunk c landed; chunk c − 1's products and state copy are done
+            load_next();
+            issue_scores(c);
         }
-        wg_commit();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
-            wg_ss${TILE_V}<0, 1>(oa, wg_desc<SWQ>(cQ + off, 16), wg_desc<SWV>(sS + kk * 16 * SWV, D * SWV), kk > 0);
-        }
-        wg_commit();
 
         // The values weighted for the state update, λ^{L−1−j} on row j (rows past L are zero).
         unsigned sVs = cV;
@@ -340,13 +366,25 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
             }
             fence_async_smem();
             sVs = sVw;
-            __syncthreads(); // every thread's V_w rows are written
         }
+        // V_w (and with PREFETCH the state copy) of every warp are written; with PREFETCH every
+        // warp is also done with chunk c − 1's products, so its ring slot takes chunk c + STAGES − 1.
+        if constexpr (DECAY || PREFETCH) __syncthreads();
+        if constexpr (PREFETCH) load_next();
 
-        // S ← λ^L S + Kᵀ V_w (the state was decayed by λ^L when its copy was written).
+        // O = Q S₁₆ and S ← λ^L S + Kᵀ V_w (the state was decayed by λ^L when its copy was
+        // written, so the update only adds).
+        float oa[NACC];
 #pragma unroll
         for (int mb = 0; mb < MB; mb++) fence_regs(st[mb]);
         wg_fence();
+        wg_ss${TILE_V}_z<0, 1>(oa, wg_desc<SWQ>(cQ, 16), wg_desc<SWV>(sS, D * SWV));
+#pragma unroll
+        for (int kk = 1; kk < D / 16; kk++) {
+            const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
+            wg_ss${TILE_V}<0, 1>(oa, wg_desc<SWQ>(cQ + off, 16), wg_desc<SWV>(sS + kk * 16 * SWV, D * SWV), 1);
+        }
+        wg_commit();
 #pragma unroll
         for (int mb = 0; mb < MB; mb++)
 #pragma unroll
@@ -355,8 +393,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
                                      wg_desc<SWV>(sVs + kk * 16 * SWV, BLOCK * SWV), 1);
         wg_commit();
 
-        // Scores done: mask and decay them, round to the A operand of P V.
-        wg_wait<2>();
+        // The scores (with PREFETCH retired at the end of the previous iteration): mask and decay
+        // them, round to the A operand of P V.
+        if constexpr (!PREFETCH) wg_wait<2>();
         fence_regs(sc);
         unsigned pa[BLOCK / 16][4];
 #pragma unroll
@@ -385,7 +424,17 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         for (int kk = 0; kk < BLOCK / 16; kk++)
             wg_rs${TILE_V}<1>(oa, pa[kk], wg_desc<SWV>(cV + kk * 16 * SWV, BLOCK * SWV), 1);
         wg_commit();
-        wg_wait<0>();
+
+        // With PREFETCH the next chunk's scores go in while this chunk's tail runs.
+        if constexpr (PREFETCH) {
+            lj_cp_async_wait<STAGES - 2>();
+            fence_async_smem();
+            __syncthreads(); // chunk c + 1 landed
+            issue_scores(c + 1);
+            wg_wait<1>();
+        } else {
+            wg_wait<0>();
+        }
         fence_regs(oa);
 #pragma unroll
         for (int mb = 0; mb < MB; mb++) fence_regs(st[mb]);
@@ -403,6 +452,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         }
         state_to_smem();
         decay_state(c + 1);
+        // Nothing stays in flight across the loop's back edge: ptxas cannot follow a product
+        // through it and would serialise every wgmma of the loop. The next chunk's scores have
+        // had this chunk's tail to finish.
+        if constexpr (PREFETCH) wg_wait<0>();
     }
     lj_cp_async_wait<0>();
 

@@ -32,11 +32,12 @@
 #include "common/mma.cuh"
 
 using T = lj_f16;
-constexpr int D = 192;             // key width (a multiple of 64: one wgmma M block per 64 rows of S)
+constexpr int D = 192;             // key width: 64, 128 or 192 (one wgmma M block per 64 rows of S)
 constexpr int E = 96;             // value width
 constexpr int BLOCK = 64;     // tokens per chunk = wgmma M of the output (64)
 constexpr int TILE_V = 16;   // value columns per CTA
-constexpr int STAGES = 2;   // chunks in flight in the cp.async ring
+constexpr int STAGES = 3;   // chunks in flight in the cp.async ring
+constexpr bool PREFETCH = 1 != 0; // Q Kᵀ of chunk c + 1 issued during chunk c's tail
 constexpr bool DECAY = false;
 constexpr bool HAS_INITIAL = true;
 constexpr bool HAS_FINAL = true;
@@ -50,7 +51,7 @@ constexpr int NACC = TILE_V / 2;        // fp32 accumulators per thread of an m6
 constexpr int NSC = BLOCK / 2;          // ... of the 64 x 64 scores
 
 static_assert(BLOCK == 64, "one warpgroup: 64 output rows per chunk");
-static_assert(D % 64 == 0 && D <= 256, "D");
+static_assert(D % 64 == 0 && D <= 192, "D");
 static_assert(TILE_V % 16 == 0 && TILE_V <= 256 && E % TILE_V == 0, "TILE_V");
 static_assert(STAGES >= 2, "ring");
 
@@ -100,7 +101,7 @@ template <int N> __device__ __forceinline__ void fence_regs(float (&r)[N])
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
 }
 
-#line 107 "la_fwd_sm90/fwd.cu"
+#line 108 "la_fwd_sm90/fwd.cu"
 // m64n64k16, A and B from shared memory: d (+)= A·B. TA/TB: 1 = MN-major (transposed).
 template <int TA, int TB>
 __device__ __forceinline__ void wg_ss64(float (&d)[32], unsigned long long da, unsigned long long db, int acc)
@@ -108,9 +109,21 @@ __device__ __forceinline__ void wg_ss64(float (&d)[32], unsigned long long da, u
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
                  "%32, %33, p, 1, 1, %35, %36;\n}\n"
-#line 116 "la_fwd_sm90/fwd.cu"
+#line 117 "la_fwd_sm90/fwd.cu"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "l"(da), "l"(db), "r"(acc), "n"(TA), "n"(TB));
+}
+// The same with the accumulator overwritten (d = A·B): write-only operands, so the compiler never
+// has to give d a value before the product (a value it may take from other registers in flight).
+#line 124 "la_fwd_sm90/fwd.cu"
+template <int TA, int TB>
+__device__ __forceinline__ void wg_ss64_z(float (&d)[32], unsigned long long da, unsigned long long db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "%32, %33, p, 1, 1, %34, %35;\n}\n"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
+                 : "l"(da), "l"(db), "n"(TA), "n"(TB));
 }
 // m64n64k16, A from registers (four 32-bit registers per thread), B from shared memory.
 template <int TB>
@@ -122,7 +135,7 @@ __device__ __forceinline__ void wg_rs64(float (&d)[32], const unsigned (&a)[4], 
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
 }
-#line 107 "la_fwd_sm90/fwd.cu"
+#line 108 "la_fwd_sm90/fwd.cu"
 // m64n16k16, A and B from shared memory: d (+)= A·B. TA/TB: 1 = MN-major (transposed).
 template <int TA, int TB>
 __device__ __forceinline__ void wg_ss16(float (&d)[8], unsigned long long da, unsigned long long db, int acc)
@@ -130,9 +143,21 @@ __device__ __forceinline__ void wg_ss16(float (&d)[8], unsigned long long da, un
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
                  "%8, %9, p, 1, 1, %11, %12;\n}\n"
-#line 116 "la_fwd_sm90/fwd.cu"
+#line 117 "la_fwd_sm90/fwd.cu"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
                  : "l"(da), "l"(db), "r"(acc), "n"(TA), "n"(TB));
+}
+// The same with the accumulator overwritten (d = A·B): write-only operands, so the compiler never
+// has to give d a value before the product (a value it may take from other registers in flight).
+#line 124 "la_fwd_sm90/fwd.cu"
+template <int TA, int TB>
+__device__ __forceinline__ void wg_ss16_z(float (&d)[8], unsigned long long da, unsigned long long db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
+                 "%8, %9, p, 1, 1, %10, %11;\n}\n"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7])
+                 : "l"(da), "l"(db), "n"(TA), "n"(TB));
 }
 // m64n16k16, A from registers (four 32-bit registers per thread), B from shared memory.
 template <int TB>
@@ -144,7 +169,7 @@ __device__ __forceinline__ void wg_rs16(float (&d)[8], const unsigned (&a)[4], u
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
 }
-#line 130 "la_fwd_sm90/fwd.cu"
+#line 144 "la_fwd_sm90/fwd.cu"
 
 // Issues the cp.async copies of one chunk of a sequence tensor (BLOCK rows of W elements from
 // src, row stride rs) into a swizzled tile at shared address dst; rows at or past `valid` are
@@ -297,38 +322,50 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     state_to_smem();
     decay_state(0);
 
-    const float sigma = p.scale;
-    for (int c = 0; c < nchunks; c++) {
+    // Q Kᵀ of a chunk: issued first thing in the chunk, or with PREFETCH during the previous
+    // chunk's tail (its outputs and state copy), so the tensor cores have it in flight there.
+    float sc[NSC];
+    auto issue_scores = [&](int c) {
+        const int slotc = c % STAGES;
+        const unsigned cQ = sQ + slotc * Q_BYTES, cK = sK + slotc * Q_BYTES;
+        wg_fence();
+        wg_ss64_z<0, 0>(sc, wg_desc<SWQ>(cQ, 16), wg_desc<SWQ>(cK, 16));
+#pragma unroll
+        for (int kk = 1; kk < D / 16; kk++) {
+            const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
+            wg_ss64<0, 0>(sc, wg_desc<SWQ>(cQ + off, 16), wg_desc<SWQ>(cK + off, 16), 1);
+        }
+        wg_commit();
+    };
+    // With PREFETCH the products are issued unconditionally (for an empty sequence, and for the
+    // chunk after the last), so none sits in a branch: a branch around wgmma makes ptxas
+    // serialise them all. Those extra products read stale shared memory; their results are unused.
+    if constexpr (PREFETCH) {
         lj_cp_async_wait<STAGES - 2>();
         fence_async_smem();
-        __syncthreads(); // chunk c landed; the previous chunk's products and state copy are done
-        {
-            const int nc = c + STAGES - 1;
-            if (nc < nchunks) load_chunk(nc);
-            lj_cp_async_commit();
-        }
+        __syncthreads(); // chunk 0 landed
+        issue_scores(0);
+        wg_wait<0>();
+    }
+
+    const float sigma = p.scale;
+    for (int c = 0; c < nchunks; c++) {
         const int slotc = c % STAGES;
         const unsigned cQ = sQ + slotc * Q_BYTES, cK = sK + slotc * Q_BYTES, cV = sV + slotc * V_BYTES;
         const int L = min(BLOCK, n - c * BLOCK);
         const int u = GRAD_STATE && c == 0 ? 1 : 0;
-
-        // Scores and the inter-chunk term: both read Q; they start before anything else.
-        float sc[NSC], oa[NACC];
-        fence_regs(sc);
-        fence_regs(oa);
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
-            wg_ss64<0, 0>(sc, wg_desc<SWQ>(cQ + off, 16), wg_desc<SWQ>(cK + off, 16), kk > 0);
+        auto load_next = [&]() {
+            const int nc = c + STAGES - 1;
+            if (nc < nchunks) load_chunk(nc);
+            lj_cp_async_commit();
+        };
+        if constexpr (!PREFETCH) {
+            lj_cp_async_wait<STAGES - 2>();
+            fence_async_smem();
+            __syncthreads(); // chunk c landed; chunk c − 1's products and state copy are done
+            load_next();
+            issue_scores(c);
         }
-        wg_commit();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
-            wg_ss16<0, 1>(oa, wg_desc<SWQ>(cQ + off, 16), wg_desc<SWV>(sS + kk * 16 * SWV, D * SWV), kk > 0);
-        }
-        wg_commit();
 
         // The values weighted for the state update, λ^{L−1−j} on row j (rows past L are zero).
         unsigned sVs = cV;
@@ -358,13 +395,25 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
             }
             fence_async_smem();
             sVs = sVw;
-            __syncthreads(); // every thread's V_w rows are written
         }
+        // V_w (and with PREFETCH the state copy) of every warp are written; with PREFETCH every
+        // warp is also done with chunk c − 1's products, so its ring slot takes chunk c + STAGES − 1.
+        if constexpr (DECAY || PREFETCH) __syncthreads();
+        if constexpr (PREFETCH) load_next();
 
-        // S ← λ^L S + Kᵀ V_w (the state was decayed by λ^L when its copy was written).
+        // O = Q S₁₆ and S ← λ^L S + Kᵀ V_w (the state was decayed by λ^L when its copy was
+        // written, so the update only adds).
+        float oa[NACC];
 #pragma unroll
         for (int mb = 0; mb < MB; mb++) fence_regs(st[mb]);
         wg_fence();
+        wg_ss16_z<0, 1>(oa, wg_desc<SWQ>(cQ, 16), wg_desc<SWV>(sS, D * SWV));
+#pragma unroll
+        for (int kk = 1; kk < D / 16; kk++) {
+            const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
+            wg_ss16<0, 1>(oa, wg_desc<SWQ>(cQ + off, 16), wg_desc<SWV>(sS + kk * 16 * SWV, D * SWV), 1);
+        }
+        wg_commit();
 #pragma unroll
         for (int mb = 0; mb < MB; mb++)
 #pragma unroll
@@ -373,8 +422,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
                                      wg_desc<SWV>(sVs + kk * 16 * SWV, BLOCK * SWV), 1);
         wg_commit();
 
-        // Scores done: mask and decay them, round to the A operand of P V.
-        wg_wait<2>();
+        // The scores (with PREFETCH retired at the end of the previous iteration): mask and decay
+        // them, round to the A operand of P V.
+        if constexpr (!PREFETCH) wg_wait<2>();
         fence_regs(sc);
         unsigned pa[BLOCK / 16][4];
 #pragma unroll
@@ -403,7 +453,17 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         for (int kk = 0; kk < BLOCK / 16; kk++)
             wg_rs16<1>(oa, pa[kk], wg_desc<SWV>(cV + kk * 16 * SWV, BLOCK * SWV), 1);
         wg_commit();
-        wg_wait<0>();
+
+        // With PREFETCH the next chunk's scores go in while this chunk's tail runs.
+        if constexpr (PREFETCH) {
+            lj_cp_async_wait<STAGES - 2>();
+            fence_async_smem();
+            __syncthreads(); // chunk c + 1 landed
+            issue_scores(c + 1);
+            wg_wait<1>();
+        } else {
+            wg_wait<0>();
+        }
         fence_regs(oa);
 #pragma unroll
         for (int mb = 0; mb < MB; mb++) fence_regs(st[mb]);
@@ -421,6 +481,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         }
         state_to_smem();
         decay_state(c + 1);
+        // Nothing stays in flight across the loop's back edge: ptxas cannot follow a product
+        // through it and would serialise every wgmma of the loop. The next chunk's scores have
+        // had this chunk's tail to finish.
+        if constexpr (PREFETCH) wg_wait<0>();
     }
     lj_cp_async_wait<0>();
 
