@@ -91,7 +91,12 @@ if a.join:
     rows = kept + rows
     runs = sorted({r["run"] for r in kept})
     prev = old.get("lajit", "")
-    commit = f"{a.commit} ({a.run}); " + (prev if "(" in prev else f"{prev} ({', '.join(runs)})")
+    if "(" in prev:  # "sha (run); sha (run)": the entries of runs this call replaces go
+        parts = [x.strip() for x in prev.split(";") if x.strip()]
+        prev = "; ".join(x for x in parts if not x.endswith(f"({a.run})"))
+    else:
+        prev = f"{prev} ({', '.join(runs)})"
+    commit = f"{a.commit} ({a.run})" + (f"; {prev}" if prev else "")
     if not ceil:  # a call that measured no ceilings (JIT rows only) keeps the report's
         ceil = old.get("ceilings", {})
 rep = dict(device=meta.get("device", peers.get("device")), cc=meta.get("cc"), driver=meta.get("driver"),
