@@ -25,7 +25,9 @@
 // to the 16-bit type as la_fwd does) is a second copy made from V in shared memory each chunk.
 // Ragged chunks are zero-filled by cp.async, so padding rows add nothing.
 //
-// REVERSE and GRAD_STATE mean what they mean in la_fwd/fwd.cu (la_bwd's reversed scans).
+// REVERSE and GRAD_STATE mean what they mean in la_fwd/fwd.cu (la_bwd's reversed scans). la_bwd
+// does not run this kernel yet: both are false in every expansion today, and the paths they
+// select have not run on a GPU.
 #include "common/la_params.h"
 #include "common/types.cuh"
 #include "common/mma.cuh"

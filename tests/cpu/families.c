@@ -164,6 +164,22 @@ LJ_TEST(defaults_are_valid_on_every_arch)
     lajit_ctx_destroy(ctx);
 }
 
+/* An arch-specific family names its archs; the others serve every arch. */
+LJ_TEST(arch_specific_families)
+{
+    lajit_ctx *ctx = ctx_open();
+    lj_family *sm90, *fwd;
+    ASSERT_OK(lajit__ctx_family(ctx, "la_fwd_sm90", &sm90));
+    ASSERT_OK(lajit__ctx_family(ctx, "la_fwd", &fwd));
+    ASSERT_TRUE(lj_family_serves(sm90, "sm_90a"));
+    ASSERT_TRUE(!lj_family_serves(sm90, "sm_90"));
+    ASSERT_TRUE(!lj_family_serves(sm90, "sm_100a"));
+    ASSERT_TRUE(!lj_family_serves(sm90, "sm_80"));
+    for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
+        ASSERT_TRUE(lj_family_serves(fwd, archs[a]));
+    lajit_ctx_destroy(ctx);
+}
+
 LJ_TEST(keys_stable_and_arch_specific)
 {
     lajit_ctx *ctx = ctx_open();

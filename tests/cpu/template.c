@@ -200,6 +200,8 @@ LJ_TEST(bad_specs_and_unknown_families)
     lj_family *f;
     ASSERT_STATUS(lj_family_load(&env, L, "badspec", &f), LAJIT_ERR_TEMPLATE);
     ASSERT_CONTAINS(env.errmsg, "launch must be a function");
+    ASSERT_STATUS(lj_family_load(&env, L, "badarchs", &f), LAJIT_ERR_TEMPLATE);
+    ASSERT_CONTAINS(env.errmsg, "archs[2] is not a known arch");
     ASSERT_STATUS(lj_family_load(&env, L, "nosuch", &f), LAJIT_ERR_NOT_FOUND);
     ASSERT_STATUS(lj_family_load(&env, L, "../toy", &f), LAJIT_ERR_NOT_FOUND);
     lj_lua_close(L);
