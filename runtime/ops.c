@@ -604,7 +604,7 @@ LAJIT_API lajit_status lajit_attn_fwd(lajit_ctx *ctx, const lajit_attn_fwd_args 
     p.vk = (a->flags & LAJIT_STATE_VK) != 0;
     const seq_tensor seqs[] = {{"q", a->q, 0, &lp.q}, {"k", a->k, 0, &lp.k},
                                {"v", a->v, 1, &lp.v}, {"o", a->o, 1, &lp.o}};
-    seq_shape sh;
+    seq_shape sh = {0}; /* filled by check_seq_tensors; zeroed for -O3 flow analysis */
     if ((st = view_sequences(env, a->cu_seqlens, seqs, 4, &sh, &lp.cu_seqlens)) != LAJIT_OK)
         return st;
     p.dtype = sh.dtype;
@@ -762,7 +762,7 @@ LAJIT_API lajit_status lajit_attn_bwd(lajit_ctx *ctx, const lajit_attn_bwd_args 
                                {"v", a->v, 1, &lp.v},     {"dout", a->dout, 1, &lp.dout},
                                {"dq", a->dq, 0, &lp.dq},  {"dk", a->dk, 0, &lp.dk},
                                {"dv", a->dv, 1, &lp.dv}};
-    seq_shape sh;
+    seq_shape sh = {0};
     if ((st = view_sequences(env, a->cu_seqlens, seqs, 7, &sh, &lp.cu_seqlens)) != LAJIT_OK)
         return st;
     p.dtype = sh.dtype;

@@ -1,29 +1,32 @@
 -- family.lua — la_fwd_sm90: the chunked Lightning Attention forward on Hopper's wgmma (fwd.cu says
 -- how the kernel works; docs/notes/la_fwd.md has the measurements behind the choices below).
 --
--- One 128-thread CTA (a warpgroup) per (E slice of TILE_V columns, head, sequence): grid
--- {E / TILE_V, H, B or nseq}. It serves what it can — sm_90a, f16/bf16, D a multiple of 64 — and
--- the op falls back to la_fwd (mma.sync) for the rest (fp32 inputs: tf32 wgmma reads K-major
--- operands only, and this kernel reads K and V transposed).
+-- One CTA of WGS warpgroups (128 threads each, TILE_V columns each, sharing the Q/K tiles) per
+-- (E slice of WGS·TILE_V columns, head, sequence): grid {E / (WGS·TILE_V), H, B or nseq}. It
+-- serves what it can — sm_90a, f16/bf16, D = 64, 128 or 192 — and the op falls back to la_fwd
+-- (mma.sync) for the rest (fp32 inputs: tf32 wgmma reads K-major operands only, and this kernel
+-- reads K and V transposed).
 
 local scan = import("common/scan.lua")
 local log2_bucket = scan.log2_bucket
 
 local ELEM = { f16 = "lj_f16", bf16 = "lj_bf16" }
 
--- Dynamic shared memory: the Q, K, V ring, the weighted V copy (decay only), the 16-bit state
--- copy, λ^k for k = 0..BLOCK, and 1 KiB to align the tiles to the swizzle period.
+-- Dynamic shared memory: the Q, K, V ring, the weighted V copy (which also stages the outputs),
+-- each warpgroup's 16-bit state copy, λ^k for k = 0..BLOCK, and 1 KiB to align the tiles to the
+-- swizzle period.
 local function smem(cfg, problem)
     local q = cfg.BLOCK * problem.D * 2
-    local v = cfg.BLOCK * cfg.TILE_V * 2
-    return cfg.STAGES * (2 * q + v) + (problem.decay and v or 0) + problem.D * cfg.TILE_V * 2
-        + (cfg.BLOCK + 1) * 4 + 1024
+    local v = cfg.BLOCK * cfg.WGS * cfg.TILE_V * 2
+    return cfg.STAGES * (2 * q + v) + v
+        + cfg.WGS * problem.D * cfg.TILE_V * 2 + (cfg.BLOCK + 1) * 4 + 1024
 end
 
 -- Registers a thread holds across the chunk loop: the state (D·TILE_V/128), the output
 -- accumulators (TILE_V/2), scores, score mask and P operand (~80), the cp.async addresses (D/4) and
--- about 40 more; fitted to ptxas -v (sm_90a, CUDA 13.0): bf16 D = 128 TILE_V = 64 takes 255 without
--- spilling, f16 D = 192 TILE_V = 32 238.
+-- about 40 more. An upper bound fitted to ptxas -v (sm_90a, CUDA 13.0, bf16, docs/notes/la_fwd.md):
+-- D = 128 TILE_V = 64 takes 191-215, D = 192 TILE_V = 32 203-238, D = 256 TILE_V = 16 254, all
+-- without spills; what it rejects (TILE_V = 128 at D = 128, 64 at D = 192, 32 at D = 256) spills.
 local function regs(cfg, problem)
     return problem.D * cfg.TILE_V // 128 + cfg.TILE_V // 2 + 80 + problem.D // 4 + 40
 end
@@ -34,15 +37,16 @@ local function valid(cfg, problem, device)
         return false, "f16 and bf16 only (fp32 goes to la_fwd: tf32 wgmma has no transposed operands)"
     end
     local D, E = problem.D, problem.E
-    -- D = 256 leaves no registers to spare (ptxas: 255 and spills even at TILE_V = 16): la_fwd.
-    if D % 64 ~= 0 or D > 192 then return false, "D must be 64, 128 or 192" end
+    -- D = 256 compiles without spills only at TILE_V = 16, where every slice recomputes Q Kᵀ:
+    -- 4.27 ms against la_fwd's 1.93 at bf16 B = 4 H = 32 N = 8192 (H200, docs/notes/la_fwd.md).
+    if D % 64 ~= 0 or D > 192 then return false, "D must be 64, 128 or 192 (la_fwd is faster at 256)" end
     if E % 16 ~= 0 or E < 16 or E > 256 then return false, "E must be a multiple of 16 from 16 to 256" end
     if cfg.BLOCK ~= 64 then return false, "BLOCK must be 64 (the wgmma M of one warpgroup)" end
     if cfg.PREFETCH == 1 and cfg.STAGES < 3 then
         return false, "PREFETCH needs STAGES >= 3 (chunk c + 1 must have landed by mid-chunk c)"
     end
-    if cfg.TILE_V > E or E % cfg.TILE_V ~= 0 then
-        return false, string.format("TILE_V=%d does not divide E=%d", cfg.TILE_V, E)
+    if cfg.WGS * cfg.TILE_V > E or E % (cfg.WGS * cfg.TILE_V) ~= 0 then
+        return false, string.format("WGS*TILE_V=%d does not divide E=%d", cfg.WGS * cfg.TILE_V, E)
     end
     local r = regs(cfg, problem)
     if r > 255 then
@@ -57,13 +61,14 @@ local function valid(cfg, problem, device)
 end
 
 -- The widest slice (64 columns) while the grid still covers half the SMs; narrower slices when
--- B·H is small and when the state would not fit the registers (D = 192). A third stage and
--- PREFETCH when the CTAs of a wave still fit the SM's shared memory with it (H200, bf16, B = 4,
--- H = 32, N = 8192: D = 64 one CTA per SM, 0.200 ms with it against 0.215 without; D = 128 two
--- CTAs per SM only fit with two stages, 0.422 ms; docs/notes/la_fwd.md).
+-- B·H is small and when the state would not fit the registers (D = 192). Two warpgroups over the
+-- same Q/K tiles when E holds two slices and the grid still covers the SMs; a third stage and
+-- PREFETCH when the CTAs of a wave still fit the SM's shared memory with it. H200, bf16, B = 4,
+-- H = 32, N = 8192 (docs/notes/la_fwd.md): D = 128 0.354 ms against 0.383 with one warpgroup
+-- and two stages; D = 64 0.169 (one warpgroup, E = 64 holds one slice).
 local function default(problem, device)
     local bh = 1 << log2_bucket(problem.B * problem.H)
-    local cfg = { BLOCK = 64, TILE_V = 64, STAGES = 2, PREFETCH = 0 }
+    local cfg = { BLOCK = 64, TILE_V = 64, WGS = 1, STAGES = 2, PREFETCH = 0 }
     while cfg.TILE_V > 16 and (cfg.TILE_V > problem.E or problem.E % cfg.TILE_V ~= 0) do
         cfg.TILE_V = cfg.TILE_V // 2
     end
@@ -71,9 +76,12 @@ local function default(problem, device)
         and (2 * bh * (problem.E // cfg.TILE_V) < device.sms or regs(cfg, problem) > 255) do
         cfg.TILE_V = cfg.TILE_V // 2
     end
-    local ctas = bh * (problem.E // cfg.TILE_V)
+    if problem.E % (2 * cfg.TILE_V) == 0 and bh * (problem.E // cfg.TILE_V) >= device.sms then
+        cfg.WGS = 2
+    end
+    local ctas = bh * (problem.E // (cfg.WGS * cfg.TILE_V))
     local per_sm = (ctas + device.sms - 1) // device.sms
-    local deep = { BLOCK = 64, TILE_V = cfg.TILE_V, STAGES = 3, PREFETCH = 1 }
+    local deep = { BLOCK = 64, TILE_V = cfg.TILE_V, WGS = cfg.WGS, STAGES = 3, PREFETCH = 1 }
     if per_sm * (smem(deep, problem) + 1024) <= device.smem_per_sm then cfg = deep end
     return cfg
 end
@@ -85,7 +93,8 @@ return {
 
     params = {
         BLOCK = { 64 },                  -- tokens per chunk: the M of one warpgroup's wgmma
-        TILE_V = { 16, 32, 64, 128 },    -- E columns per CTA
+        TILE_V = { 16, 32, 64, 128 },    -- E columns per warpgroup
+        WGS = { 1, 2 },                  -- warpgroups per CTA, sharing the Q and K tiles
         STAGES = { 2, 3 },               -- chunks in flight in the cp.async ring
         PREFETCH = { 0, 1 },             -- Q Kᵀ of the next chunk issued during this chunk's tail
     },
@@ -115,8 +124,8 @@ return {
 
     launch = function(cfg, problem, device)
         return {
-            grid = { problem.E // cfg.TILE_V, "H", problem.varlen and "nseq" or "B" },
-            block = { 128, 1, 1 },
+            grid = { problem.E // (cfg.WGS * cfg.TILE_V), "H", problem.varlen and "nseq" or "B" },
+            block = { 128 * cfg.WGS, 1, 1 },
             smem = smem(cfg, problem),
             entry = "la_fwd_sm90",
         }

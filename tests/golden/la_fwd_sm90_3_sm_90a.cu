@@ -3,14 +3,15 @@
 // (wgmma), sm_90a, f16/bf16.
 //
 // The same algorithm and mathematics as la_fwd/fwd.cu (DESIGN.md, "The same in chunks"): one CTA
-// per (E slice of TILE_V columns, head, sequence) walks the sequence in chunks of 64 tokens with
-// the fp32 state slice S (D x TILE_V) in registers for the whole sequence:
+// per (E slice of WGS·TILE_V columns, head, sequence) walks the sequence in chunks of 64 tokens
+// with the fp32 state slice S (D x TILE_V per warpgroup) in registers for the whole sequence:
 //     o_i = σ [ λ^{i+1} q_i S + Σ_{j≤i} λ^{i−j} (q_i·k_j) v_j ]
 //     S  ← λ^L S + Σ_j k_jᵀ (λ^{L−1−j} v_j)
-// What differs is how the products run. The CTA is one warpgroup (4 warps); per chunk it issues
-// four asynchronous wgmma products whose operands the tensor cores read straight from shared
-// memory, so no warp spends instructions on operand fragments (the cost that bounds la_fwd's
-// mma.sync path, docs/notes/la_fwd.md):
+// What differs is how the products run. The CTA is WGS warpgroups (4 warps each) side by side in
+// E: they share the chunk's Q and K tiles (loaded once) and each owns TILE_V columns of V, the
+// state and the output. Per chunk a warpgroup issues four asynchronous wgmma products whose
+// operands the tensor cores read straight from shared memory, so no warp spends instructions on
+// operand fragments (the cost that bounds la_fwd's mma.sync path, docs/notes/la_fwd.md):
 //     Sc = Q Kᵀ         (64 x 64, k = D)   A = Q, B = K, both K-major
 //     O  = Q S₁₆        (64 x TILE_V)      B = the 16-bit state copy, MN-major
 //     S += Kᵀ V_w       (D x TILE_V, k=64) A = K read transposed (MN-major), B = V_w
@@ -37,7 +38,8 @@ using T = lj_f16;
 constexpr int D = 192;             // key width: 64, 128 or 192 (one wgmma M block per 64 rows of S)
 constexpr int E = 256;             // value width
 constexpr int BLOCK = 64;     // tokens per chunk = wgmma M of the output (64)
-constexpr int TILE_V = 32;   // value columns per CTA
+constexpr int TILE_V = 32;   // value columns per warpgroup
+constexpr int WGS = 2;         // warpgroups per CTA, side by side in E, sharing the Q/K tiles
 constexpr int STAGES = 2;   // chunks in flight in the cp.async ring
 constexpr bool PREFETCH = 0 != 0; // Q Kᵀ of chunk c + 1 issued during chunk c's tail
 constexpr bool DECAY = true;
@@ -47,23 +49,27 @@ constexpr bool VARLEN = true;
 constexpr bool REVERSE = false;
 constexpr bool GRAD_STATE = false;
 
-constexpr int NT = 128;                 // one warpgroup
+constexpr int NT = 128 * WGS;           // threads of the CTA
+constexpr int VW = WGS * TILE_V;        // value columns per CTA
 constexpr int MB = D / 64;              // m64 blocks of the state
 constexpr int NACC = TILE_V / 2;        // fp32 accumulators per thread of an m64 x TILE_V product
 constexpr int NSC = BLOCK / 2;          // ... of the 64 x 64 scores
 
 static_assert(BLOCK == 64, "one warpgroup: 64 output rows per chunk");
 static_assert(D % 64 == 0 && D <= 192, "D");
-static_assert(TILE_V % 16 == 0 && TILE_V <= 256 && E % TILE_V == 0, "TILE_V");
+static_assert(TILE_V % 16 == 0 && TILE_V <= 256 && E % TILE_V == 0, "TILE_V"); // x4 stmatrix: 16 columns
 static_assert(STAGES >= 2, "ring");
+static_assert(WGS == 1 || WGS == 2, "WGS");
 
 // Swizzled tile geometry: column blocks of BW elements, rows SW bytes apart.
 constexpr int bw_of(int w) { return w % 64 == 0 ? 64 : w % 32 == 0 ? 32 : 16; }
 constexpr int BWQ = 64, SWQ = 128;                         // Q and K (D % 64 == 0)
 constexpr int BWV = bw_of(TILE_V), SWV = 2 * BWV;          // V, V_w and the state copy
 constexpr unsigned Q_BYTES = BLOCK * D * 2;                // one chunk of Q (or K)
-constexpr unsigned V_BYTES = BLOCK * TILE_V * 2;           // one chunk of V
-constexpr unsigned S_BYTES = D * TILE_V * 2;               // the state copy
+constexpr unsigned V_BYTES = BLOCK * VW * 2;               // one chunk of V (all the CTA's columns)
+constexpr unsigned S_BYTES = D * TILE_V * 2;               // one warpgroup's state copy
+// A warpgroup's columns of a V tile start this many bytes into it (whole column blocks).
+constexpr unsigned V_SLICE = (TILE_V / BWV) * (BLOCK * SWV);
 
 // Byte offset of 16-bit element (r, col) in a tile of R rows stored as blocks of BW columns with
 // the SW-byte swizzle (SW = 2 BW): 16-byte chunk index XOR the row's bits above the chunk. Block
@@ -86,6 +92,13 @@ template <int SW> __device__ __forceinline__ unsigned long long wg_desc(unsigned
     return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16) |
            ((unsigned long long)((8 * SW) >> 4) << 32) | (mode << 62);
 }
+// The descriptor of a tile `bytes` further on: the start address is the low field, and shared
+// addresses stay below 2^18, so adding bytes / 16 never carries into the next field. One add of
+// a constant instead of rebuilding the descriptor for every k-step.
+__device__ __forceinline__ unsigned long long wg_desc_at(unsigned long long desc, unsigned bytes)
+{
+    return desc + (bytes >> 4);
+}
 
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -103,7 +116,7 @@ template <int N> __device__ __forceinline__ void fence_regs(float (&r)[N])
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
 }
 
-#line 110 "la_fwd_sm90/fwd.cu"
+#line 123 "la_fwd_sm90/fwd.cu"
 // m64n64k16, A and B from shared memory: d (+)= A·B. TA/TB: 1 = MN-major (transposed).
 template <int TA, int TB>
 __device__ __forceinline__ void wg_ss64(float (&d)[32], unsigned long long da, unsigned long long db, int acc)
@@ -111,13 +124,13 @@ __device__ __forceinline__ void wg_ss64(float (&d)[32], unsigned long long da, u
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
                  "%32, %33, p, 1, 1, %35, %36;\n}\n"
-#line 119 "la_fwd_sm90/fwd.cu"
+#line 132 "la_fwd_sm90/fwd.cu"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "l"(da), "l"(db), "r"(acc), "n"(TA), "n"(TB));
 }
 // The same with the accumulator overwritten (d = A·B): write-only operands, so the compiler never
 // has to give d a value before the product (a value it may take from other registers in flight).
-#line 126 "la_fwd_sm90/fwd.cu"
+#line 139 "la_fwd_sm90/fwd.cu"
 template <int TA, int TB>
 __device__ __forceinline__ void wg_ss64_z(float (&d)[32], unsigned long long da, unsigned long long db)
 {
@@ -137,7 +150,7 @@ __device__ __forceinline__ void wg_rs64(float (&d)[32], const unsigned (&a)[4], 
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
 }
-#line 110 "la_fwd_sm90/fwd.cu"
+#line 123 "la_fwd_sm90/fwd.cu"
 // m64n32k16, A and B from shared memory: d (+)= A·B. TA/TB: 1 = MN-major (transposed).
 template <int TA, int TB>
 __device__ __forceinline__ void wg_ss32(float (&d)[16], unsigned long long da, unsigned long long db, int acc)
@@ -145,13 +158,13 @@ __device__ __forceinline__ void wg_ss32(float (&d)[16], unsigned long long da, u
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
                  "%16, %17, p, 1, 1, %19, %20;\n}\n"
-#line 119 "la_fwd_sm90/fwd.cu"
+#line 132 "la_fwd_sm90/fwd.cu"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
                  : "l"(da), "l"(db), "r"(acc), "n"(TA), "n"(TB));
 }
 // The same with the accumulator overwritten (d = A·B): write-only operands, so the compiler never
 // has to give d a value before the product (a value it may take from other registers in flight).
-#line 126 "la_fwd_sm90/fwd.cu"
+#line 139 "la_fwd_sm90/fwd.cu"
 template <int TA, int TB>
 __device__ __forceinline__ void wg_ss32_z(float (&d)[16], unsigned long long da, unsigned long long db)
 {
@@ -171,37 +184,81 @@ __device__ __forceinline__ void wg_rs32(float (&d)[16], const unsigned (&a)[4], 
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
 }
-#line 146 "la_fwd_sm90/fwd.cu"
+#line 159 "la_fwd_sm90/fwd.cu"
 
 // Issues the cp.async copies of one chunk of a sequence tensor (BLOCK rows of W elements from
 // src, row stride rs) into a swizzled tile at shared address dst; rows at or past `valid` are
-// zero-filled.
+// zero-filled. When the CTA's threads cover whole rows (NT a multiple of the row's 16-byte pieces)
+// a thread keeps one piece column and steps down RSTEP rows per pass: RSTEP is a multiple of 8,
+// so the swizzle of the destination repeats and both addresses just advance by a constant.
 template <int W, int BW>
 __device__ __forceinline__ void load_tile(unsigned dst, const T *src, long long rs, int valid, int tid)
 {
-    constexpr int PV = W / 8; // 16-byte vectors per row
-    constexpr int TOTAL = BLOCK * PV;
+    constexpr int PV = W / 8; // 16-byte pieces per row
+    if constexpr (NT % PV == 0 && (NT / PV) % 8 == 0) {
+        constexpr int RSTEP = NT / PV;
+        const int r0 = tid / PV, x = (tid % PV) * 8;
+        const T *s = src + r0 * rs + x;
+        const unsigned d = dst + tile_off<BW, BLOCK>(r0, x);
+        if (valid >= BLOCK) { // a whole chunk: no row checks
 #pragma unroll
-    for (int i = 0; i < (TOTAL + NT - 1) / NT; i++) {
-        const int idx = tid + i * NT;
-        if (TOTAL % NT == 0 || idx < TOTAL) {
-            const int r = idx / PV, x = (idx % PV) * 8;
-            const bool ok = r < valid;
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + tile_off<BW, BLOCK>(r, x)),
-                         "l"(ok ? src + (long long)r * rs + x : src), "r"(ok ? 16 : 0)
-                         : "memory");
+            for (int i = 0; i < (BLOCK + RSTEP - 1) / RSTEP; i++)
+                if (BLOCK % RSTEP == 0 || r0 + i * RSTEP < BLOCK)
+                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d + i * RSTEP * 2 * BW),
+                                 "l"(s + i * RSTEP * rs)
+                                 : "memory");
+            return;
+        }
+#pragma unroll
+        for (int i = 0; i < (BLOCK + RSTEP - 1) / RSTEP; i++) {
+            const int r = r0 + i * RSTEP;
+            if (BLOCK % RSTEP == 0 || r < BLOCK) {
+                const bool ok = r < valid;
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d + i * RSTEP * 2 * BW),
+                             "l"(ok ? s + i * RSTEP * rs : src), "r"(ok ? 16 : 0)
+                             : "memory");
+            }
+        }
+    } else {
+        constexpr int TOTAL = BLOCK * PV;
+#pragma unroll
+        for (int i = 0; i < (TOTAL + NT - 1) / NT; i++) {
+            const int idx = tid + i * NT;
+            if (TOTAL % NT == 0 || idx < TOTAL) {
+                const int r = idx / PV, x = (idx % PV) * 8;
+                const bool ok = r < valid;
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + tile_off<BW, BLOCK>(r, x)),
+                             "l"(ok ? src + (long long)r * rs + x : src), "r"(ok ? 16 : 0)
+                             : "memory");
+            }
         }
     }
 }
 
-// Stores two adjacent values in one 32-bit access.
-__device__ __forceinline__ void store2(T *dst, float x0, float x1)
+// Writes a warp's 16 rows of an m64 x W fp32 accumulator (rows row0 .. row0 + 15 of a swizzled
+// tile of R rows, BW-column blocks), rounded to 16 bits and multiplied by f, with stmatrix: one
+// instruction per 16 x 16 block instead of a 4-byte store per register pair. Matrix m of an x4 is
+// rows 8 (m & 1) .., columns 8 (m >> 1) .. of the block, the accumulator registers 4j .. 4j + 7
+// in order; lane l gives the address of row l & 7 of matrix l >> 3.
+template <int BW, int R, int W>
+__device__ __forceinline__ void stmatrix_acc(unsigned tile, const float (&acc)[W / 2], int row0, float f, int lane)
 {
-    *reinterpret_cast<unsigned *>(dst) = lj_pack2<T>(x0, x1);
+    const int r = row0 + (lane & 7) + 8 * ((lane >> 3) & 1), hi = lane >> 4;
+#pragma unroll
+    for (int j = 0; j < W / 8; j += 2) {
+        const unsigned a = tile + tile_off<BW, R>(r, 8 * (j + hi));
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(a),
+                     "r"(lj_pack2<T>(f * acc[4 * j], f * acc[4 * j + 1])),
+                     "r"(lj_pack2<T>(f * acc[4 * j + 2], f * acc[4 * j + 3])),
+                     "r"(lj_pack2<T>(f * acc[4 * j + 4], f * acc[4 * j + 5])),
+                     "r"(lj_pack2<T>(f * acc[4 * j + 6], f * acc[4 * j + 7]))
+                     : "memory");
+    }
 }
-__device__ __forceinline__ void sts32(unsigned addr, unsigned v)
+// The 128 threads of one warpgroup (barrier 1 + wg; 0 is __syncthreads).
+__device__ __forceinline__ void wg_bar(int wg)
 {
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
 }
 
 extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_constant__ la_params p)
@@ -214,12 +271,16 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     const unsigned sK = sQ + STAGES * Q_BYTES;
     const unsigned sV = sK + STAGES * Q_BYTES;
     const unsigned sVw = sV + STAGES * V_BYTES;
-    const unsigned sS = sVw + (DECAY ? V_BYTES : 0);
-    float *sPow = reinterpret_cast<float *>(smem_raw + (sS + S_BYTES - lj_smem_addr(smem_raw))); // λ^k, k = 0..BLOCK
+    const unsigned sS0 = sVw + V_BYTES;
+    float *sPow = reinterpret_cast<float *>(smem_raw + (sS0 + WGS * S_BYTES - lj_smem_addr(smem_raw))); // λ^k, k = 0..BLOCK
 
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    // tid spans the CTA (loads, V_w); wg, warp, g and t4 place a thread in its warpgroup's
+    // products, which cover columns e0 .. e0 + TILE_V of this CTA's VW.
+    const int tid = threadIdx.x, lane = tid & 31, wg = WGS == 1 ? 0 : tid >> 7, warp = (tid >> 5) & 3;
+    const int wtid = tid & 127; // the thread within its warpgroup
     const int g = lane >> 2, t4 = lane & 3;
-    const int e0 = blockIdx.x * TILE_V, h = blockIdx.y, b = blockIdx.z;
+    const int ec = blockIdx.x * VW, e0 = ec + wg * TILE_V, h = blockIdx.y, b = blockIdx.z;
+    const unsigned sS = sS0 + wg * S_BYTES; // this warpgroup's state copy
 
     int n, slot;
     long long tok0 = 0;
@@ -237,10 +298,17 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     const long long dir = REVERSE ? -1 : 1;
     const T *q = reinterpret_cast<const T *>(p.q.ptr) + bq * p.q.s0 + h * p.q.s1 + tok0 * p.q.s2;
     const T *k = reinterpret_cast<const T *>(p.k.ptr) + bq * p.k.s0 + h * p.k.s1 + tok0 * p.k.s2;
-    const T *v = reinterpret_cast<const T *>(p.v.ptr) + bq * p.v.s0 + h * p.v.s1 + tok0 * p.v.s2 + e0;
+    const T *v = reinterpret_cast<const T *>(p.v.ptr) + bq * p.v.s0 + h * p.v.s1 + tok0 * p.v.s2 + ec;
     T *o = reinterpret_cast<T *>(p.o.ptr) + bq * p.o.s0 + h * p.o.s1 + tok0 * p.o.s2 + e0;
     const long long qs = dir * p.q.s2, ks = dir * p.k.s2, vs = dir * p.v.s2, os = dir * p.o.s2;
     const int nchunks = (n + BLOCK - 1) / BLOCK;
+    // The output pieces this thread stores: row o_r0 (+ O_RSTEP per pass), columns o_cx .. + 7.
+    constexpr int O_PV = TILE_V / 8, O_RSTEP = 128 / O_PV;
+    static_assert(O_RSTEP % 8 == 0 && BLOCK % O_RSTEP == 0, "output pieces");
+    const int o_r0 = wtid / O_PV, o_cx = (wtid % O_PV) * 8;
+    T *const o_thr = o + o_r0 * os + o_cx;
+    const long long o_step = O_RSTEP * os;
+    const unsigned o_soff = tile_off<BWV, BLOCK>(o_r0, o_cx);
 
     auto load_chunk = [&](int c) {
         const int st = c % STAGES;
@@ -248,7 +316,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         const int valid = n - c * BLOCK;
         load_tile<D, BWQ>(sQ + st * Q_BYTES, q + t0 * qs, qs, valid, tid);
         load_tile<D, BWQ>(sK + st * Q_BYTES, k + t0 * ks, ks, valid, tid);
-        load_tile<TILE_V, BWV>(sV + st * V_BYTES, v + t0 * vs, vs, valid, tid);
+        load_tile<VW, BWV>(sV + st * V_BYTES, v + t0 * vs, vs, valid, tid);
     };
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
@@ -263,6 +331,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         for (int i = tid; i <= BLOCK; i += NT) sPow[i] = expf(-sh * (float)i);
     }
     __syncthreads();
+    // σ rides on the mask (the intra-chunk term) and on λ^{i+1} (the inter-chunk term).
+    const float sigma = p.scale;
     const int i0 = 16 * warp + g, i1 = i0 + 8;
     float mask[NSC];
 #pragma unroll
@@ -270,9 +340,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int i = (r & 2) ? i1 : i0, j = nt * 8 + 2 * t4 + (r & 1);
-            mask[nt * 4 + r] = j <= i ? (DECAY ? sPow[i - j] : 1.f) : 0.f;
+            mask[nt * 4 + r] = j <= i ? (DECAY ? sPow[i - j] : 1.f) * sigma : 0.f;
         }
-    const float rf0 = DECAY ? sPow[i0 + 1] : 1.f, rf1 = DECAY ? sPow[i1 + 1] : 1.f;
+    const float rf0 = (DECAY ? sPow[i0 + 1] : 1.f) * sigma, rf1 = (DECAY ? sPow[i1 + 1] : 1.f) * sigma;
 
     // The state slice: st[mb][j*4 + r] is row d = 64 mb + 16 warp + g + 8 (r >> 1), column
     // e = 8 j + 2 t4 + (r & 1) of the D x TILE_V slice (the m64 accumulator layout).
@@ -298,13 +368,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     // The 16-bit state copy: rows d, columns e, MN-major B of Q S.
     auto state_to_smem = [&]() {
 #pragma unroll
-        for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-            for (int j = 0; j < TILE_V / 8; j++) {
-                const int d = 64 * mb + 16 * warp + g, e = 8 * j + 2 * t4;
-                sts32(sS + tile_off<BWV, D>(d, e), lj_pack2<T>(st[mb][4 * j], st[mb][4 * j + 1]));
-                sts32(sS + tile_off<BWV, D>(d + 8, e), lj_pack2<T>(st[mb][4 * j + 2], st[mb][4 * j + 3]));
-            }
+        for (int mb = 0; mb < MB; mb++) stmatrix_acc<BWV, D, TILE_V>(sS, st[mb], 64 * mb + 16 * warp, 1.f, lane);
         fence_async_smem();
     };
     // Before chunk c's products the register state is decayed by λ^L (λ^{L−1} for GRAD_STATE's
@@ -330,12 +394,13 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     auto issue_scores = [&](int c) {
         const int slotc = c % STAGES;
         const unsigned cQ = sQ + slotc * Q_BYTES, cK = sK + slotc * Q_BYTES;
+        const unsigned long long dQ = wg_desc<SWQ>(cQ, 16), dK = wg_desc<SWQ>(cK, 16);
         wg_fence();
-        wg_ss64_z<0, 0>(sc, wg_desc<SWQ>(cQ, 16), wg_desc<SWQ>(cK, 16));
+        wg_ss64_z<0, 0>(sc, dQ, dK);
 #pragma unroll
         for (int kk = 1; kk < D / 16; kk++) {
             const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
-            wg_ss64<0, 0>(sc, wg_desc<SWQ>(cQ + off, 16), wg_desc<SWQ>(cK + off, 16), 1);
+            wg_ss64<0, 0>(sc, wg_desc_at(dQ, off), wg_desc_at(dK, off), 1);
         }
         wg_commit();
     };
@@ -350,7 +415,6 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         wg_wait<0>();
     }
 
-    const float sigma = p.scale;
     for (int c = 0; c < nchunks; c++) {
         const int slotc = c % STAGES;
         const unsigned cQ = sQ + slotc * Q_BYTES, cK = sK + slotc * Q_BYTES, cV = sV + slotc * V_BYTES;
@@ -370,13 +434,14 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         }
 
         // The values weighted for the state update, λ^{L−1−j} on row j (rows past L are zero).
-        unsigned sVs = cV;
+        // Each warpgroup weights its own columns (so the buffer's hazards stay inside it).
+        unsigned sVs = cV + wg * V_SLICE; // this warpgroup's columns of V (or V_w)
         if constexpr (DECAY) {
-            constexpr int VEC = V_BYTES / 16;
+            constexpr int VEC = V_SLICE / 16;
 #pragma unroll
-            for (int i = 0; i < (VEC + NT - 1) / NT; i++) {
-                const int x = tid + i * NT;
-                if (VEC % NT == 0 || x < VEC) {
+            for (int i = 0; i < (VEC + 127) / 128; i++) {
+                const int x = wtid + i * 128 + wg * (V_SLICE / 16);
+                if (VEC % 128 == 0 || x < VEC + wg * (V_SLICE / 16)) {
                     const int row = (x * 16 % (BLOCK * SWV)) / SWV; // the swizzle stays in a row
                     const float w = sPow[max(L - 1 - row, 0)];
                     unsigned a0, a1, a2, a3;
@@ -396,7 +461,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
                 }
             }
             fence_async_smem();
-            sVs = sVw;
+            sVs = sVw + wg * V_SLICE;
         }
         // V_w (and with PREFETCH the state copy) of every warp are written; with PREFETCH every
         // warp is also done with chunk c − 1's products, so its ring slot takes chunk c + STAGES − 1.
@@ -408,20 +473,22 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         float oa[NACC];
 #pragma unroll
         for (int mb = 0; mb < MB; mb++) fence_regs(st[mb]);
+        const unsigned long long dQ = wg_desc<SWQ>(cQ, 16), dS = wg_desc<SWV>(sS, D * SWV);
+        const unsigned long long dKt = wg_desc<SWQ>(cK, BLOCK * SWQ), dVs = wg_desc<SWV>(sVs, BLOCK * SWV);
         wg_fence();
-        wg_ss32_z<0, 1>(oa, wg_desc<SWQ>(cQ, 16), wg_desc<SWV>(sS, D * SWV));
+        wg_ss32_z<0, 1>(oa, dQ, dS);
 #pragma unroll
         for (int kk = 1; kk < D / 16; kk++) {
             const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
-            wg_ss32<0, 1>(oa, wg_desc<SWQ>(cQ + off, 16), wg_desc<SWV>(sS + kk * 16 * SWV, D * SWV), 1);
+            wg_ss32<0, 1>(oa, wg_desc_at(dQ, off), wg_desc_at(dS, kk * 16 * SWV), 1);
         }
         wg_commit();
 #pragma unroll
         for (int mb = 0; mb < MB; mb++)
 #pragma unroll
             for (int kk = 0; kk < BLOCK / 16; kk++)
-                wg_ss32<1, 1>(st[mb], wg_desc<SWQ>(cK + mb * (BLOCK * SWQ) + kk * 16 * SWQ, BLOCK * SWQ),
-                                     wg_desc<SWV>(sVs + kk * 16 * SWV, BLOCK * SWV), 1);
+                wg_ss32<1, 1>(st[mb], wg_desc_at(dKt, mb * (BLOCK * SWQ) + kk * 16 * SWQ),
+                                     wg_desc_at(dVs, kk * 16 * SWV), 1);
         wg_commit();
 
         // The scores (with PREFETCH retired at the end of the previous iteration): mask and decay
@@ -436,11 +503,12 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
             pa[kk][2] = lj_pack2<T>(sc[8 * kk + 4] * mask[8 * kk + 4], sc[8 * kk + 5] * mask[8 * kk + 5]);
             pa[kk][3] = lj_pack2<T>(sc[8 * kk + 6] * mask[8 * kk + 6], sc[8 * kk + 7] * mask[8 * kk + 7]);
         }
-        // Q S done: the inter-chunk term decays by λ^{i+1} (λ^i for GRAD_STATE's first chunk).
+        // Q S done: the inter-chunk term decays by λ^{i+1} (λ^i for GRAD_STATE's first chunk),
+        // times σ.
         wg_wait<1>();
         fence_regs(oa);
-        if constexpr (DECAY) {
-            const float f0 = u ? sPow[i0] : rf0, f1 = u ? sPow[i1] : rf1;
+        {
+            const float f0 = DECAY && u ? sPow[i0] * sigma : rf0, f1 = DECAY && u ? sPow[i1] * sigma : rf1;
 #pragma unroll
             for (int j = 0; j < TILE_V / 8; j++) {
                 oa[4 * j] *= f0;
@@ -450,10 +518,11 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
             }
         }
         fence_regs(oa);
+        const unsigned long long dV = wg_desc<SWV>(cV + wg * V_SLICE, BLOCK * SWV);
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < BLOCK / 16; kk++)
-            wg_rs32<1>(oa, pa[kk], wg_desc<SWV>(cV + kk * 16 * SWV, BLOCK * SWV), 1);
+            wg_rs32<1>(oa, pa[kk], wg_desc_at(dV, kk * 16 * SWV), 1);
         wg_commit();
 
         // With PREFETCH the next chunk's scores go in while this chunk's tail runs.
@@ -470,16 +539,28 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
 #pragma unroll
         for (int mb = 0; mb < MB; mb++) fence_regs(st[mb]);
 
-        // Store σ·o for the rows inside the sequence.
+        // Store o (σ applied) for the rows inside the sequence: through this warpgroup's part of
+        // the V_w buffer (free now: its products are done), so each thread writes whole 16-byte
+        // pieces of rows instead of 4-byte pairs scattered over 16 rows. A thread keeps one piece
+        // column and steps down O_RSTEP rows per pass (a multiple of 8: the swizzle repeats).
         {
-            T *o0 = o + (long long)(c * BLOCK + i0) * os + 2 * t4;
-            T *o1 = o0 + 8 * os;
-            const bool w0 = i0 < L, w1 = i1 < L;
+            const unsigned sO = sVw + wg * V_SLICE;
+            stmatrix_acc<BWV, BLOCK, TILE_V>(sO, oa, 16 * warp, 1.f, lane);
+            wg_bar(wg);
+            T *oc = o_thr + (long long)(c * BLOCK) * os;
 #pragma unroll
-            for (int j = 0; j < TILE_V / 8; j++) {
-                if (w0) store2(o0 + j * 8, sigma * oa[4 * j], sigma * oa[4 * j + 1]);
-                if (w1) store2(o1 + j * 8, sigma * oa[4 * j + 2], sigma * oa[4 * j + 3]);
+            for (int i = 0; i < BLOCK / O_RSTEP; i++) {
+                unsigned v0, v1, v2, v3;
+                asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+                             : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
+                             : "r"(sO + o_soff + i * O_RSTEP * 2 * BWV));
+                asm volatile("{\n.reg .pred p;\nsetp.lt.s32 p, %5, %6;\n"
+                             "@p st.global.v4.b32 [%0], {%1,%2,%3,%4};\n}\n"
+                             ::"l"(oc + i * o_step), "r"(v0), "r"(v1), "r"(v2), "r"(v3),
+                             "r"(o_r0 + i * O_RSTEP), "r"(L)
+                             : "memory");
             }
+            wg_bar(wg); // read before the next chunk's V_w overwrites the buffer
         }
         state_to_smem();
         decay_state(c + 1);

@@ -34,7 +34,7 @@ static int winners(void)
 LJ_TEST(eager_fwd_tunes_then_reuses)
 {
     setenv("LAJIT_AUTOTUNE", "eager", 1);
-    fwd_case c = {"la_fwd", LJ_BF16, 2, 4, 700, 64, 64, 1, 1, 1, 0, 0, 0, 0, {0}, 0, 0, 51};
+    fwd_case c = {"la_fwd", LJ_BF16, 2, 4, 700, 64, 64, 1, 1, 1, 0, 0, 0, 0, {0}, 0, 0, 51, NULL};
     run_fwd_case(&c); /* tunes the bucket, then checks the tuned kernel's output */
     ASSERT_EQ(winners(), 1);
     run_fwd_case(&c); /* a new context takes the recorded winner (and is still right) */

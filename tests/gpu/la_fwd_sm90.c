@@ -2,7 +2,8 @@
  * explicitly so the cases run this family and not the fallback: chunk boundaries (N = 1, 63, 64,
  * 65, 913, 4096), D = 64 … 192 with D != E and E down to 16 (all three swizzle widths of the
  * value tiles), f16 and bf16, decay and none, states in and out (in place, VK), [B,N,H,D] views
- * and varlen with a pool and a -1 slot. Skipped on a GPU that is not sm_90a. */
+ * and varlen with a pool and a -1 slot; then configurations the defaults do not reach, pinned.
+ * Skipped on a GPU that is not sm_90a. */
 #include <string.h>
 
 #include "attn_cases.h"
@@ -21,55 +22,88 @@ static void run(fwd_case c)
 
 LJ_TEST(n1_bf16_decay_states)
 {
-    run((fwd_case){F, LJ_BF16, 2, 3, 1, 64, 64, 1, 1, 1, 0, 0, 0, 0, {0}, 0, 0, 31});
+    run((fwd_case){F, LJ_BF16, 2, 3, 1, 64, 64, 1, 1, 1, 0, 0, 0, 0, {0}, 0, 0, 31, NULL});
 }
 
 LJ_TEST(n63_f16_nodecay)
 {
-    run((fwd_case){F, LJ_F16, 2, 4, 63, 128, 128, 0, 0, 0, 0, 0, 0, 0, {0}, 0, 0, 32});
+    run((fwd_case){F, LJ_F16, 2, 4, 63, 128, 128, 0, 0, 0, 0, 0, 0, 0, {0}, 0, 0, 32, NULL});
 }
 
 LJ_TEST(n64_bf16_d64_e16)
 {
-    run((fwd_case){F, LJ_BF16, 3, 2, 64, 64, 16, 1, 0, 1, 0, 0, 0, 0, {0}, 0, 0, 33});
+    run((fwd_case){F, LJ_BF16, 3, 2, 64, 64, 16, 1, 0, 1, 0, 0, 0, 0, {0}, 0, 0, 33, NULL});
 }
 
 LJ_TEST(n65_f16_d128_e96_vk_in_place)
 {
-    run((fwd_case){F, LJ_F16, 2, 3, 65, 128, 96, 1, 1, 1, 1, 1, 0, 0, {0}, 0, 0.5f, 34});
+    run((fwd_case){F, LJ_F16, 2, 3, 65, 128, 96, 1, 1, 1, 1, 1, 0, 0, {0}, 0, 0.5f, 34, NULL});
 }
 
 LJ_TEST(n913_bf16_d192_e256_bnhd)
 {
-    run((fwd_case){F, LJ_BF16, 1, 2, 913, 192, 256, 1, 1, 1, 0, 0, 1, 0, {0}, 0, 0, 35});
+    run((fwd_case){F, LJ_BF16, 1, 2, 913, 192, 256, 1, 1, 1, 0, 0, 1, 0, {0}, 0, 0, 35, NULL});
 }
 
 LJ_TEST(n913_f16_d192_e32)
 {
-    run((fwd_case){F, LJ_F16, 1, 4, 913, 192, 32, 1, 0, 1, 0, 0, 0, 0, {0}, 0, 0, 36});
+    run((fwd_case){F, LJ_F16, 1, 4, 913, 192, 32, 1, 0, 1, 0, 0, 0, 0, {0}, 0, 0, 36, NULL});
 }
 
 LJ_TEST(n4096_bf16_d128_states)
 {
-    run((fwd_case){F, LJ_BF16, 1, 4, 4096, 128, 128, 1, 1, 1, 0, 0, 0, 0, {0}, 0, 0, 37});
+    run((fwd_case){F, LJ_BF16, 1, 4, 4096, 128, 128, 1, 1, 1, 0, 0, 0, 0, {0}, 0, 0, 37, NULL});
 }
 
 LJ_TEST(n4096_f16_d64_nodecay_bnhd)
 {
-    run((fwd_case){F, LJ_F16, 2, 2, 4096, 64, 64, 0, 0, 1, 0, 0, 1, 0, {0}, 0, 0, 38});
+    run((fwd_case){F, LJ_F16, 2, 2, 4096, 64, 64, 0, 0, 1, 0, 0, 1, 0, {0}, 0, 0, 38, NULL});
 }
 
 LJ_TEST(n4096_bf16_d128_b4h32_full_grid)
 {
-    run((fwd_case){F, LJ_BF16, 4, 32, 4096, 128, 128, 1, 0, 1, 0, 0, 0, 0, {0}, 0, 0, 39});
+    run((fwd_case){F, LJ_BF16, 4, 32, 4096, 128, 128, 1, 0, 1, 0, 0, 0, 0, {0}, 0, 0, 39, NULL});
 }
 
 LJ_TEST(varlen_pool_with_minus_one)
 {
-    run((fwd_case){F, LJ_BF16, 0, 4, 0, 128, 64, 1, 1, 1, 1, 0, 0, 6, {1, 0, 63, 65, 130, 700}, 1, 0, 40});
+    run((fwd_case){F, LJ_BF16, 0, 4, 0, 128, 64, 1, 1, 1, 1, 0, 0, 6, {1, 0, 63, 65, 130, 700}, 1, 0, 40, NULL});
 }
 
 LJ_TEST(varlen_f16_vk)
 {
-    run((fwd_case){F, LJ_F16, 0, 2, 0, 64, 96, 1, 1, 1, 0, 1, 0, 3, {17, 1, 200}, 0, 0, 41});
+    run((fwd_case){F, LJ_F16, 0, 2, 0, 64, 96, 1, 1, 1, 0, 1, 0, 3, {17, 1, 200}, 0, 0, 41, NULL});
+}
+
+/* Configurations the defaults of the cases above do not reach, pinned (attn_cases.h): two
+ * warpgroups sharing the Q/K tiles, with and without the third stage and PREFETCH, every value
+ * tile width, ragged chunks, states and varlen. */
+LJ_TEST(pinned_wgs2_prefetch_bf16_d128_states)
+{
+    run((fwd_case){F, LJ_BF16, 2, 3, 913, 128, 128, 1, 1, 1, 0, 0, 0, 0, {0}, 0, 0, 42,
+                   "BLOCK=64 WGS=2 TILE_V=64 STAGES=3 PREFETCH=1"});
+}
+
+LJ_TEST(pinned_wgs2_two_stages_f16_d64_nodecay_bnhd)
+{
+    run((fwd_case){F, LJ_F16, 2, 2, 65, 64, 64, 0, 0, 0, 0, 0, 1, 0, {0}, 0, 0, 43,
+                   "BLOCK=64 WGS=2 TILE_V=32 STAGES=2 PREFETCH=0"});
+}
+
+LJ_TEST(pinned_wgs2_tv16_varlen_d192_e96)
+{
+    run((fwd_case){F, LJ_BF16, 0, 2, 0, 192, 96, 1, 1, 1, 1, 0, 0, 5, {1, 64, 129, 300, 7}, 1, 0, 44,
+                   "BLOCK=64 WGS=2 TILE_V=16 STAGES=3 PREFETCH=1"});
+}
+
+LJ_TEST(pinned_wgs2_vk_in_place_f16_d128_e256)
+{
+    run((fwd_case){F, LJ_F16, 1, 2, 700, 128, 256, 1, 1, 1, 1, 1, 0, 0, {0}, 0, 0.25f, 45,
+                   "BLOCK=64 WGS=2 TILE_V=64 STAGES=2 PREFETCH=0"});
+}
+
+LJ_TEST(pinned_wgs1_prefetch_d64_e128)
+{
+    run((fwd_case){F, LJ_BF16, 1, 2, 1000, 64, 128, 1, 0, 1, 0, 0, 0, 0, {0}, 0, 0, 46,
+                   "BLOCK=64 WGS=1 TILE_V=64 STAGES=3 PREFETCH=1"});
 }

@@ -3,9 +3,14 @@
 #include "attn_cases.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
 
+#include "context.h"
 #include "gpu.h"
 #include "la_ref.h"
+#include "search.h"
+#include "tunedb.h"
 
 double case_tolerance(lj_dtype dt)
 {
@@ -52,6 +57,65 @@ void case_check(const char *what, const double *got, const double *ref, size_t r
 }
 
 /* ---- Forward --------------------------------------------------------------------------------- */
+
+/* A configuration other than the default runs only as a tuned winner, so a pinned case records
+ * it as the winner of its bucket in a tuning database of its own (the case's temporary directory:
+ * nothing shared with other tests) and keeps the op's log to prove the plan used it. */
+typedef struct plan_log {
+    char plans[2048];
+} plan_log;
+
+static void keep_plan_lines(void *user, lajit_log_level level, const char *message)
+{
+    (void)level;
+    plan_log *log = user;
+    if (strncmp(message, "plan ", 5) == 0) {
+        size_t used = strlen(log->plans);
+        snprintf(log->plans + used, sizeof log->plans - used, "%s\n", message);
+    }
+}
+
+static void pin_config(lajit_ctx *ctx, const fwd_case *c, int nseq, int longest, char *cfgtext, size_t cap)
+{
+    lj_env *env = lajit__ctx_env(ctx);
+    lj_family *f;
+    lj_device *dev;
+    ASSERT_OK(lajit__ctx_family(ctx, c->family, &f));
+    ASSERT_OK(lajit__ctx_device(ctx, &dev));
+    lj_problem p;
+    memset(&p, 0, sizeof p);
+    p.op = LJ_OP_FWD;
+    p.dtype = c->dtype;
+    p.B = nseq;
+    p.H = c->H;
+    p.N = longest;
+    p.D = c->D;
+    p.E = c->E;
+    p.decay = c->decay;
+    p.has_initial = c->initial;
+    p.has_final = c->final;
+    p.varlen = c->nseq > 0;
+    p.vk = c->vk;
+    lj_config base, cfg;
+    ASSERT_OK(lj_family_default(f, &p, &dev->info, &base));
+    ASSERT_OK(lj_config_parse(env, f, &base, c->config, &cfg));
+    int ok;
+    char why[256];
+    ASSERT_OK(lj_family_valid(f, &cfg, &p, &dev->info, &ok, why, sizeof why));
+    if (!ok)
+        lj_test_fail(__FILE__, __LINE__, "pinned [%s] is not valid: %s", c->config, why);
+    lj_tune_id id;
+    ASSERT_OK(lj_tune_id_make(env, f, dev, &p, &id));
+    lj_tune_result r;
+    memset(&r, 0, sizeof r);
+    lj_config_format(&cfg, r.config, sizeof r.config);
+    r.ms = 1.0;
+    lj_tunedb *db;
+    ASSERT_OK(lj_tunedb_open(env, lj_test_tmpdir(), &db));
+    ASSERT_OK(lj_tunedb_record(db, &id, &r, 1, r.config, 1.0));
+    lj_tunedb_close(db);
+    snprintf(cfgtext, cap, "[%s]", r.config);
+}
 
 void run_fwd_case(const fwd_case *c)
 {
@@ -190,11 +254,30 @@ void run_fwd_case(const fwd_case *c)
             a.state_slots = lj_gpu_tensor(&tsl, dslots, 0, 1, slshape, NULL, lj_test_dl_int32());
     }
 
-    lajit_ctx *ctx = case_open_ctx();
+    lajit_ctx *ctx;
+    plan_log log = {""};
+    char pinned[300] = "";
+    if (c->config) {
+        lajit_ctx_desc desc;
+        lajit_ctx_desc_init(&desc);
+        desc.cache_dir = lj_test_tmpdir();
+        desc.log = keep_plan_lines;
+        desc.log_user = &log;
+        desc.log_level = LAJIT_LOG_INFO;
+        ASSERT_OK(lajit_ctx_create(&desc, &ctx));
+        int longest = 0;
+        for (int i = 0; i < c->nseq; i++)
+            longest = c->lens[i] > longest ? c->lens[i] : longest;
+        pin_config(ctx, c, nseq, varlen ? longest : c->N, pinned, sizeof pinned);
+    } else {
+        ctx = case_open_ctx();
+    }
     lajit_status st = lajit_attn_fwd(ctx, &a);
     if (st != LAJIT_OK)
         lj_test_fail(__FILE__, __LINE__, "lajit_attn_fwd: %s: %s", lajit_status_string(st), lajit_errmsg(ctx));
     lj_gpu_sync();
+    if (c->config && !strstr(log.plans, pinned))
+        lj_test_fail(__FILE__, __LINE__, "the op did not run the pinned %s: %s", pinned, log.plans);
 
     /* Results in memory order, then back to logical order. */
     float *mo = malloc(nv * 4), *sn_mem = malloc(nst * 4);

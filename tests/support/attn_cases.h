@@ -21,6 +21,9 @@ typedef struct fwd_case {
     int slot_minus_one;  /* varlen with states: one sequence gets slot -1 */
     float scale;         /* 0: 1 */
     unsigned seed;
+    const char *config;  /* NULL: the family's own choice; else a whole configuration ("BLOCK=64
+                            TILE_V=64 ...", every parameter): pinned as the bucket's tuned
+                            winner in a private tuning database; the test checks the op ran it */
 } fwd_case;
 
 /* Runs the case (the test skips with no GPU) and fails the test on any mismatch. Prints one
