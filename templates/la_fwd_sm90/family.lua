@@ -64,8 +64,9 @@ end
 -- B·H is small and when the state would not fit the registers (D = 192). Two warpgroups over the
 -- same Q/K tiles when E holds two slices and the grid still covers the SMs; a third stage and
 -- PREFETCH when the CTAs of a wave still fit the SM's shared memory with it. H200, bf16, B = 4,
--- H = 32, N = 8192 (docs/notes/la_fwd.md): D = 128 0.354 ms against 0.383 with one warpgroup
--- and two stages; D = 64 0.169 (one warpgroup, E = 64 holds one slice).
+-- H = 32, N = 8192 (docs/notes/la_fwd.md, `lajit tune` over the whole space): D = 128 the default
+-- is the winner, 0.301 ms; D = 64 (one warpgroup: E = 64 holds one slice) 0.153 against the
+-- winner's 0.148 (three stages without PREFETCH).
 local function default(problem, device)
     local bh = 1 << log2_bucket(problem.B * problem.H)
     local cfg = { BLOCK = 64, TILE_V = 64, WGS = 1, STAGES = 2, PREFETCH = 0 }

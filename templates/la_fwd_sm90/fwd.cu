@@ -21,10 +21,15 @@
 // copy's stores free of bank conflicts. One physical tile serves both majors: the swizzle is a
 // function of the address alone.
 //
-// Loads are cp.async, STAGES chunks in flight, issued by all 128 threads (the address arithmetic
-// is per thread and constant across chunks). V_w (the values weighted by λ^{L−1−j}, rounded once
-// to the 16-bit type as la_fwd does) is a second copy made from V in shared memory each chunk.
-// Ragged chunks are zero-filled by cp.async, so padding rows add nothing.
+// Loads are cp.async, STAGES chunks in flight, issued by all the CTA's threads (the address
+// arithmetic is per thread and constant across chunks). V_w (the values weighted by λ^{L−1−j},
+// rounded once to the 16-bit type as la_fwd does) is a second copy made from V in shared memory
+// each chunk, each warpgroup weighting its own columns. Ragged chunks are zero-filled by
+// cp.async, so padding rows add nothing. The state copy and the outputs leave the registers by
+// stmatrix; the outputs go through the warpgroup's part of the V_w buffer (free by then) so that
+// global memory sees whole 16-byte pieces of rows. Most of these choices cut instructions: v2 of
+// this kernel issued ~1,600 per warp and chunk, most of them address arithmetic (ncu,
+// docs/notes/la_fwd.md).
 //
 // REVERSE and GRAD_STATE mean what they mean in la_fwd/fwd.cu (la_bwd's reversed scans). la_bwd
 // does not run this kernel yet: both are false in every expansion today, and the paths they
