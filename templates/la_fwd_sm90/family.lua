@@ -3,7 +3,7 @@
 --
 -- One CTA of WGS warpgroups (128 threads each, TILE_V columns each, sharing the Q/K tiles) per
 -- (E slice of WGS·TILE_V columns, head, sequence): grid {E / (WGS·TILE_V), H, B or nseq}. It
--- serves what it can — sm_90a, f16/bf16, D = 64, 128 or 192 — and the op falls back to la_fwd
+-- serves what it can — sm_90a, f16/bf16, D = 64, 128, 192 or 256 — and the op falls back to la_fwd
 -- (mma.sync) for the rest (fp32 inputs: tf32 wgmma reads K-major operands only, and this kernel
 -- reads K and V transposed).
 
@@ -13,22 +13,24 @@ local log2_bucket = scan.log2_bucket
 local ELEM = { f16 = "lj_f16", bf16 = "lj_bf16" }
 
 -- Dynamic shared memory: the Q, K, V ring, the weighted V copy (which also stages the outputs),
--- each warpgroup's 16-bit state copy, λ^k for k = 0..BLOCK, and 1 KiB to align the tiles to the
--- swizzle period.
+-- each warpgroup's 16-bit state copy, with SPLIT_QK the tiles of P (two with PREFETCH: the next
+-- chunk's is written while the other warpgroup may still read this one's), λ^k for k = 0..BLOCK,
+-- and 1 KiB to align the tiles to the swizzle period.
 local function smem(cfg, problem)
     local q = cfg.BLOCK * problem.D * 2
     local v = cfg.BLOCK * cfg.WGS * cfg.TILE_V * 2
-    return cfg.STAGES * (2 * q + v) + v
+    local p = (cfg.SPLIT_QK or 0) * (cfg.PREFETCH == 1 and 2 or 1) * cfg.BLOCK * cfg.BLOCK * 2
+    return cfg.STAGES * (2 * q + v) + v + p
         + cfg.WGS * problem.D * cfg.TILE_V * 2 + (cfg.BLOCK + 1) * 4 + 1024
 end
 
--- Registers a thread holds across the chunk loop: the state (D·TILE_V/128), the output
--- accumulators (TILE_V/2), scores, score mask and P operand (~80), the cp.async addresses (D/4) and
--- about 40 more. An upper bound fitted to ptxas -v (sm_90a, CUDA 13.0, bf16, docs/notes/la_fwd.md):
--- D = 128 TILE_V = 64 takes 191-215, D = 192 TILE_V = 32 203-238, D = 256 TILE_V = 16 254, all
--- without spills; what it rejects (TILE_V = 128 at D = 128, 64 at D = 192, 32 at D = 256) spills.
+-- Registers a thread holds across the chunk loop: the state (D·TILE_V/128) and the output
+-- accumulators (TILE_V/2), plus ~120 for the scores, score mask, P operand, addresses and the rest.
+-- Fitted to ptxas -v over the whole space (sm_90a, CUDA 13.0, bf16, docs/notes/la_fwd.md): every
+-- configuration with state + accumulators ≤ 128 (64 x 128, 128 x 64, 192 x 64, 256 x 32) compiles
+-- without spills at ≤ 237 registers; the next ones (128 x 128: 192, 256 x 64: 160) spill.
 local function regs(cfg, problem)
-    return problem.D * cfg.TILE_V // 128 + cfg.TILE_V // 2 + 80 + problem.D // 4 + 40
+    return problem.D * cfg.TILE_V // 128 + cfg.TILE_V // 2 + 120
 end
 
 local function valid(cfg, problem, device)
@@ -37,11 +39,12 @@ local function valid(cfg, problem, device)
         return false, "f16 and bf16 only (fp32 goes to la_fwd: tf32 wgmma has no transposed operands)"
     end
     local D, E = problem.D, problem.E
-    -- D = 256 compiles without spills only at TILE_V = 16, where every slice recomputes Q Kᵀ:
-    -- 4.27 ms against la_fwd's 1.93 at bf16 B = 4 H = 32 N = 8192 (H200, docs/notes/la_fwd.md).
-    if D % 64 ~= 0 or D > 192 then return false, "D must be 64, 128 or 192 (la_fwd is faster at 256)" end
+    if D % 64 ~= 0 or D > 256 then return false, "D must be 64, 128, 192 or 256 (the m64 blocks of the state)" end
     if E % 16 ~= 0 or E < 16 or E > 256 then return false, "E must be a multiple of 16 from 16 to 256" end
     if cfg.BLOCK ~= 64 then return false, "BLOCK must be 64 (the wgmma M of one warpgroup)" end
+    if cfg.SPLIT_QK == 1 and cfg.WGS ~= 2 then
+        return false, "SPLIT_QK splits Q Kᵀ between two warpgroups (WGS = 2)"
+    end
     if cfg.PREFETCH == 1 and cfg.STAGES < 3 then
         return false, "PREFETCH needs STAGES >= 3 (chunk c + 1 must have landed by mid-chunk c)"
     end
@@ -60,16 +63,24 @@ local function valid(cfg, problem, device)
     return true
 end
 
--- The widest slice (64 columns) while the grid still covers half the SMs; narrower slices when
--- B·H is small and when the state would not fit the registers (D = 192). Two warpgroups over the
--- same Q/K tiles when E holds two slices and the grid still covers the SMs; a third stage and
--- PREFETCH when the CTAs of a wave still fit the SM's shared memory with it. H200, bf16, B = 4,
--- H = 32, N = 8192 (docs/notes/la_fwd.md, `lajit tune` over the whole space): D = 128 the default
--- is the winner, 0.301 ms; D = 64 (one warpgroup: E = 64 holds one slice) 0.153 against the
--- winner's 0.148 (three stages without PREFETCH).
+-- How many CTAs of this configuration an SM holds at once (shared memory, and no more than the
+-- grid gives each SM).
+local function resident(cfg, problem, device, per_sm)
+    return math.min(per_sm, device.smem_per_sm // (smem(cfg, problem) + 1024))
+end
+
+-- The widest slice (64 columns) whose state and accumulators fit the registers, while the grid
+-- still covers half the SMs; narrower slices when B·H is small (and 32 at D = 256). Two
+-- warpgroups over the same Q/K tiles when E holds two slices and the grid still covers the SMs;
+-- a third stage and PREFETCH when that costs no CTA its place on the SM (one CTA per SM either
+-- way at D >= 128); SPLIT_QK with two warpgroups when PREFETCH hides its barrier, and at D = 256
+-- where Q Kᵀ is the largest product. H200, bf16, B = 4, H = 32, N = 8192, `lajit tune` over the
+-- whole space (docs/notes/la_fwd.md): the defaults are the winners at D = 256 (1.440 ms), 192
+-- (0.665) and 128 (0.296); D = 64 (one warpgroup: E = 64 holds one slice) 0.153 against the
+-- winner's 0.148 (no PREFETCH).
 local function default(problem, device)
     local bh = 1 << log2_bucket(problem.B * problem.H)
-    local cfg = { BLOCK = 64, TILE_V = 64, WGS = 1, STAGES = 2, PREFETCH = 0 }
+    local cfg = { BLOCK = 64, TILE_V = 64, WGS = 1, STAGES = 2, PREFETCH = 0, SPLIT_QK = 0 }
     while cfg.TILE_V > 16 and (cfg.TILE_V > problem.E or problem.E % cfg.TILE_V ~= 0) do
         cfg.TILE_V = cfg.TILE_V // 2
     end
@@ -82,8 +93,16 @@ local function default(problem, device)
     end
     local ctas = bh * (problem.E // (cfg.WGS * cfg.TILE_V))
     local per_sm = (ctas + device.sms - 1) // device.sms
-    local deep = { BLOCK = 64, TILE_V = cfg.TILE_V, WGS = cfg.WGS, STAGES = 3, PREFETCH = 1 }
-    if per_sm * (smem(deep, problem) + 1024) <= device.smem_per_sm then cfg = deep end
+    local deep = { BLOCK = 64, TILE_V = cfg.TILE_V, WGS = cfg.WGS, STAGES = 3, PREFETCH = 1, SPLIT_QK = 0 }
+    if smem(deep, problem) <= device.smem_optin
+        and resident(deep, problem, device, per_sm) >= resident(cfg, problem, device, per_sm) then
+        cfg = deep
+    end
+    if cfg.WGS == 2 and (cfg.PREFETCH == 1 or problem.D >= 256) then
+        local split = { BLOCK = 64, TILE_V = cfg.TILE_V, WGS = 2, STAGES = cfg.STAGES,
+                        PREFETCH = cfg.PREFETCH, SPLIT_QK = 1 }
+        if smem(split, problem) <= device.smem_optin then cfg = split end
+    end
     return cfg
 end
 
@@ -98,12 +117,15 @@ return {
         WGS = { 1, 2 },                  -- warpgroups per CTA, sharing the Q and K tiles
         STAGES = { 2, 3 },               -- chunks in flight in the cp.async ring
         PREFETCH = { 0, 1 },             -- Q Kᵀ of the next chunk issued during this chunk's tail
+        SPLIT_QK = { 0, 1 },             -- two warpgroups compute half of Q Kᵀ each, P shared
     },
 
     problems = {
         { op = "fwd", dtype = "bf16", B = 4, H = 32, N = 8192, D = 128, E = 128, decay = true,
           has_initial = false, has_final = false, varlen = false, vk = false },
         { op = "fwd", dtype = "bf16", B = 4, H = 32, N = 8192, D = 64, E = 64, decay = true,
+          has_initial = false, has_final = false, varlen = false, vk = false },
+        { op = "fwd", dtype = "bf16", B = 4, H = 32, N = 8192, D = 256, E = 256, decay = true,
           has_initial = false, has_final = false, varlen = false, vk = false },
         { op = "fwd", dtype = "f16", B = 2, H = 8, N = 2048, D = 192, E = 96, decay = false,
           has_initial = true, has_final = true, varlen = false, vk = false },

@@ -39,13 +39,14 @@
 #include "common/mma.cuh"
 
 using T = ${ELEM};
-constexpr int D = ${D};             // key width: 64, 128 or 192 (one wgmma M block per 64 rows of S)
+constexpr int D = ${D};             // key width: 64, 128, 192 or 256 (one wgmma M block per 64 rows of S)
 constexpr int E = ${E};             // value width
 constexpr int BLOCK = ${BLOCK};     // tokens per chunk = wgmma M of the output (64)
 constexpr int TILE_V = ${TILE_V};   // value columns per warpgroup
 constexpr int WGS = ${WGS};         // warpgroups per CTA, side by side in E, sharing the Q/K tiles
 constexpr int STAGES = ${STAGES};   // chunks in flight in the cp.async ring
 constexpr bool PREFETCH = ${PREFETCH} != 0; // Q Kᵀ of chunk c + 1 issued during chunk c's tail
+constexpr bool SPLIT_QK = ${SPLIT_QK} != 0; // the two warpgroups each compute half of Q Kᵀ
 constexpr bool DECAY = ${DECAY};
 constexpr bool HAS_INITIAL = ${HAS_INITIAL};
 constexpr bool HAS_FINAL = ${HAS_FINAL};
@@ -57,13 +58,16 @@ constexpr int NT = 128 * WGS;           // threads of the CTA
 constexpr int VW = WGS * TILE_V;        // value columns per CTA
 constexpr int MB = D / 64;              // m64 blocks of the state
 constexpr int NACC = TILE_V / 2;        // fp32 accumulators per thread of an m64 x TILE_V product
-constexpr int NSC = BLOCK / 2;          // ... of the 64 x 64 scores
+constexpr int SCN = SPLIT_QK ? BLOCK / 2 : BLOCK; // score columns a warpgroup computes
+constexpr int NSC = SCN / 2;            // ... and its fp32 accumulators per thread
+constexpr int P_BUFS = PREFETCH ? 2 : 1; // P tiles in shared memory (SPLIT_QK)
 
 static_assert(BLOCK == 64, "one warpgroup: 64 output rows per chunk");
-static_assert(D % 64 == 0 && D <= 192, "D");
+static_assert(D % 64 == 0 && D <= 256, "D");
 static_assert(TILE_V % 16 == 0 && TILE_V <= 256 && E % TILE_V == 0, "TILE_V"); // x4 stmatrix: 16 columns
 static_assert(STAGES >= 2, "ring");
 static_assert(WGS == 1 || WGS == 2, "WGS");
+static_assert(!SPLIT_QK || WGS == 2, "SPLIT_QK shares the scores between two warpgroups");
 
 // Swizzled tile geometry: column blocks of BW elements, rows SW bytes apart.
 constexpr int bw_of(int w) { return w % 64 == 0 ? 64 : w % 32 == 0 ? 32 : 16; }
@@ -72,6 +76,7 @@ constexpr int BWV = bw_of(TILE_V), SWV = 2 * BWV;          // V, V_w and the sta
 constexpr unsigned Q_BYTES = BLOCK * D * 2;                // one chunk of Q (or K)
 constexpr unsigned V_BYTES = BLOCK * VW * 2;               // one chunk of V (all the CTA's columns)
 constexpr unsigned S_BYTES = D * TILE_V * 2;               // one warpgroup's state copy
+constexpr unsigned P_BYTES = BLOCK * BLOCK * 2;            // one chunk's masked scores P (SPLIT_QK)
 // A warpgroup's columns of a V tile start this many bytes into it (whole column blocks).
 constexpr unsigned V_SLICE = (TILE_V / BWV) * (BLOCK * SWV);
 
@@ -121,7 +126,10 @@ template <int N> __device__ __forceinline__ void fence_regs(float (&r)[N])
 }
 
 //% local ty = problem.dtype == "bf16" and "bf16" or "f16"
-//% local shapes = TILE_V == BLOCK and { BLOCK } or { BLOCK, TILE_V }
+//% local shapes, seen = {}, {}
+//% for _, n in ipairs({ BLOCK, TILE_V, SPLIT_QK ~= 0 and BLOCK // 2 or BLOCK }) do
+//%   if not seen[n] then seen[n] = true; shapes[#shapes + 1] = n end
+//% end
 //% for _, n in ipairs(shapes) do
 //%   local regs, list = n // 2, {}
 //%   for i = 0, n // 2 - 1 do list[#list + 1] = "%" .. i end
@@ -164,65 +172,70 @@ __device__ __forceinline__ void wg_rs${n}(float (&d)[${regs}], const unsigned (&
 
 // Issues the cp.async copies of one chunk of a sequence tensor (BLOCK rows of W elements from
 // src, row stride rs) into a swizzled tile at shared address dst; rows at or past `valid` are
-// zero-filled. When the CTA's threads cover whole rows (NT a multiple of the row's 16-byte pieces)
-// a thread keeps one piece column and steps down RSTEP rows per pass: RSTEP is a multiple of 8,
-// so the swizzle of the destination repeats and both addresses just advance by a constant.
+// zero-filled. The CTA's threads cover RSTEP whole rows per pass, each thread PPT 16-byte pieces
+// of one row, TPR pieces apart (TPR threads per row), then step down RSTEP rows. RSTEP is a
+// multiple of 8, so the destination's swizzle repeats from pass to pass, and TPR·8 columns are
+// whole column blocks, so a thread's pieces sit a constant distance apart: every address is a
+// base fixed per thread plus a constant. (D = 256 over 128 threads takes 2 pieces per row, D = 192
+// takes 3; per-piece address arithmetic there cost ~60 registers and spilled, see family.lua.)
+template <int W, int BW> struct load_geom {
+    static constexpr int PV = W / 8; // 16-byte pieces per row
+    static constexpr int rstep(int r) // the smallest row step that splits evenly
+    {
+        return r > BLOCK ? 0
+               : (PV * r) % NT == 0 && PV % (PV * r / NT) == 0 && ((PV / (PV * r / NT)) * 8) % BW == 0 && BLOCK % r == 0
+                   ? r
+                   : rstep(2 * r);
+    }
+    static constexpr int RSTEP = rstep(8);
+    static constexpr int PPT = RSTEP ? PV * RSTEP / NT : 0, TPR = RSTEP ? PV / PPT : 0;
+};
 template <int W, int BW>
 __device__ __forceinline__ void load_tile(unsigned dst, const T *src, long long rs, int valid, int tid)
 {
-    constexpr int PV = W / 8; // 16-byte pieces per row
-    if constexpr (NT % PV == 0 && (NT / PV) % 8 == 0) {
-        constexpr int RSTEP = NT / PV;
-        const int r0 = tid / PV, x = (tid % PV) * 8;
-        const T *s = src + r0 * rs + x;
-        const unsigned d = dst + tile_off<BW, BLOCK>(r0, x);
-        if (valid >= BLOCK) { // a whole chunk: no row checks
+    using G = load_geom<W, BW>;
+    constexpr int RSTEP = G::RSTEP, PPT = G::PPT, TPR = G::TPR;
+    static_assert(RSTEP != 0, "no even split of the tile's pieces over the CTA's threads");
+    // Piece m of a thread: TPR·8·m columns on, (TPR·8 / BW)·m column blocks of BLOCK rows.
+    constexpr unsigned PSTEP = (TPR * 8 / BW) * (BLOCK * 2 * BW);
+    const int r0 = tid / TPR, x = (tid % TPR) * 8;
+    const T *s = src + r0 * rs + x;
+    const unsigned d = dst + tile_off<BW, BLOCK>(r0, x);
+    if (valid >= BLOCK) { // a whole chunk: no row checks
 #pragma unroll
-            for (int i = 0; i < (BLOCK + RSTEP - 1) / RSTEP; i++)
-                if (BLOCK % RSTEP == 0 || r0 + i * RSTEP < BLOCK)
-                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d + i * RSTEP * 2 * BW),
-                                 "l"(s + i * RSTEP * rs)
-                                 : "memory");
-            return;
-        }
+        for (int i = 0; i < BLOCK / RSTEP; i++)
 #pragma unroll
-        for (int i = 0; i < (BLOCK + RSTEP - 1) / RSTEP; i++) {
-            const int r = r0 + i * RSTEP;
-            if (BLOCK % RSTEP == 0 || r < BLOCK) {
-                const bool ok = r < valid;
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d + i * RSTEP * 2 * BW),
-                             "l"(ok ? s + i * RSTEP * rs : src), "r"(ok ? 16 : 0)
+            for (int m = 0; m < PPT; m++)
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d + i * RSTEP * 2 * BW + m * PSTEP),
+                             "l"(s + i * RSTEP * rs + m * TPR * 8)
                              : "memory");
-            }
-        }
-    } else {
-        constexpr int TOTAL = BLOCK * PV;
+        return;
+    }
 #pragma unroll
-        for (int i = 0; i < (TOTAL + NT - 1) / NT; i++) {
-            const int idx = tid + i * NT;
-            if (TOTAL % NT == 0 || idx < TOTAL) {
-                const int r = idx / PV, x = (idx % PV) * 8;
-                const bool ok = r < valid;
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + tile_off<BW, BLOCK>(r, x)),
-                             "l"(ok ? src + (long long)r * rs + x : src), "r"(ok ? 16 : 0)
-                             : "memory");
-            }
-        }
+    for (int i = 0; i < BLOCK / RSTEP; i++) {
+        const bool ok = r0 + i * RSTEP < valid;
+#pragma unroll
+        for (int m = 0; m < PPT; m++)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d + i * RSTEP * 2 * BW + m * PSTEP),
+                         "l"(ok ? s + i * RSTEP * rs + m * TPR * 8 : src), "r"(ok ? 16 : 0)
+                         : "memory");
     }
 }
 
-// Writes a warp's 16 rows of an m64 x W fp32 accumulator (rows row0 .. row0 + 15 of a swizzled
-// tile of R rows, BW-column blocks), rounded to 16 bits and multiplied by f, with stmatrix: one
+// Writes a warp's 16 rows of an m64 x W fp32 accumulator (rows row0 .. row0 + 15, columns col0 ..
+// col0 + W of a swizzled tile of R rows, BW-column blocks), rounded to 16 bits and multiplied by
+// f, with stmatrix: one
 // instruction per 16 x 16 block instead of a 4-byte store per register pair. Matrix m of an x4 is
 // rows 8 (m & 1) .., columns 8 (m >> 1) .. of the block, the accumulator registers 4j .. 4j + 7
 // in order; lane l gives the address of row l & 7 of matrix l >> 3.
 template <int BW, int R, int W>
-__device__ __forceinline__ void stmatrix_acc(unsigned tile, const float (&acc)[W / 2], int row0, float f, int lane)
+__device__ __forceinline__ void stmatrix_acc(unsigned tile, const float (&acc)[W / 2], int row0, float f, int lane,
+                                             int col0 = 0)
 {
     const int r = row0 + (lane & 7) + 8 * ((lane >> 3) & 1), hi = lane >> 4;
 #pragma unroll
     for (int j = 0; j < W / 8; j += 2) {
-        const unsigned a = tile + tile_off<BW, R>(r, 8 * (j + hi));
+        const unsigned a = tile + tile_off<BW, R>(r, col0 + 8 * (j + hi));
         asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(a),
                      "r"(lj_pack2<T>(f * acc[4 * j], f * acc[4 * j + 1])),
                      "r"(lj_pack2<T>(f * acc[4 * j + 2], f * acc[4 * j + 3])),
@@ -248,7 +261,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     const unsigned sV = sK + STAGES * Q_BYTES;
     const unsigned sVw = sV + STAGES * V_BYTES;
     const unsigned sS0 = sVw + V_BYTES;
-    float *sPow = reinterpret_cast<float *>(smem_raw + (sS0 + WGS * S_BYTES - lj_smem_addr(smem_raw))); // λ^k, k = 0..BLOCK
+    const unsigned sP = sS0 + WGS * S_BYTES; // SPLIT_QK: P_BUFS tiles of P (64 x 64, K-major A of P V)
+    float *sPow = reinterpret_cast<float *>(smem_raw + (sP + (SPLIT_QK ? P_BUFS * P_BYTES : 0) - lj_smem_addr(smem_raw))); // λ^k, k = 0..BLOCK
 
     // tid spans the CTA (loads, V_w); wg, warp, g and t4 place a thread in its warpgroup's
     // products, which cover columns e0 .. e0 + TILE_V of this CTA's VW.
@@ -301,7 +315,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     }
 
     // λ^k for k = 0..BLOCK, and this thread's fixed factors: the causal decay mask of its score
-    // entries (rows i = 16·warp + g (+8), columns j = 8·nt + 2·t4 (+1)) and λ^{i+1} of its rows.
+    // entries (rows i = 16·warp + g (+8), columns j = jb + 8·nt + 2·t4 (+1), jb the first of the
+    // warpgroup's score columns) and λ^{i+1} of its rows.
     if constexpr (DECAY) {
         const float sh = reinterpret_cast<const float *>(p.decay)[h];
         for (int i = tid; i <= BLOCK; i += NT) sPow[i] = expf(-sh * (float)i);
@@ -309,13 +324,13 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     __syncthreads();
     // σ rides on the mask (the intra-chunk term) and on λ^{i+1} (the inter-chunk term).
     const float sigma = p.scale;
-    const int i0 = 16 * warp + g, i1 = i0 + 8;
+    const int i0 = 16 * warp + g, i1 = i0 + 8, jb = SPLIT_QK ? wg * SCN : 0;
     float mask[NSC];
 #pragma unroll
-    for (int nt = 0; nt < BLOCK / 8; nt++)
+    for (int nt = 0; nt < SCN / 8; nt++)
 #pragma unroll
         for (int r = 0; r < 4; r++) {
-            const int i = (r & 2) ? i1 : i0, j = nt * 8 + 2 * t4 + (r & 1);
+            const int i = (r & 2) ? i1 : i0, j = jb + nt * 8 + 2 * t4 + (r & 1);
             mask[nt * 4 + r] = j <= i ? (DECAY ? sPow[i - j] : 1.f) * sigma : 0.f;
         }
     const float rf0 = (DECAY ? sPow[i0 + 1] : 1.f) * sigma, rf1 = (DECAY ? sPow[i1 + 1] : 1.f) * sigma;
@@ -366,19 +381,32 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
 
     // Q Kᵀ of a chunk: issued first thing in the chunk, or with PREFETCH during the previous
     // chunk's tail (its outputs and state copy), so the tensor cores have it in flight there.
+    // With SPLIT_QK a warpgroup computes score columns jb .. jb + 31 only (keys jb .. of K, rows
+    // a multiple of 8 into the tile, so the swizzle is unchanged).
     float sc[NSC];
     auto issue_scores = [&](int c) {
         const int slotc = c % STAGES;
         const unsigned cQ = sQ + slotc * Q_BYTES, cK = sK + slotc * Q_BYTES;
-        const unsigned long long dQ = wg_desc<SWQ>(cQ, 16), dK = wg_desc<SWQ>(cK, 16);
+        const unsigned long long dQ = wg_desc<SWQ>(cQ, 16), dK = wg_desc<SWQ>(cK + jb * SWQ, 16);
         wg_fence();
-        wg_ss${BLOCK}_z<0, 0>(sc, dQ, dK);
+        wg_ss${SPLIT_QK ~= 0 and BLOCK // 2 or BLOCK}_z<0, 0>(sc, dQ, dK);
 #pragma unroll
         for (int kk = 1; kk < D / 16; kk++) {
             const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
-            wg_ss${BLOCK}<0, 0>(sc, wg_desc_at(dQ, off), wg_desc_at(dK, off), 1);
+            wg_ss${SPLIT_QK ~= 0 and BLOCK // 2 or BLOCK}<0, 0>(sc, wg_desc_at(dQ, off), wg_desc_at(dK, off), 1);
         }
         wg_commit();
+    };
+    // SPLIT_QK: the warpgroup's half of P (masked, decayed scores, 16-bit) into chunk c's P tile,
+    // where P V reads it as its A operand once both halves are there (a CTA barrier).
+    auto scores_to_smem = [&](int c) {
+        if constexpr (SPLIT_QK) {
+            fence_regs(sc);
+#pragma unroll
+            for (int x = 0; x < NSC; x++) sc[x] *= mask[x];
+            stmatrix_acc<BWQ, BLOCK, SCN>(sP + (c % P_BUFS) * P_BYTES, sc, 16 * warp, 1.f, lane, jb);
+            fence_async_smem();
+        }
     };
     // With PREFETCH the products are issued unconditionally (for an empty sequence, and for the
     // chunk after the last), so none sits in a branch: a branch around wgmma makes ptxas
@@ -389,6 +417,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         __syncthreads(); // chunk 0 landed
         issue_scores(0);
         wg_wait<0>();
+        scores_to_smem(0);
     }
 
     for (int c = 0; c < nchunks; c++) {
@@ -439,8 +468,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
             fence_async_smem();
             sVs = sVw + wg * V_SLICE;
         }
-        // V_w (and with PREFETCH the state copy) of every warp are written; with PREFETCH every
-        // warp is also done with chunk c − 1's products, so its ring slot takes chunk c + STAGES − 1.
+        // V_w (and with PREFETCH the state copy and SPLIT_QK's P) of every warp are written; with
+        // PREFETCH every warp is also done with chunk c − 1's products, so its ring slot takes chunk
+        // c + STAGES − 1.
         if constexpr (DECAY || PREFETCH) __syncthreads();
         if constexpr (PREFETCH) load_next();
 
@@ -468,12 +498,18 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         wg_commit();
 
         // The scores (with PREFETCH retired at the end of the previous iteration): mask and decay
-        // them, round to the A operand of P V.
+        // them, round to the A operand of P V. SPLIT_QK: P goes through shared memory (with
+        // PREFETCH it is there already, written at the end of the previous iteration and
+        // published by the barrier above).
         if constexpr (!PREFETCH) wg_wait<2>();
+        if constexpr (SPLIT_QK && !PREFETCH) {
+            scores_to_smem(c);
+            __syncthreads(); // both halves of P written
+        }
         fence_regs(sc);
-        unsigned pa[BLOCK / 16][4];
+        unsigned pa[SPLIT_QK ? 1 : BLOCK / 16][4];
 #pragma unroll
-        for (int kk = 0; kk < BLOCK / 16; kk++) {
+        for (int kk = 0; kk < (SPLIT_QK ? 0 : BLOCK / 16); kk++) {
             pa[kk][0] = lj_pack2<T>(sc[8 * kk + 0] * mask[8 * kk + 0], sc[8 * kk + 1] * mask[8 * kk + 1]);
             pa[kk][1] = lj_pack2<T>(sc[8 * kk + 2] * mask[8 * kk + 2], sc[8 * kk + 3] * mask[8 * kk + 3]);
             pa[kk][2] = lj_pack2<T>(sc[8 * kk + 4] * mask[8 * kk + 4], sc[8 * kk + 5] * mask[8 * kk + 5]);
@@ -496,9 +532,16 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         fence_regs(oa);
         const unsigned long long dV = wg_desc<SWV>(cV + wg * V_SLICE, BLOCK * SWV);
         wg_fence();
+        if constexpr (SPLIT_QK) {
+            const unsigned long long dP = wg_desc<SWQ>(sP + (c % P_BUFS) * P_BYTES, 16);
 #pragma unroll
-        for (int kk = 0; kk < BLOCK / 16; kk++)
-            wg_rs${TILE_V}<1>(oa, pa[kk], wg_desc_at(dV, kk * 16 * SWV), 1);
+            for (int kk = 0; kk < BLOCK / 16; kk++)
+                wg_ss${TILE_V}<0, 1>(oa, wg_desc_at(dP, kk * 16 * 2), wg_desc_at(dV, kk * 16 * SWV), 1);
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < BLOCK / 16; kk++)
+                wg_rs${TILE_V}<1>(oa, pa[kk], wg_desc_at(dV, kk * 16 * SWV), 1);
+        }
         wg_commit();
 
         // With PREFETCH the next chunk's scores go in while this chunk's tail runs.
@@ -543,7 +586,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         // Nothing stays in flight across the loop's back edge: ptxas cannot follow a product
         // through it and would serialise every wgmma of the loop. The next chunk's scores have
         // had this chunk's tail to finish.
-        if constexpr (PREFETCH) wg_wait<0>();
+        if constexpr (PREFETCH) {
+            wg_wait<0>();
+            scores_to_smem(c + 1); // the other P tile: the other warpgroup may still read chunk c's
+        }
     }
     lj_cp_async_wait<0>();
 
