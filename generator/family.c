@@ -25,6 +25,8 @@ struct lj_family {
     long long *param_values[LJ_MAX_PARAMS];
     int param_counts[LJ_MAX_PARAMS];
     char archs[128]; /* the archs the family serves, comma-separated; empty: every arch */
+    char uses[128];  /* other template folders its kernels come from, comma-separated (la_bwd
+                        expands la_fwd/fwd.cu): part of its template text, so of its tuning hash */
 };
 
 /* ---- Names and the arch table ------------------------------------------------------------- */
@@ -392,6 +394,31 @@ static lajit_status check_spec(lj_family *f, const char *name)
     } else if (t != LUA_TNIL) {
         lua_pop(L, 1);
         return lj_error(env, LAJIT_ERR_TEMPLATE, "%s/family.lua: archs must be a list of arch names", name);
+    }
+    lua_pop(L, 1);
+    /* Optional: template folders besides its own whose files its kernels are built from. */
+    t = lua_getfield(L, spec, "uses");
+    if (t == LUA_TTABLE) {
+        lua_Integer n = (lua_Integer)lua_rawlen(L, -1);
+        for (lua_Integer j = 1; j <= n; j++) {
+            const char *u = lua_rawgeti(L, -1, j) == LUA_TSTRING ? lua_tostring(L, -1) : "";
+            int simple = u[0] != 0;
+            for (const char *c = u; *c; c++)
+                simple &= (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_';
+            if (!simple || strcmp(u, name) == 0 || strcmp(u, "common") == 0 ||
+                strlen(f->uses) + strlen(u) + 2 > sizeof f->uses) {
+                lua_pop(L, 2);
+                return lj_error(env, LAJIT_ERR_TEMPLATE,
+                                "%s/family.lua: uses[%d] must name another family's template folder", name, (int)j);
+            }
+            if (f->uses[0])
+                strcat(f->uses, ",");
+            strcat(f->uses, u);
+            lua_pop(L, 1);
+        }
+    } else if (t != LUA_TNIL) {
+        lua_pop(L, 1);
+        return lj_error(env, LAJIT_ERR_TEMPLATE, "%s/family.lua: uses must be a list of folder names", name);
     }
     lua_pop(L, 1);
     if (lua_getfield(L, spec, "problems") != LUA_TTABLE || lua_rawlen(L, -1) == 0) {
@@ -861,8 +888,17 @@ static lajit_status list_folder(lj_env *env, const char *dir, const char *sub, c
 
 lajit_status lj_family_template_text(lj_family *f, char **text, size_t *len)
 {
-    /* The file list is the embedded one, or with a template dir the files its common/ and
-     * <family>/ folders hold (a development family need not be embedded). */
+    /* The files of common/, <family>/ and the folders of `uses`: the embedded ones, or with a
+     * template dir the files those folders hold (a development family need not be embedded). */
+    char folders[8][64];
+    size_t nf = 0;
+    snprintf(folders[nf++], sizeof folders[0], "common");
+    snprintf(folders[nf++], sizeof folders[0], "%s", f->name);
+    for (const char *u = f->uses; *u && nf < 8;) {
+        size_t ul = strcspn(u, ",");
+        snprintf(folders[nf++], sizeof folders[0], "%.*s", (int)(ul < 63 ? ul : 63), u);
+        u += ul + (u[ul] == ',');
+    }
     lj_buf b;
     lj_buf_init(&b, f->env);
     const char *dir = lj_lua_template_dir(f->h);
@@ -872,9 +908,8 @@ lajit_status lj_family_template_text(lj_family *f, char **text, size_t *len)
     size_t m = 0;
     lajit_status st = LAJIT_OK;
     if (dir) {
-        st = list_folder(f->env, dir, "common", &owned, &n_owned, &cap_owned);
-        if (st == LAJIT_OK)
-            st = list_folder(f->env, dir, f->name, &owned, &n_owned, &cap_owned);
+        for (size_t k = 0; k < nf && st == LAJIT_OK; k++)
+            st = list_folder(f->env, dir, folders[k], &owned, &n_owned, &cap_owned);
         paths = (const char **)owned;
         m = n_owned;
     } else {
@@ -882,11 +917,15 @@ lajit_status lj_family_template_text(lj_family *f, char **text, size_t *len)
         paths = lj_malloc(f->env, sizeof *paths * (n ? n : 1));
         if (!paths)
             return lj_oom(f->env);
-        size_t fl = strlen(f->name);
         for (size_t i = 0; i < n; i++) {
             const char *p = lj_embedded_files[i].path;
-            if (strncmp(p, "common/", 7) == 0 || (strncmp(p, f->name, fl) == 0 && p[fl] == '/'))
-                paths[m++] = p;
+            for (size_t k = 0; k < nf; k++) {
+                size_t fl = strlen(folders[k]);
+                if (strncmp(p, folders[k], fl) == 0 && p[fl] == '/') {
+                    paths[m++] = p;
+                    break;
+                }
+            }
         }
     }
     if (st == LAJIT_OK && m > 1)

@@ -26,9 +26,10 @@ static int family_index(const lajit_ctx *ctx, const char *name)
 
 /* The families an op tries, in order, when the caller names none: the fast family first, then
  * the ones that cover what it does not (la_fwd_sm90: sm_90a, 16-bit, D a multiple of 64; la_fwd:
- * every arch and dtype; la_recurrent: what no chunked config fits). */
+ * every arch and dtype; la_recurrent: what no chunked config fits; la_bwd_sm90: the backward's
+ * scans there, la_bwd the rest and the decay gradient). */
 static const char *const fwd_defaults[] = {"la_fwd_sm90", "la_fwd", "la_recurrent", NULL};
-static const char *const bwd_defaults[] = {"la_bwd", NULL};
+static const char *const bwd_defaults[] = {"la_bwd_sm90", "la_bwd", NULL};
 static const char *const decode_defaults[] = {"la_decode", NULL};
 
 static const char *const *default_families(lj_op op)

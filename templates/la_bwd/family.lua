@@ -85,6 +85,7 @@ end
 return {
     name = "la_bwd",
     op = "bwd",
+    uses = { "la_fwd" },                 -- its scans are la_fwd/fwd.cu
 
     -- The scan's space (la_fwd's, trimmed the same way for the CPU compile sweep); ds uses
     -- BLOCK (tokens staged), TILE_V (columns per CTA) and WARPS.

@@ -177,6 +177,30 @@ LJ_TEST(arch_specific_families)
     ASSERT_TRUE(!lj_family_serves(sm90, "sm_80"));
     for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
         ASSERT_TRUE(lj_family_serves(fwd, archs[a]));
+    lj_family *bwd90;
+    ASSERT_OK(lajit__ctx_family(ctx, "la_bwd_sm90", &bwd90));
+    ASSERT_TRUE(lj_family_serves(bwd90, "sm_90a"));
+    ASSERT_TRUE(!lj_family_serves(bwd90, "sm_80"));
+    lajit_ctx_destroy(ctx);
+}
+
+/* The backward families expand the forwards' templates: those files are part of the text they
+ * are tuned under, so a change to the forward's kernel retires their tuned winners too. */
+LJ_TEST(backward_template_text_covers_the_forward)
+{
+    lajit_ctx *ctx = ctx_open();
+    lj_env *env = lajit__ctx_env(ctx);
+    static const char *const pairs[][2] = {{"la_bwd", "== la_fwd/fwd.cu "},
+                                           {"la_bwd_sm90", "== la_fwd_sm90/fwd.cu "}};
+    for (size_t i = 0; i < 2; i++) {
+        lj_family *f;
+        ASSERT_OK(lajit__ctx_family(ctx, pairs[i][0], &f));
+        char *text;
+        size_t len;
+        ASSERT_OK(lj_family_template_text(f, &text, &len));
+        ASSERT_CONTAINS(text, pairs[i][1]);
+        lj_free(env, text);
+    }
     lajit_ctx_destroy(ctx);
 }
 

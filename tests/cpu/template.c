@@ -202,8 +202,34 @@ LJ_TEST(bad_specs_and_unknown_families)
     ASSERT_CONTAINS(env.errmsg, "launch must be a function");
     ASSERT_STATUS(lj_family_load(&env, L, "badarchs", &f), LAJIT_ERR_TEMPLATE);
     ASSERT_CONTAINS(env.errmsg, "archs[2] is not a known arch");
+    ASSERT_STATUS(lj_family_load(&env, L, "baduses", &f), LAJIT_ERR_TEMPLATE);
+    ASSERT_CONTAINS(env.errmsg, "uses[2] must name another family's template folder");
     ASSERT_STATUS(lj_family_load(&env, L, "nosuch", &f), LAJIT_ERR_NOT_FOUND);
     ASSERT_STATUS(lj_family_load(&env, L, "../toy", &f), LAJIT_ERR_NOT_FOUND);
+    lj_lua_close(L);
+}
+
+/* The template text a family is tuned under (its tuning hash) holds common/, its own folder and
+ * the folders it names in `uses`, and no others. */
+LJ_TEST(template_text_covers_uses)
+{
+    lj_lua *L = open_tree();
+    lj_family *f;
+    ASSERT_OK(lj_family_load(&env, L, "usestoy", &f));
+    char *text;
+    size_t len;
+    ASSERT_OK(lj_family_template_text(f, &text, &len));
+    ASSERT_CONTAINS(text, "== common/loop.lua ");
+    ASSERT_CONTAINS(text, "== usestoy/family.lua ");
+    ASSERT_CONTAINS(text, "== toy/toy.cu ");
+    ASSERT_TRUE(strstr(text, "== badarchs/") == NULL);
+    lj_free(&env, text);
+    lj_family_free(f);
+    ASSERT_OK(lj_family_load(&env, L, "toy", &f));
+    ASSERT_OK(lj_family_template_text(f, &text, &len));
+    ASSERT_TRUE(strstr(text, "== usestoy/") == NULL);
+    lj_free(&env, text);
+    lj_family_free(f);
     lj_lua_close(L);
 }
 

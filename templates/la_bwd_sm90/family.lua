@@ -1,0 +1,74 @@
+-- family.lua — la_bwd_sm90: the backward's three scans (dq, dv + dS₀, dk; la_bwd/family.lua says
+-- what each computes) on Hopper's wgmma: the kernel of la_fwd_sm90 walked forward for dq and from
+-- the last token (REVERSE) with the gradient state (GRAD_STATE) for dv and dk. Same space, same
+-- validity and the same default heuristic as la_fwd_sm90, applied to each scan's own shape (dq and
+-- dk swap D and E). The decay gradient (part 3) is not a scan: the op takes it from la_bwd, as it
+-- takes every part this family does not serve (another arch, fp32, a scan D that is not a multiple
+-- of 64).
+
+local fwd = import("la_fwd_sm90/family.lua")
+local log2_bucket = import("common/scan.lua").log2_bucket
+
+local PARTS = { [0] = "dq", [1] = "dv", [2] = "dk" }
+
+-- The forward problem each scan is: its D and E, and the state flags its kernel uses (dq starts
+-- from S₀ᵀ; dv and dk from dS_N; only dv writes a state, dS₀).
+local function scan_problem(problem)
+    local sp = {}
+    for k, v in pairs(problem) do sp[k] = v end
+    local part = problem.part
+    if part == 0 or part == 2 then sp.D, sp.E = problem.E, problem.D end
+    sp.op = "fwd"
+    sp.has_initial = (part == 0 and problem.has_initial) or (part ~= 0 and problem.has_dsn) or false
+    sp.has_final = (part == 1 and problem.has_final) or false
+    return sp
+end
+
+return {
+    name = "la_bwd_sm90",
+    op = "bwd",
+    archs = { "sm_90a" },
+    uses = { "la_fwd_sm90" },
+
+    params = fwd.params,
+
+    problems = {
+        { op = "bwd", part = 1, dtype = "bf16", B = 4, H = 32, N = 8192, D = 128, E = 128,
+          decay = true, has_initial = true, has_final = true, has_dsn = true },
+        { op = "bwd", part = 2, dtype = "f16", B = 2, H = 8, N = 2048, D = 64, E = 192,
+          decay = false, has_dsn = true, varlen = true, vk = true },
+    },
+
+    valid = function(cfg, problem, device)
+        if PARTS[problem.part] == nil then
+            return false, "the decay gradient (part 3) runs in la_bwd"
+        end
+        return fwd.valid(cfg, scan_problem(problem), device)
+    end,
+
+    default = function(problem, device)
+        if PARTS[problem.part] == nil then return fwd.default(problem, device) end
+        return fwd.default(scan_problem(problem), device)
+    end,
+
+    key = function(problem)
+        return string.format("%s_%s_D%d_E%d_%s%s%s%s%s%s_n%d_bh%d", PARTS[problem.part] or "?",
+                             problem.dtype, problem.D, problem.E,
+                             problem.decay and "decay" or "nodecay",
+                             problem.has_initial and "_s0" or "", problem.has_final and "_ds0" or "",
+                             problem.has_dsn and "_dsn" or "", problem.varlen and "_varlen" or "",
+                             problem.vk and "_vk" or "", log2_bucket(math.max(problem.N, 1)),
+                             log2_bucket(problem.B * problem.H))
+    end,
+
+    launch = function(cfg, problem, device)
+        return fwd.launch(cfg, scan_problem(problem), device)
+    end,
+
+    source = function(cfg, problem, device)
+        local src = fwd.source(cfg, scan_problem(problem), device)
+        src.consts.REVERSE = problem.part ~= 0 and "true" or "false"
+        src.consts.GRAD_STATE = problem.part ~= 0 and "true" or "false"
+        return src
+    end,
+}

@@ -1,0 +1,636 @@
+#line 1 "la_fwd_sm90/fwd.cu"
+// fwd.cu (la_fwd_sm90) — chunked Lightning Attention forward on Hopper's warpgroup tensor cores
+// (wgmma), sm_90a, f16/bf16.
+//
+// The same algorithm and mathematics as la_fwd/fwd.cu (DESIGN.md, "The same in chunks"): one CTA
+// per (E slice of WGS·TILE_V columns, head, sequence) walks the sequence in chunks of 64 tokens
+// with the fp32 state slice S (D x TILE_V per warpgroup) in registers for the whole sequence:
+//     o_i = σ [ λ^{i+1} q_i S + Σ_{j≤i} λ^{i−j} (q_i·k_j) v_j ]
+//     S  ← λ^L S + Σ_j k_jᵀ (λ^{L−1−j} v_j)
+// What differs is how the products run. The CTA is WGS warpgroups (4 warps each) side by side in
+// E: they share the chunk's Q and K tiles (loaded once) and each owns TILE_V columns of V, the
+// state and the output. Per chunk a warpgroup issues four asynchronous wgmma products whose
+// operands the tensor cores read straight from shared memory, so no warp spends instructions on
+// operand fragments (the cost that bounds la_fwd's mma.sync path, docs/notes/la_fwd.md):
+//     Sc = Q Kᵀ         (64 x 64, k = D)   A = Q, B = K, both K-major
+//     O  = Q S₁₆        (64 x TILE_V)      B = the 16-bit state copy, MN-major
+//     S += Kᵀ V_w       (D x TILE_V, k=64) A = K read transposed (MN-major), B = V_w
+//     O  = diag(λ^{i+1}) O + P V           A = P from registers (masked, decayed Sc), B = V
+// Shared tiles are stored in the layout wgmma reads: column blocks of BW elements (64, 32 or 16:
+// the widest dividing the row) whose rows are the swizzle width apart, 16-byte chunks permuted
+// by the row (the 128/64/32-byte swizzle), which also keeps the cp.async stores and the state
+// copy's stores free of bank conflicts. One physical tile serves both majors: the swizzle is a
+// function of the address alone.
+//
+// Loads are cp.async, STAGES chunks in flight, issued by all the CTA's threads (the address
+// arithmetic is per thread and constant across chunks). V_w (the values weighted by λ^{L−1−j},
+// rounded once to the 16-bit type as la_fwd does) is a second copy made from V in shared memory
+// each chunk, each warpgroup weighting its own columns. Ragged chunks are zero-filled by
+// cp.async, so padding rows add nothing. The state copy and the outputs leave the registers by
+// stmatrix; the outputs go through the warpgroup's part of the V_w buffer (free by then) so that
+// global memory sees whole 16-byte pieces of rows. Most of these choices cut instructions: v2 of
+// this kernel issued ~1,600 per warp and chunk, most of them address arithmetic (ncu,
+// docs/notes/la_fwd.md).
+//
+// REVERSE and GRAD_STATE mean what they mean in la_fwd/fwd.cu (la_bwd's reversed scans). la_bwd
+// does not run this kernel yet: both are false in every expansion today, and the paths they
+// select have not run on a GPU.
+#include "common/la_params.h"
+#include "common/types.cuh"
+#include "common/mma.cuh"
+
+using T = lj_f16;
+constexpr int D = 192;             // key width: 64, 128, 192 or 256 (one wgmma M block per 64 rows of S)
+constexpr int E = 64;             // value width
+constexpr int BLOCK = 64;     // tokens per chunk = wgmma M of the output (64)
+constexpr int TILE_V = 16;   // value columns per warpgroup
+constexpr int WGS = 1;         // warpgroups per CTA, side by side in E, sharing the Q/K tiles
+constexpr int STAGES = 3;   // chunks in flight in the cp.async ring
+constexpr bool PREFETCH = 1 != 0; // Q Kᵀ of chunk c + 1 issued during chunk c's tail
+constexpr bool SPLIT_QK = 0 != 0; // the two warpgroups each compute half of Q Kᵀ
+constexpr bool DECAY = false;
+constexpr bool HAS_INITIAL = true;
+constexpr bool HAS_FINAL = false;
+constexpr bool VARLEN = true;
+constexpr bool REVERSE = true;
+constexpr bool GRAD_STATE = true;
+
+constexpr int NT = 128 * WGS;           // threads of the CTA
+constexpr int VW = WGS * TILE_V;        // value columns per CTA
+constexpr int MB = D / 64;              // m64 blocks of the state
+constexpr int NACC = TILE_V / 2;        // fp32 accumulators per thread of an m64 x TILE_V product
+constexpr int SCN = SPLIT_QK ? BLOCK / 2 : BLOCK; // score columns a warpgroup computes
+constexpr int NSC = SCN / 2;            // ... and its fp32 accumulators per thread
+constexpr int P_BUFS = PREFETCH ? 2 : 1; // P tiles in shared memory (SPLIT_QK)
+
+static_assert(BLOCK == 64, "one warpgroup: 64 output rows per chunk");
+static_assert(D % 64 == 0 && D <= 256, "D");
+static_assert(TILE_V % 16 == 0 && TILE_V <= 256 && E % TILE_V == 0, "TILE_V"); // x4 stmatrix: 16 columns
+static_assert(STAGES >= 2, "ring");
+static_assert(WGS == 1 || WGS == 2, "WGS");
+static_assert(!SPLIT_QK || WGS == 2, "SPLIT_QK shares the scores between two warpgroups");
+
+// Swizzled tile geometry: column blocks of BW elements, rows SW bytes apart.
+constexpr int bw_of(int w) { return w % 64 == 0 ? 64 : w % 32 == 0 ? 32 : 16; }
+constexpr int BWQ = 64, SWQ = 128;                         // Q and K (D % 64 == 0)
+constexpr int BWV = bw_of(TILE_V), SWV = 2 * BWV;          // V, V_w and the state copy
+constexpr unsigned Q_BYTES = BLOCK * D * 2;                // one chunk of Q (or K)
+constexpr unsigned V_BYTES = BLOCK * VW * 2;               // one chunk of V (all the CTA's columns)
+constexpr unsigned S_BYTES = D * TILE_V * 2;               // one warpgroup's state copy
+constexpr unsigned P_BYTES = BLOCK * BLOCK * 2;            // one chunk's masked scores P (SPLIT_QK)
+// A warpgroup's columns of a V tile start this many bytes into it (whole column blocks).
+constexpr unsigned V_SLICE = (TILE_V / BWV) * (BLOCK * SWV);
+
+// Byte offset of 16-bit element (r, col) in a tile of R rows stored as blocks of BW columns with
+// the SW-byte swizzle (SW = 2 BW): 16-byte chunk index XOR the row's bits above the chunk. Block
+// bases are multiples of the swizzle period (8 rows), so the XOR may use the whole offset.
+template <int SW> __device__ __forceinline__ unsigned swz(unsigned off)
+{
+    return off ^ (((off >> 7) & (SW / 16 - 1)) << 4);
+}
+template <int BW, int R> __device__ __forceinline__ unsigned tile_off(int r, int col)
+{
+    return swz<2 * BW>((unsigned)((col / BW) * (R * 2 * BW) + r * 2 * BW + (col % BW) * 2));
+}
+
+// wgmma shared-memory matrix descriptor: start address, leading- and stride-dimension byte
+// offsets (LBO: between column blocks of an MN-major operand, unused for K-major; SBO: between
+// groups of 8 rows), swizzle mode (1: 128 B, 2: 64 B, 3: 32 B).
+template <int SW> __device__ __forceinline__ unsigned long long wg_desc(unsigned addr, unsigned lbo)
+{
+    constexpr unsigned long long mode = SW == 128 ? 1 : SW == 64 ? 2 : 3;
+    return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16) |
+           ((unsigned long long)((8 * SW) >> 4) << 32) | (mode << 62);
+}
+// The descriptor of a tile `bytes` further on: the start address is the low field, and shared
+// addresses stay below 2^18, so adding bytes / 16 never carries into the next field. One add of
+// a constant instead of rebuilding the descriptor for every k-step.
+__device__ __forceinline__ unsigned long long wg_desc_at(unsigned long long desc, unsigned bytes)
+{
+    return desc + (bytes >> 4);
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wg_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Shared memory written by ordinary stores (or cp.async) and read next by the tensor cores.
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Keeps the compiler from moving accesses of accumulator registers across an asynchronous
+// product's issue or wait (the registers change behind its back).
+template <int N> __device__ __forceinline__ void fence_regs(float (&r)[N])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+#line 136 "la_fwd_sm90/fwd.cu"
+// m64n64k16, A and B from shared memory: d (+)= A·B. TA/TB: 1 = MN-major (transposed).
+template <int TA, int TB>
+__device__ __forceinline__ void wg_ss64(float (&d)[32], unsigned long long da, unsigned long long db, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "%32, %33, p, 1, 1, %35, %36;\n}\n"
+#line 145 "la_fwd_sm90/fwd.cu"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(acc), "n"(TA), "n"(TB));
+}
+// The same with the accumulator overwritten (d = A·B): write-only operands, so the compiler never
+// has to give d a value before the product (a value it may take from other registers in flight).
+#line 152 "la_fwd_sm90/fwd.cu"
+template <int TA, int TB>
+__device__ __forceinline__ void wg_ss64_z(float (&d)[32], unsigned long long da, unsigned long long db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "%32, %33, p, 1, 1, %34, %35;\n}\n"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
+                 : "l"(da), "l"(db), "n"(TA), "n"(TB));
+}
+// m64n64k16, A from registers (four 32-bit registers per thread), B from shared memory.
+template <int TB>
+__device__ __forceinline__ void wg_rs64(float (&d)[32], const unsigned (&a)[4], unsigned long long db, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
+}
+#line 136 "la_fwd_sm90/fwd.cu"
+// m64n16k16, A and B from shared memory: d (+)= A·B. TA/TB: 1 = MN-major (transposed).
+template <int TA, int TB>
+__device__ __forceinline__ void wg_ss16(float (&d)[8], unsigned long long da, unsigned long long db, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
+                 "%8, %9, p, 1, 1, %11, %12;\n}\n"
+#line 145 "la_fwd_sm90/fwd.cu"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+                 : "l"(da), "l"(db), "r"(acc), "n"(TA), "n"(TB));
+}
+// The same with the accumulator overwritten (d = A·B): write-only operands, so the compiler never
+// has to give d a value before the product (a value it may take from other registers in flight).
+#line 152 "la_fwd_sm90/fwd.cu"
+template <int TA, int TB>
+__device__ __forceinline__ void wg_ss16_z(float (&d)[8], unsigned long long da, unsigned long long db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
+                 "%8, %9, p, 1, 1, %10, %11;\n}\n"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7])
+                 : "l"(da), "l"(db), "n"(TA), "n"(TB));
+}
+// m64n16k16, A from registers (four 32-bit registers per thread), B from shared memory.
+template <int TB>
+__device__ __forceinline__ void wg_rs16(float (&d)[8], const unsigned (&a)[4], unsigned long long db, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
+                 "{%8, %9, %10, %11}, %12, p, 1, 1, %14;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
+}
+#line 172 "la_fwd_sm90/fwd.cu"
+
+// Issues the cp.async copies of one chunk of a sequence tensor (BLOCK rows of W elements from
+// src, row stride rs) into a swizzled tile at shared address dst; rows at or past `valid` are
+// zero-filled. The CTA's threads cover RSTEP whole rows per pass, each thread PPT 16-byte pieces
+// of one row, TPR pieces apart (TPR threads per row), then step down RSTEP rows. RSTEP is a
+// multiple of 8, so the destination's swizzle repeats from pass to pass, and TPR·8 columns are
+// whole column blocks, so a thread's pieces sit a constant distance apart: every address is a
+// base fixed per thread plus a constant. (D = 256 over 128 threads takes 2 pieces per row, D = 192
+// takes 3; per-piece address arithmetic there cost ~60 registers and spilled, see family.lua.)
+template <int W, int BW> struct load_geom {
+    static constexpr int PV = W / 8; // 16-byte pieces per row
+    static constexpr int rstep(int r) // the smallest row step that splits evenly
+    {
+        return r > BLOCK ? 0
+               : (PV * r) % NT == 0 && PV % (PV * r / NT) == 0 && ((PV / (PV * r / NT)) * 8) % BW == 0 && BLOCK % r == 0
+                   ? r
+                   : rstep(2 * r);
+    }
+    static constexpr int RSTEP = rstep(8);
+    static constexpr int PPT = RSTEP ? PV * RSTEP / NT : 0, TPR = RSTEP ? PV / PPT : 0;
+};
+template <int W, int BW>
+__device__ __forceinline__ void load_tile(unsigned dst, const T *src, long long rs, int valid, int tid)
+{
+    using G = load_geom<W, BW>;
+    constexpr int RSTEP = G::RSTEP, PPT = G::PPT, TPR = G::TPR;
+    static_assert(RSTEP != 0, "no even split of the tile's pieces over the CTA's threads");
+    // Piece m of a thread: TPR·8·m columns on, (TPR·8 / BW)·m column blocks of BLOCK rows.
+    constexpr unsigned PSTEP = (TPR * 8 / BW) * (BLOCK * 2 * BW);
+    const int r0 = tid / TPR, x = (tid % TPR) * 8;
+    const T *s = src + r0 * rs + x;
+    const unsigned d = dst + tile_off<BW, BLOCK>(r0, x);
+    if (valid >= BLOCK) { // a whole chunk: no row checks
+#pragma unroll
+        for (int i = 0; i < BLOCK / RSTEP; i++)
+#pragma unroll
+            for (int m = 0; m < PPT; m++)
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d + i * RSTEP * 2 * BW + m * PSTEP),
+                             "l"(s + i * RSTEP * rs + m * TPR * 8)
+                             : "memory");
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < BLOCK / RSTEP; i++) {
+        const bool ok = r0 + i * RSTEP < valid;
+#pragma unroll
+        for (int m = 0; m < PPT; m++)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d + i * RSTEP * 2 * BW + m * PSTEP),
+                         "l"(ok ? s + i * RSTEP * rs + m * TPR * 8 : src), "r"(ok ? 16 : 0)
+                         : "memory");
+    }
+}
+
+// Writes a warp's 16 rows of an m64 x W fp32 accumulator (rows row0 .. row0 + 15, columns col0 ..
+// col0 + W of a swizzled tile of R rows, BW-column blocks), rounded to 16 bits and multiplied by
+// f, with stmatrix: one
+// instruction per 16 x 16 block instead of a 4-byte store per register pair. Matrix m of an x4 is
+// rows 8 (m & 1) .., columns 8 (m >> 1) .. of the block, the accumulator registers 4j .. 4j + 7
+// in order; lane l gives the address of row l & 7 of matrix l >> 3.
+template <int BW, int R, int W>
+__device__ __forceinline__ void stmatrix_acc(unsigned tile, const float (&acc)[W / 2], int row0, float f, int lane,
+                                             int col0 = 0)
+{
+    const int r = row0 + (lane & 7) + 8 * ((lane >> 3) & 1), hi = lane >> 4;
+#pragma unroll
+    for (int j = 0; j < W / 8; j += 2) {
+        const unsigned a = tile + tile_off<BW, R>(r, col0 + 8 * (j + hi));
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(a),
+                     "r"(lj_pack2<T>(f * acc[4 * j], f * acc[4 * j + 1])),
+                     "r"(lj_pack2<T>(f * acc[4 * j + 2], f * acc[4 * j + 3])),
+                     "r"(lj_pack2<T>(f * acc[4 * j + 4], f * acc[4 * j + 5])),
+                     "r"(lj_pack2<T>(f * acc[4 * j + 6], f * acc[4 * j + 7]))
+                     : "memory");
+    }
+}
+// The 128 threads of one warpgroup (barrier 1 + wg; 0 is __syncthreads).
+__device__ __forceinline__ void wg_bar(int wg)
+{
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+}
+
+extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_constant__ la_params p)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    // Tiles start on 1024-byte boundaries (the 128-byte swizzle's period); the launch asks for
+    // 1 KiB of slack.
+    const unsigned base = (lj_smem_addr(smem_raw) + 1023u) & ~1023u;
+    const unsigned sQ = base;
+    const unsigned sK = sQ + STAGES * Q_BYTES;
+    const unsigned sV = sK + STAGES * Q_BYTES;
+    const unsigned sVw = sV + STAGES * V_BYTES;
+    const unsigned sS0 = sVw + V_BYTES;
+    const unsigned sP = sS0 + WGS * S_BYTES; // SPLIT_QK: P_BUFS tiles of P (64 x 64, K-major A of P V)
+    float *sPow = reinterpret_cast<float *>(smem_raw + (sP + (SPLIT_QK ? P_BUFS * P_BYTES : 0) - lj_smem_addr(smem_raw))); // λ^k, k = 0..BLOCK
+
+    // tid spans the CTA (loads, V_w); wg, warp, g and t4 place a thread in its warpgroup's
+    // products, which cover columns e0 .. e0 + TILE_V of this CTA's VW.
+    const int tid = threadIdx.x, lane = tid & 31, wg = WGS == 1 ? 0 : tid >> 7, warp = (tid >> 5) & 3;
+    const int wtid = tid & 127; // the thread within its warpgroup
+    const int g = lane >> 2, t4 = lane & 3;
+    const int ec = blockIdx.x * VW, e0 = ec + wg * TILE_V, h = blockIdx.y, b = blockIdx.z;
+    const unsigned sS = sS0 + wg * S_BYTES; // this warpgroup's state copy
+
+    int n, slot;
+    long long tok0 = 0;
+    if constexpr (VARLEN) {
+        const int *cu = reinterpret_cast<const int *>(p.cu_seqlens);
+        tok0 = cu[b];
+        n = cu[b + 1] - cu[b];
+        slot = p.slots ? reinterpret_cast<const int *>(p.slots)[b] : b;
+    } else {
+        n = p.N;
+        slot = b;
+    }
+    const long long bq = VARLEN ? 0 : (long long)b;
+    if constexpr (REVERSE) tok0 += n > 0 ? n - 1 : 0;
+    const long long dir = REVERSE ? -1 : 1;
+    const T *q = reinterpret_cast<const T *>(p.q.ptr) + bq * p.q.s0 + h * p.q.s1 + tok0 * p.q.s2;
+    const T *k = reinterpret_cast<const T *>(p.k.ptr) + bq * p.k.s0 + h * p.k.s1 + tok0 * p.k.s2;
+    const T *v = reinterpret_cast<const T *>(p.v.ptr) + bq * p.v.s0 + h * p.v.s1 + tok0 * p.v.s2 + ec;
+    T *o = reinterpret_cast<T *>(p.o.ptr) + bq * p.o.s0 + h * p.o.s1 + tok0 * p.o.s2 + e0;
+    const long long qs = dir * p.q.s2, ks = dir * p.k.s2, vs = dir * p.v.s2, os = dir * p.o.s2;
+    const int nchunks = (n + BLOCK - 1) / BLOCK;
+    // The output pieces this thread stores: row o_r0 (+ O_RSTEP per pass), columns o_cx .. + 7.
+    constexpr int O_PV = TILE_V / 8, O_RSTEP = 128 / O_PV;
+    static_assert(O_RSTEP % 8 == 0 && BLOCK % O_RSTEP == 0, "output pieces");
+    const int o_r0 = wtid / O_PV, o_cx = (wtid % O_PV) * 8;
+    T *const o_thr = o + o_r0 * os + o_cx;
+    const long long o_step = O_RSTEP * os;
+    const unsigned o_soff = tile_off<BWV, BLOCK>(o_r0, o_cx);
+
+    auto load_chunk = [&](int c) {
+        const int st = c % STAGES;
+        const long long t0 = (long long)c * BLOCK;
+        const int valid = n - c * BLOCK;
+        load_tile<D, BWQ>(sQ + st * Q_BYTES, q + t0 * qs, qs, valid, tid);
+        load_tile<D, BWQ>(sK + st * Q_BYTES, k + t0 * ks, ks, valid, tid);
+        load_tile<VW, BWV>(sV + st * V_BYTES, v + t0 * vs, vs, valid, tid);
+    };
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < nchunks) load_chunk(s);
+        lj_cp_async_commit();
+    }
+
+    // λ^k for k = 0..BLOCK, and this thread's fixed factors: the causal decay mask of its score
+    // entries (rows i = 16·warp + g (+8), columns j = jb + 8·nt + 2·t4 (+1), jb the first of the
+    // warpgroup's score columns) and λ^{i+1} of its rows.
+    if constexpr (DECAY) {
+        const float sh = reinterpret_cast<const float *>(p.decay)[h];
+        for (int i = tid; i <= BLOCK; i += NT) sPow[i] = expf(-sh * (float)i);
+    }
+    __syncthreads();
+    // σ rides on the mask (the intra-chunk term) and on λ^{i+1} (the inter-chunk term).
+    const float sigma = p.scale;
+    const int i0 = 16 * warp + g, i1 = i0 + 8, jb = SPLIT_QK ? wg * SCN : 0;
+    float mask[NSC];
+#pragma unroll
+    for (int nt = 0; nt < SCN / 8; nt++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int i = (r & 2) ? i1 : i0, j = jb + nt * 8 + 2 * t4 + (r & 1);
+            mask[nt * 4 + r] = j <= i ? (DECAY ? sPow[i - j] : 1.f) * sigma : 0.f;
+        }
+    const float rf0 = (DECAY ? sPow[i0 + 1] : 1.f) * sigma, rf1 = (DECAY ? sPow[i1 + 1] : 1.f) * sigma;
+
+    // The state slice: st[mb][j*4 + r] is row d = 64 mb + 16 warp + g + 8 (r >> 1), column
+    // e = 8 j + 2 t4 + (r & 1) of the D x TILE_V slice (the m64 accumulator layout).
+    float st[MB][NACC];
+#pragma unroll
+    for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+        for (int x = 0; x < NACC; x++) st[mb][x] = 0.f;
+    if constexpr (HAS_INITIAL) {
+        if (slot >= 0) {
+            const float *s0 = reinterpret_cast<const float *>(p.s0.ptr) + (long long)slot * p.s0.s0 + h * p.s0.s1;
+            const float in = GRAD_STATE ? 1.f / p.scale : 1.f;
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                for (int x = 0; x < NACC; x++) {
+                    const int d = 64 * mb + 16 * warp + g + 8 * ((x & 3) >> 1);
+                    const int e = e0 + 8 * (x >> 2) + 2 * t4 + (x & 1);
+                    st[mb][x] = in * s0[d * p.s0.s2 + e * p.s0.s3];
+                }
+        }
+    }
+    // The 16-bit state copy: rows d, columns e, MN-major B of Q S.
+    auto state_to_smem = [&]() {
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++) stmatrix_acc<BWV, D, TILE_V>(sS, st[mb], 64 * mb + 16 * warp, 1.f, lane);
+        fence_async_smem();
+    };
+    // Before chunk c's products the register state is decayed by λ^L (λ^{L−1} for GRAD_STATE's
+    // first chunk), right after its 16-bit copy is written: the state update then only adds, and
+    // no register of an accumulator in flight is touched.
+    auto decay_state = [&](int c) {
+        if constexpr (DECAY) {
+            if (c < nchunks) {
+                const float dl = sPow[min(BLOCK, n - c * BLOCK) - (GRAD_STATE && c == 0 ? 1 : 0)];
+#pragma unroll
+                for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                    for (int x = 0; x < NACC; x++) st[mb][x] *= dl;
+            }
+        }
+    };
+    state_to_smem();
+    decay_state(0);
+
+    // Q Kᵀ of a chunk: issued first thing in the chunk, or with PREFETCH during the previous
+    // chunk's tail (its outputs and state copy), so the tensor cores have it in flight there.
+    // With SPLIT_QK a warpgroup computes score columns jb .. jb + 31 only (keys jb .. of K, rows
+    // a multiple of 8 into the tile, so the swizzle is unchanged).
+    float sc[NSC];
+    auto issue_scores = [&](int c) {
+        const int slotc = c % STAGES;
+        const unsigned cQ = sQ + slotc * Q_BYTES, cK = sK + slotc * Q_BYTES;
+        const unsigned long long dQ = wg_desc<SWQ>(cQ, 16), dK = wg_desc<SWQ>(cK + jb * SWQ, 16);
+        wg_fence();
+        wg_ss64_z<0, 0>(sc, dQ, dK);
+#pragma unroll
+        for (int kk = 1; kk < D / 16; kk++) {
+            const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
+            wg_ss64<0, 0>(sc, wg_desc_at(dQ, off), wg_desc_at(dK, off), 1);
+        }
+        wg_commit();
+    };
+    // SPLIT_QK: the warpgroup's half of P (masked, decayed scores, 16-bit) into chunk c's P tile,
+    // where P V reads it as its A operand once both halves are there (a CTA barrier).
+    auto scores_to_smem = [&](int c) {
+        if constexpr (SPLIT_QK) {
+            fence_regs(sc);
+#pragma unroll
+            for (int x = 0; x < NSC; x++) sc[x] *= mask[x];
+            stmatrix_acc<BWQ, BLOCK, SCN>(sP + (c % P_BUFS) * P_BYTES, sc, 16 * warp, 1.f, lane, jb);
+            fence_async_smem();
+        }
+    };
+    // With PREFETCH the products are issued unconditionally (for an empty sequence, and for the
+    // chunk after the last), so none sits in a branch: a branch around wgmma makes ptxas
+    // serialise them all. Those extra products read stale shared memory; their results are unused.
+    if constexpr (PREFETCH) {
+        lj_cp_async_wait<STAGES - 2>();
+        fence_async_smem();
+        __syncthreads(); // chunk 0 landed
+        issue_scores(0);
+        wg_wait<0>();
+        scores_to_smem(0);
+    }
+
+    for (int c = 0; c < nchunks; c++) {
+        const int slotc = c % STAGES;
+        const unsigned cQ = sQ + slotc * Q_BYTES, cK = sK + slotc * Q_BYTES, cV = sV + slotc * V_BYTES;
+        const int L = min(BLOCK, n - c * BLOCK);
+        const int u = GRAD_STATE && c == 0 ? 1 : 0;
+        auto load_next = [&]() {
+            const int nc = c + STAGES - 1;
+            if (nc < nchunks) load_chunk(nc);
+            lj_cp_async_commit();
+        };
+        if constexpr (!PREFETCH) {
+            lj_cp_async_wait<STAGES - 2>();
+            fence_async_smem();
+            __syncthreads(); // chunk c landed; chunk c − 1's products and state copy are done
+            load_next();
+            issue_scores(c);
+        }
+
+        // The values weighted for the state update, λ^{L−1−j} on row j (rows past L are zero).
+        // Each warpgroup weights its own columns (so the buffer's hazards stay inside it).
+        unsigned sVs = cV + wg * V_SLICE; // this warpgroup's columns of V (or V_w)
+        if constexpr (DECAY) {
+            constexpr int VEC = V_SLICE / 16;
+#pragma unroll
+            for (int i = 0; i < (VEC + 127) / 128; i++) {
+                const int x = wtid + i * 128 + wg * (V_SLICE / 16);
+                if (VEC % 128 == 0 || x < VEC + wg * (V_SLICE / 16)) {
+                    const int row = (x * 16 % (BLOCK * SWV)) / SWV; // the swizzle stays in a row
+                    const float w = sPow[max(L - 1 - row, 0)];
+                    unsigned a0, a1, a2, a3;
+                    asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+                                 : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3) : "r"(cV + x * 16));
+                    unsigned wv[4] = {a0, a1, a2, a3};
+#pragma unroll
+                    for (int y = 0; y < 4; y++) {
+                        T lo, hi;
+                        lo.bits = (unsigned short)(wv[y] & 0xffff);
+                        hi.bits = (unsigned short)(wv[y] >> 16);
+                        wv[y] = lj_pack2<T>(lj_to_float(lo) * w, lj_to_float(hi) * w);
+                    }
+                    asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(sVw + x * 16), "r"(wv[0]),
+                                 "r"(wv[1]), "r"(wv[2]), "r"(wv[3])
+                                 : "memory");
+                }
+            }
+            fence_async_smem();
+            sVs = sVw + wg * V_SLICE;
+        }
+        // V_w (and with PREFETCH the state copy and SPLIT_QK's P) of every warp are written; with
+        // PREFETCH every warp is also done with chunk c − 1's products, so its ring slot takes chunk
+        // c + STAGES − 1.
+        if constexpr (DECAY || PREFETCH) __syncthreads();
+        if constexpr (PREFETCH) load_next();
+
+        // O = Q S₁₆ and S ← λ^L S + Kᵀ V_w (the state was decayed by λ^L when its copy was
+        // written, so the update only adds).
+        float oa[NACC];
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++) fence_regs(st[mb]);
+        const unsigned long long dQ = wg_desc<SWQ>(cQ, 16), dS = wg_desc<SWV>(sS, D * SWV);
+        const unsigned long long dKt = wg_desc<SWQ>(cK, BLOCK * SWQ), dVs = wg_desc<SWV>(sVs, BLOCK * SWV);
+        wg_fence();
+        wg_ss16_z<0, 1>(oa, dQ, dS);
+#pragma unroll
+        for (int kk = 1; kk < D / 16; kk++) {
+            const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
+            wg_ss16<0, 1>(oa, wg_desc_at(dQ, off), wg_desc_at(dS, kk * 16 * SWV), 1);
+        }
+        wg_commit();
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+            for (int kk = 0; kk < BLOCK / 16; kk++)
+                wg_ss16<1, 1>(st[mb], wg_desc_at(dKt, mb * (BLOCK * SWQ) + kk * 16 * SWQ),
+                                     wg_desc_at(dVs, kk * 16 * SWV), 1);
+        wg_commit();
+
+        // The scores (with PREFETCH retired at the end of the previous iteration): mask and decay
+        // them, round to the A operand of P V. SPLIT_QK: P goes through shared memory (with
+        // PREFETCH it is there already, written at the end of the previous iteration and
+        // published by the barrier above).
+        if constexpr (!PREFETCH) wg_wait<2>();
+        if constexpr (SPLIT_QK && !PREFETCH) {
+            scores_to_smem(c);
+            __syncthreads(); // both halves of P written
+        }
+        fence_regs(sc);
+        unsigned pa[SPLIT_QK ? 1 : BLOCK / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < (SPLIT_QK ? 0 : BLOCK / 16); kk++) {
+            pa[kk][0] = lj_pack2<T>(sc[8 * kk + 0] * mask[8 * kk + 0], sc[8 * kk + 1] * mask[8 * kk + 1]);
+            pa[kk][1] = lj_pack2<T>(sc[8 * kk + 2] * mask[8 * kk + 2], sc[8 * kk + 3] * mask[8 * kk + 3]);
+            pa[kk][2] = lj_pack2<T>(sc[8 * kk + 4] * mask[8 * kk + 4], sc[8 * kk + 5] * mask[8 * kk + 5]);
+            pa[kk][3] = lj_pack2<T>(sc[8 * kk + 6] * mask[8 * kk + 6], sc[8 * kk + 7] * mask[8 * kk + 7]);
+        }
+        // Q S done: the inter-chunk term decays by λ^{i+1} (λ^i for GRAD_STATE's first chunk),
+        // times σ.
+        wg_wait<1>();
+        fence_regs(oa);
+        {
+            const float f0 = DECAY && u ? sPow[i0] * sigma : rf0, f1 = DECAY && u ? sPow[i1] * sigma : rf1;
+#pragma unroll
+            for (int j = 0; j < TILE_V / 8; j++) {
+                oa[4 * j] *= f0;
+                oa[4 * j + 1] *= f0;
+                oa[4 * j + 2] *= f1;
+                oa[4 * j + 3] *= f1;
+            }
+        }
+        fence_regs(oa);
+        const unsigned long long dV = wg_desc<SWV>(cV + wg * V_SLICE, BLOCK * SWV);
+        wg_fence();
+        if constexpr (SPLIT_QK) {
+            const unsigned long long dP = wg_desc<SWQ>(sP + (c % P_BUFS) * P_BYTES, 16);
+#pragma unroll
+            for (int kk = 0; kk < BLOCK / 16; kk++)
+                wg_ss16<0, 1>(oa, wg_desc_at(dP, kk * 16 * 2), wg_desc_at(dV, kk * 16 * SWV), 1);
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < BLOCK / 16; kk++)
+                wg_rs16<1>(oa, pa[kk], wg_desc_at(dV, kk * 16 * SWV), 1);
+        }
+        wg_commit();
+
+        // With PREFETCH the next chunk's scores go in while this chunk's tail runs.
+        if constexpr (PREFETCH) {
+            lj_cp_async_wait<STAGES - 2>();
+            fence_async_smem();
+            __syncthreads(); // chunk c + 1 landed
+            issue_scores(c + 1);
+            wg_wait<1>();
+        } else {
+            wg_wait<0>();
+        }
+        fence_regs(oa);
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++) fence_regs(st[mb]);
+
+        // Store o (σ applied) for the rows inside the sequence: through this warpgroup's part of
+        // the V_w buffer (free now: its products are done), so each thread writes whole 16-byte
+        // pieces of rows instead of 4-byte pairs scattered over 16 rows. A thread keeps one piece
+        // column and steps down O_RSTEP rows per pass (a multiple of 8: the swizzle repeats).
+        {
+            const unsigned sO = sVw + wg * V_SLICE;
+            stmatrix_acc<BWV, BLOCK, TILE_V>(sO, oa, 16 * warp, 1.f, lane);
+            wg_bar(wg);
+            T *oc = o_thr + (long long)(c * BLOCK) * os;
+#pragma unroll
+            for (int i = 0; i < BLOCK / O_RSTEP; i++) {
+                unsigned v0, v1, v2, v3;
+                asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+                             : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
+                             : "r"(sO + o_soff + i * O_RSTEP * 2 * BWV));
+                asm volatile("{\n.reg .pred p;\nsetp.lt.s32 p, %5, %6;\n"
+                             "@p st.global.v4.b32 [%0], {%1,%2,%3,%4};\n}\n"
+                             ::"l"(oc + i * o_step), "r"(v0), "r"(v1), "r"(v2), "r"(v3),
+                             "r"(o_r0 + i * O_RSTEP), "r"(L)
+                             : "memory");
+            }
+            wg_bar(wg); // read before the next chunk's V_w overwrites the buffer
+        }
+        state_to_smem();
+        decay_state(c + 1);
+        // Nothing stays in flight across the loop's back edge: ptxas cannot follow a product
+        // through it and would serialise every wgmma of the loop. The next chunk's scores have
+        // had this chunk's tail to finish.
+        if constexpr (PREFETCH) {
+            wg_wait<0>();
+            scores_to_smem(c + 1); // the other P tile: the other warpgroup may still read chunk c's
+        }
+    }
+    lj_cp_async_wait<0>();
+
+    if constexpr (HAS_FINAL) {
+        if (slot >= 0) {
+            float *sn = reinterpret_cast<float *>(p.sn.ptr) + (long long)slot * p.sn.s0 + h * p.sn.s1;
+            const float out = GRAD_STATE ? p.scale * (DECAY && n > 0 ? sPow[1] : 1.f) : 1.f;
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                for (int x = 0; x < NACC; x++) {
+                    const int d = 64 * mb + 16 * warp + g + 8 * ((x & 3) >> 1);
+                    const int e = e0 + 8 * (x >> 2) + 2 * t4 + (x & 1);
+                    sn[d * p.sn.s2 + e * p.sn.s3] = out * st[mb][x];
+                }
+        }
+    }
+}

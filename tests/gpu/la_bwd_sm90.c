@@ -1,0 +1,65 @@
+/* la_bwd_sm90.c — the backward's scans on Hopper's wgmma (la_fwd_sm90's kernel walked forward for
+ * dq and reversed with the gradient state for dv, dk and dS_0) against the float64 reference,
+ * named explicitly: chunk boundaries (N = 1, 63, 65, 913), D and E from 64 to 256 with D != E
+ * (dq and dk swap them), f16 and bf16, decay and none, S_0, dS_N and dS_0, VK states, [B,N,H,D]
+ * views, varlen with a pool and a -1 slot, the full-grid default (two warpgroups, SPLIT_QK), a
+ * CUDA-graph capture, each case run twice for the same bits. The decay gradient is la_bwd's
+ * (tests/gpu/la_bwd.c). Skipped on a GPU that is not sm_90a. */
+#include <string.h>
+
+#include "attn_cases.h"
+#include "gpu.h"
+#include "test.h"
+
+#define F "la_bwd_sm90"
+
+static void run(bwd_case c)
+{
+    lj_gpu_init();
+    if (strcmp(lj_gpu_device()->info.arch, "sm_90a") != 0)
+        lj_test_skip("la_bwd_sm90 needs an sm_90a GPU");
+    run_bwd_case(&c);
+}
+
+/* family, dtype, B, H, N, D, E, decay, want_ds, initial, dsn, ds0, vk, bnhd, nseq, lens,
+ * slot_minus_one, scale, finite_diff, seed */
+
+LJ_TEST(n1_bf16_states)
+{
+    run((bwd_case){F, LJ_BF16, 2, 3, 1, 64, 64, 1, 0, 1, 1, 1, 0, 0, 0, {0}, 0, 0, 0, 61, 0});
+}
+
+LJ_TEST(n63_f16_nodecay)
+{
+    run((bwd_case){F, LJ_F16, 2, 4, 63, 128, 128, 0, 0, 0, 0, 0, 0, 0, 0, {0}, 0, 0, 0, 62, 0});
+}
+
+LJ_TEST(n65_f16_d64_e128_vk_states_scale)
+{
+    run((bwd_case){F, LJ_F16, 2, 3, 65, 64, 128, 1, 0, 1, 1, 1, 1, 0, 0, {0}, 0, 0.5f, 0, 63, 0});
+}
+
+LJ_TEST(n913_bf16_d192_e64_bnhd)
+{
+    run((bwd_case){F, LJ_BF16, 1, 2, 913, 192, 64, 1, 0, 0, 1, 1, 0, 1, 0, {0}, 0, 0, 0, 64, 0});
+}
+
+LJ_TEST(n913_f16_d256_e128_initial)
+{
+    run((bwd_case){F, LJ_F16, 1, 2, 913, 256, 128, 1, 0, 1, 0, 0, 0, 0, 0, {0}, 0, 0, 0, 65, 0});
+}
+
+LJ_TEST(n1024_bf16_d128_b4h32_full_grid)
+{
+    run((bwd_case){F, LJ_BF16, 4, 32, 1024, 128, 128, 1, 0, 0, 1, 0, 0, 0, 0, {0}, 0, 0, 0, 66, 0});
+}
+
+LJ_TEST(varlen_pool_with_minus_one)
+{
+    run((bwd_case){F, LJ_BF16, 0, 4, 0, 128, 64, 1, 0, 1, 1, 1, 0, 0, 6, {1, 0, 63, 65, 130, 700}, 1, 0, 0, 67, 0});
+}
+
+LJ_TEST(graph_capture_with_states)
+{
+    run((bwd_case){F, LJ_BF16, 2, 4, 777, 128, 128, 1, 0, 1, 1, 1, 0, 0, 0, {0}, 0, 0, 0, 68, .graph = 1});
+}
