@@ -31,9 +31,8 @@
 // this kernel issued ~1,600 per warp and chunk, most of them address arithmetic (ncu,
 // docs/notes/la_fwd.md).
 //
-// REVERSE and GRAD_STATE mean what they mean in la_fwd/fwd.cu (la_bwd's reversed scans). la_bwd
-// does not run this kernel yet: both are false in every expansion today, and the paths they
-// select have not run on a GPU.
+// REVERSE and GRAD_STATE mean what they mean in la_fwd/fwd.cu: the backward's reversed scans,
+// which la_bwd_sm90 runs on this kernel (its dv and dk passes).
 #include "common/la_params.h"
 #include "common/types.cuh"
 #include "common/mma.cuh"

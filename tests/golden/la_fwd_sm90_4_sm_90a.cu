@@ -32,9 +32,8 @@
 // this kernel issued ~1,600 per warp and chunk, most of them address arithmetic (ncu,
 // docs/notes/la_fwd.md).
 //
-// REVERSE and GRAD_STATE mean what they mean in la_fwd/fwd.cu (la_bwd's reversed scans). la_bwd
-// does not run this kernel yet: both are false in every expansion today, and the paths they
-// select have not run on a GPU.
+// REVERSE and GRAD_STATE mean what they mean in la_fwd/fwd.cu: the backward's reversed scans,
+// which la_bwd_sm90 runs on this kernel (its dv and dk passes).
 #include "common/la_params.h"
 #include "common/types.cuh"
 #include "common/mma.cuh"
@@ -126,7 +125,7 @@ template <int N> __device__ __forceinline__ void fence_regs(float (&r)[N])
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
 }
 
-#line 136 "la_fwd_sm90/fwd.cu"
+#line 135 "la_fwd_sm90/fwd.cu"
 // m64n64k16, A and B from shared memory: d (+)= A·B. TA/TB: 1 = MN-major (transposed).
 template <int TA, int TB>
 __device__ __forceinline__ void wg_ss64(float (&d)[32], unsigned long long da, unsigned long long db, int acc)
@@ -134,13 +133,13 @@ __device__ __forceinline__ void wg_ss64(float (&d)[32], unsigned long long da, u
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
                  "%32, %33, p, 1, 1, %35, %36;\n}\n"
-#line 145 "la_fwd_sm90/fwd.cu"
+#line 144 "la_fwd_sm90/fwd.cu"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "l"(da), "l"(db), "r"(acc), "n"(TA), "n"(TB));
 }
 // The same with the accumulator overwritten (d = A·B): write-only operands, so the compiler never
 // has to give d a value before the product (a value it may take from other registers in flight).
-#line 152 "la_fwd_sm90/fwd.cu"
+#line 151 "la_fwd_sm90/fwd.cu"
 template <int TA, int TB>
 __device__ __forceinline__ void wg_ss64_z(float (&d)[32], unsigned long long da, unsigned long long db)
 {
@@ -160,7 +159,7 @@ __device__ __forceinline__ void wg_rs64(float (&d)[32], const unsigned (&a)[4], 
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
 }
-#line 172 "la_fwd_sm90/fwd.cu"
+#line 171 "la_fwd_sm90/fwd.cu"
 
 // Issues the cp.async copies of one chunk of a sequence tensor (BLOCK rows of W elements from
 // src, row stride rs) into a swizzled tile at shared address dst; rows at or past `valid` are
