@@ -7,7 +7,7 @@
 -- of 64).
 
 local fwd = import("la_fwd_sm90/family.lua")
-local log2_bucket = import("common/scan.lua").log2_bucket
+local bwd = import("la_bwd/family.lua")
 
 local PARTS = { [0] = "dq", [1] = "dv", [2] = "dk" }
 
@@ -28,7 +28,7 @@ return {
     name = "la_bwd_sm90",
     op = "bwd",
     archs = { "sm_90a" },
-    uses = { "la_fwd_sm90" },
+    uses = { "la_fwd_sm90", "la_bwd" },  -- its kernel, and la_bwd's bucket key (import below)
 
     params = fwd.params,
 
@@ -51,15 +51,7 @@ return {
         return fwd.default(scan_problem(problem), device)
     end,
 
-    key = function(problem)
-        return string.format("%s_%s_D%d_E%d_%s%s%s%s%s%s_n%d_bh%d", PARTS[problem.part] or "?",
-                             problem.dtype, problem.D, problem.E,
-                             problem.decay and "decay" or "nodecay",
-                             problem.has_initial and "_s0" or "", problem.has_final and "_ds0" or "",
-                             problem.has_dsn and "_dsn" or "", problem.varlen and "_varlen" or "",
-                             problem.vk and "_vk" or "", log2_bucket(math.max(problem.N, 1)),
-                             log2_bucket(problem.B * problem.H))
-    end,
+    key = bwd.key,                       -- the same buckets as la_bwd's
 
     launch = function(cfg, problem, device)
         return fwd.launch(cfg, scan_problem(problem), device)
