@@ -109,7 +109,7 @@ lajit_status lj_assign(lj_env *env, lj_family *f, const char *assignment, lj_pro
 
 /* Parameters are capitalised names longer than one letter (TILE_V); B, H, N, D, E, T are
  * problem sizes. */
-static int is_parameter(const char *a)
+int lj_assignment_is_parameter(const char *a)
 {
     return a[0] >= 'A' && a[0] <= 'Z' && a[1] != '=' && a[1] != 0;
 }
@@ -121,13 +121,13 @@ lajit_status lj_assign_all(lj_env *env, lj_family *f, const char *const *assignm
     for (size_t i = 0; i < n && st == LAJIT_OK; i++) {
         if (!assignments[i])
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "assignment %zu is NULL", i);
-        if (!is_parameter(assignments[i]))
+        if (!lj_assignment_is_parameter(assignments[i]))
             st = lj_assign(env, f, assignments[i], p, cfg);
     }
     if (st == LAJIT_OK)
         st = lj_family_default(f, p, dev, cfg);
     for (size_t i = 0; i < n && st == LAJIT_OK; i++)
-        if (is_parameter(assignments[i]))
+        if (lj_assignment_is_parameter(assignments[i]))
             st = lj_assign(env, f, assignments[i], p, cfg);
     return st;
 }

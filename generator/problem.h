@@ -11,6 +11,10 @@
 lajit_status lj_assign(lj_env *env, lj_family *f, const char *assignment, lj_problem *p,
                        lj_config *cfg);
 
+/* Whether an assignment sets a configuration parameter (TILE_V=32: upper case, longer than one
+ * letter) rather than a problem field (D=128, dtype=bf16). */
+int lj_assignment_is_parameter(const char *assignment);
+
 /* Applies assignments in two passes: problem fields first, then the family's default
  * configuration for that problem on dev, then the parameter assignments on top of it. */
 lajit_status lj_assign_all(lj_env *env, lj_family *f, const char *const *assignments, size_t n,

@@ -235,6 +235,22 @@ static int split_list(char *list, char **out, int cap)
     return n;
 }
 
+/* Whether cfg has the value every parameter assignment among assign ("TILE_V=32") gave `asked`,
+ * the configuration lj_assign_all built from them. */
+static int config_matches(const char *const *assign, int n, const lj_config *cfg, const lj_config *asked)
+{
+    for (int i = 0; i < n; i++) {
+        if (!lj_assignment_is_parameter(assign[i]))
+            continue;
+        char key[64];
+        size_t len = strcspn(assign[i], "=");
+        snprintf(key, sizeof key, "%.*s", (int)(len < 63 ? len : 63), assign[i]);
+        if (lj_config_get(cfg, key, -1) != lj_config_get(asked, key, -2))
+            return 0;
+    }
+    return 1;
+}
+
 static int cmd_compile(int argc, char **argv)
 {
     if (wants_help(argc, argv) || argc < 1) {
@@ -243,7 +259,8 @@ static int cmd_compile(int argc, char **argv)
                "sm_80,sm_90a,sm_100a,sm_120) without a GPU, for each representative problem of\n"
                "the family (or the one problem the -p assignments describe), with the default\n"
                "configuration or, with --all-configs, every configuration of the family's space\n"
-               "(invalid ones are listed with the reason). Prints cubin size, registers, spills,\n"
+               "(invalid ones are listed with the reason; parameters given with -p keep the ones\n"
+               "that match). Prints cubin size, registers, spills,\n"
                "static + dynamic shared memory and where the cubin came from (nvrtc or cache).\n"
                "Exits non-zero when any compile fails. -j: compile threads (default: CPUs).\n", prog);
         return argc < 1 ? 2 : 0;
@@ -334,6 +351,14 @@ static int cmd_compile(int argc, char **argv)
                     it->problem = problems[pi];
                     st = LAJIT_OK;
                     if (all_configs) {
+                        /* The -p problem, and only the configurations with its parameters. */
+                        lj_config asked;
+                        st = lj_assign_all(env, f, assign, (size_t)n_assign, &dev, &it->problem, &asked);
+                        if (st == LAJIT_OK && !config_matches(assign, n_assign, &configs[c], &asked)) {
+                            memset(it, 0, sizeof *it);
+                            n--;
+                            continue;
+                        }
                         it->config = configs[c];
                     } else {
                         st = lj_assign_all(env, f, assign, (size_t)n_assign, &dev, &it->problem,
