@@ -14,6 +14,9 @@
 #include "embedded.h"
 #include "template.h"
 
+/* How many other template folders a spec's `uses` may name. */
+#define LJ_MAX_USES 6
+
 struct lj_family {
     lj_lua *h;
     lj_env *env;
@@ -25,8 +28,9 @@ struct lj_family {
     long long *param_values[LJ_MAX_PARAMS];
     int param_counts[LJ_MAX_PARAMS];
     char archs[128]; /* the archs the family serves, comma-separated; empty: every arch */
-    char uses[128];  /* other template folders its kernels come from, comma-separated (la_bwd
-                        expands la_fwd/fwd.cu): part of its template text, so of its tuning hash */
+    char uses[128];  /* up to LJ_MAX_USES other template folders its kernels come from,
+                        comma-separated (la_bwd expands la_fwd/fwd.cu): part of its template
+                        text, so of its tuning hash */
 };
 
 /* ---- Names and the arch table ------------------------------------------------------------- */
@@ -400,6 +404,11 @@ static lajit_status check_spec(lj_family *f, const char *name)
     t = lua_getfield(L, spec, "uses");
     if (t == LUA_TTABLE) {
         lua_Integer n = (lua_Integer)lua_rawlen(L, -1);
+        if (n > LJ_MAX_USES) {
+            lua_pop(L, 1);
+            return lj_error(env, LAJIT_ERR_TEMPLATE, "%s/family.lua: uses names at most %d folders", name,
+                            LJ_MAX_USES);
+        }
         for (lua_Integer j = 1; j <= n; j++) {
             const char *u = lua_rawgeti(L, -1, j) == LUA_TSTRING ? lua_tostring(L, -1) : "";
             int simple = u[0] != 0;
@@ -890,11 +899,11 @@ lajit_status lj_family_template_text(lj_family *f, char **text, size_t *len)
 {
     /* The files of common/, <family>/ and the folders of `uses`: the embedded ones, or with a
      * template dir the files those folders hold (a development family need not be embedded). */
-    char folders[8][64];
+    char folders[2 + LJ_MAX_USES][64];
     size_t nf = 0;
     snprintf(folders[nf++], sizeof folders[0], "common");
     snprintf(folders[nf++], sizeof folders[0], "%s", f->name);
-    for (const char *u = f->uses; *u && nf < 8;) {
+    for (const char *u = f->uses; *u;) { /* at most LJ_MAX_USES names (check_spec) */
         size_t ul = strcspn(u, ",");
         snprintf(folders[nf++], sizeof folders[0], "%.*s", (int)(ul < 63 ? ul : 63), u);
         u += ul + (u[ul] == ',');

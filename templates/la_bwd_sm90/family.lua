@@ -47,7 +47,6 @@ return {
     end,
 
     default = function(problem, device)
-        if PARTS[problem.part] == nil then return fwd.default(problem, device) end
         return fwd.default(scan_problem(problem), device)
     end,
 

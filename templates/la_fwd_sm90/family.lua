@@ -19,7 +19,7 @@ local ELEM = { f16 = "lj_f16", bf16 = "lj_bf16" }
 local function smem(cfg, problem)
     local q = cfg.BLOCK * problem.D * 2
     local v = cfg.BLOCK * cfg.WGS * cfg.TILE_V * 2
-    local p = (cfg.SPLIT_QK or 0) * (cfg.PREFETCH == 1 and 2 or 1) * cfg.BLOCK * cfg.BLOCK * 2
+    local p = cfg.SPLIT_QK * (cfg.PREFETCH == 1 and 2 or 1) * cfg.BLOCK * cfg.BLOCK * 2
     return cfg.STAGES * (2 * q + v) + v + p
         + cfg.WGS * problem.D * cfg.TILE_V * 2 + (cfg.BLOCK + 1) * 4 + 1024
 end
@@ -63,6 +63,14 @@ local function valid(cfg, problem, device)
     return true
 end
 
+-- A copy of cfg with the fields of changes replaced.
+local function with(cfg, changes)
+    local c = {}
+    for k, v in pairs(cfg) do c[k] = v end
+    for k, v in pairs(changes) do c[k] = v end
+    return c
+end
+
 -- How many CTAs of this configuration an SM holds at once (shared memory, and no more than the
 -- grid gives each SM).
 local function resident(cfg, problem, device, per_sm)
@@ -93,14 +101,13 @@ local function default(problem, device)
     end
     local ctas = bh * (problem.E // (cfg.WGS * cfg.TILE_V))
     local per_sm = (ctas + device.sms - 1) // device.sms
-    local deep = { BLOCK = 64, TILE_V = cfg.TILE_V, WGS = cfg.WGS, STAGES = 3, PREFETCH = 1, SPLIT_QK = 0 }
+    local deep = with(cfg, { STAGES = 3, PREFETCH = 1 })
     if smem(deep, problem) <= device.smem_optin
         and resident(deep, problem, device, per_sm) >= resident(cfg, problem, device, per_sm) then
         cfg = deep
     end
     if cfg.WGS == 2 and (cfg.PREFETCH == 1 or problem.D >= 256) then
-        local split = { BLOCK = 64, TILE_V = cfg.TILE_V, WGS = 2, STAGES = cfg.STAGES,
-                        PREFETCH = cfg.PREFETCH, SPLIT_QK = 1 }
+        local split = with(cfg, { SPLIT_QK = 1 })
         if smem(split, problem) <= device.smem_optin then cfg = split end
     end
     return cfg

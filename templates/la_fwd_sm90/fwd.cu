@@ -124,9 +124,9 @@ template <int N> __device__ __forceinline__ void fence_regs(float (&r)[N])
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
 }
 
-//% local ty = problem.dtype == "bf16" and "bf16" or "f16"
+//% local ty, scn = problem.dtype == "bf16" and "bf16" or "f16", SPLIT_QK ~= 0 and BLOCK // 2 or BLOCK -- scn: SCN
 //% local shapes, seen = {}, {}
-//% for _, n in ipairs({ BLOCK, TILE_V, SPLIT_QK ~= 0 and BLOCK // 2 or BLOCK }) do
+//% for _, n in ipairs({ BLOCK, TILE_V, scn }) do
 //%   if not seen[n] then seen[n] = true; shapes[#shapes + 1] = n end
 //% end
 //% for _, n in ipairs(shapes) do
@@ -388,11 +388,11 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         const unsigned cQ = sQ + slotc * Q_BYTES, cK = sK + slotc * Q_BYTES;
         const unsigned long long dQ = wg_desc<SWQ>(cQ, 16), dK = wg_desc<SWQ>(cK + jb * SWQ, 16);
         wg_fence();
-        wg_ss${SPLIT_QK ~= 0 and BLOCK // 2 or BLOCK}_z<0, 0>(sc, dQ, dK);
+        wg_ss${scn}_z<0, 0>(sc, dQ, dK);
 #pragma unroll
         for (int kk = 1; kk < D / 16; kk++) {
             const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
-            wg_ss${SPLIT_QK ~= 0 and BLOCK // 2 or BLOCK}<0, 0>(sc, wg_desc_at(dQ, off), wg_desc_at(dK, off), 1);
+            wg_ss${scn}<0, 0>(sc, wg_desc_at(dQ, off), wg_desc_at(dK, off), 1);
         }
         wg_commit();
     };

@@ -204,6 +204,8 @@ LJ_TEST(bad_specs_and_unknown_families)
     ASSERT_CONTAINS(env.errmsg, "archs[2] is not a known arch");
     ASSERT_STATUS(lj_family_load(&env, L, "baduses", &f), LAJIT_ERR_TEMPLATE);
     ASSERT_CONTAINS(env.errmsg, "uses[2] must name another family's template folder");
+    ASSERT_STATUS(lj_family_load(&env, L, "manyuses", &f), LAJIT_ERR_TEMPLATE);
+    ASSERT_CONTAINS(env.errmsg, "uses names at most 6 folders");
     ASSERT_STATUS(lj_family_load(&env, L, "nosuch", &f), LAJIT_ERR_NOT_FOUND);
     ASSERT_STATUS(lj_family_load(&env, L, "../toy", &f), LAJIT_ERR_NOT_FOUND);
     lj_lua_close(L);
