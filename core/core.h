@@ -20,7 +20,9 @@ typedef enum lj_fault_kind {
     LJ_FAULT_ALLOC = 0, /* host allocations (lj_malloc and Lua's allocator) */
     LJ_FAULT_NVRTC = 1, /* NVRTC API calls */
     LJ_FAULT_DRIVER = 2, /* CUDA driver API calls */
-    LJ_FAULT_KINDS = 3
+    LJ_FAULT_SQLITE = 3, /* SQLite API calls (tuning database, bundles) */
+    LJ_FAULT_FS = 4,     /* file-system calls (open, read, write, rename, fsync, mkdir, flock) */
+    LJ_FAULT_KINDS = 5
 } lj_fault_kind;
 
 typedef struct lj_env {
