@@ -20,7 +20,7 @@
 typedef struct compile_opts {
     char **families; /* the FAMILY argument, or every built-in family for "all" */
     int n_families;
-    char archbuf[256]; /* --arch LIST (split in place into archs) */
+    char *archtext; /* a copy of --arch LIST, split in place into archs */
     char **archs;
     int n_archs;
     int all_configs; /* --all-configs */
@@ -47,6 +47,7 @@ static void compile_opts_free(compile_opts *o)
 {
     free(o->families);
     free(o->archs);
+    free(o->archtext);
     cli_assigns_free(&o->assign);
 }
 
@@ -73,7 +74,7 @@ static int compile_parse(int argc, char **argv, compile_opts *o)
         {"arch", required_argument, NULL, 'a'},
         {"all-configs", no_argument, NULL, 'A'},
         {0}};
-    snprintf(o->archbuf, sizeof o->archbuf, "sm_80,sm_90a,sm_100a,sm_120");
+    const char *archlist = "sm_80,sm_90a,sm_100a,sm_120";
     int c, help = 0;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":hp:j:", longopts, NULL)) != -1) {
@@ -82,7 +83,7 @@ static int compile_parse(int argc, char **argv, compile_opts *o)
             help = 1;
             break;
         case 'a':
-            snprintf(o->archbuf, sizeof o->archbuf, "%s", optarg);
+            archlist = optarg;
             break;
         case 'A':
             o->all_configs = 1;
@@ -103,7 +104,11 @@ static int compile_parse(int argc, char **argv, compile_opts *o)
         return compile_usage(help ? 0 : 2);
     if (optind + 1 < argc)
         return cli_usage_error("compile: unexpected argument %s", argv[optind + 1]);
-    if ((o->n_archs = cli_split_list(o->archbuf, &o->archs)) < 0)
+    if (!(o->archtext = strdup(archlist))) {
+        fprintf(stderr, "%s: out of memory\n", cli_prog);
+        return 1;
+    }
+    if ((o->n_archs = cli_split_list(o->archtext, &o->archs)) < 0)
         return 1;
     if (o->n_archs == 0)
         return cli_usage_error("compile: %s", "--arch names no arch");

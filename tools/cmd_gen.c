@@ -50,7 +50,8 @@ int cmd_gen(int argc, char **argv)
         {"family", required_argument, NULL, 'F'},
         {"db", required_argument, NULL, 'd'},
         {0}};
-    char archbuf[256] = "sm_80,sm_90a,sm_100a,sm_120", fambuf[512] = "";
+    const char *archlist = "sm_80,sm_90a,sm_100a,sm_120", *famlist = NULL;
+    char *archbuf = NULL, *fambuf = NULL; /* copies, split in place */
     char **archs = NULL, **families = NULL;
     cli_assigns assign = {0};
     lj_gen_opts o;
@@ -64,10 +65,10 @@ int cmd_gen(int argc, char **argv)
             rc = gen_usage(0);
             break;
         case 'a':
-            snprintf(archbuf, sizeof archbuf, "%s", optarg);
+            archlist = optarg;
             break;
         case 'F':
-            snprintf(fambuf, sizeof fambuf, "%s", optarg);
+            famlist = optarg;
             break;
         case 'd':
             o.db_path = optarg;
@@ -99,13 +100,17 @@ int cmd_gen(int argc, char **argv)
             rc = 2;
         }
     }
+    if (rc < 0 && (!(archbuf = strdup(archlist)) || (famlist && !(fambuf = strdup(famlist))))) {
+        fprintf(stderr, "%s: out of memory\n", cli_prog);
+        rc = 1;
+    }
     if (rc < 0 && (o.n_archs = cli_split_list(archbuf, &archs)) < 0)
         rc = 1;
     if (rc < 0 && o.n_archs == 0)
         rc = cli_usage_error("gen: %s", "--arch names no arch");
-    if (rc < 0 && fambuf[0] && (o.n_families = cli_split_list(fambuf, &families)) < 0)
+    if (rc < 0 && fambuf && (o.n_families = cli_split_list(fambuf, &families)) < 0)
         rc = 1;
-    if (rc < 0 && !fambuf[0]) {
+    if (rc < 0 && !fambuf) {
         const char *const *names = lajit_family_names();
         while (names[o.n_families])
             o.n_families++;
@@ -139,6 +144,8 @@ int cmd_gen(int argc, char **argv)
     lajit_ctx_destroy(ctx);
     free(archs);
     free(families);
+    free(archbuf);
+    free(fambuf);
     cli_assigns_free(&assign);
     return rc;
 }

@@ -100,6 +100,21 @@ static int tune_usage(int rc)
     return rc;
 }
 
+/* Appends "key=value" (whole: lj_assign checks the value) to the assignments. */
+static int add_field(cli_assigns *a, const char *key, const char *value)
+{
+    size_t cap = strlen(key) + strlen(value) + 2;
+    char *text = malloc(cap);
+    if (!text) {
+        fprintf(stderr, "%s: out of memory\n", cli_prog);
+        return 0;
+    }
+    snprintf(text, cap, "%s=%s", key, value);
+    int ok = cli_assigns_add(a, text);
+    free(text);
+    return ok;
+}
+
 /* Fills o from the arguments; returns -1 to go on, else the exit status. */
 static int tune_parse(int argc, char **argv, tune_opts *o)
 {
@@ -130,7 +145,6 @@ static int tune_parse(int argc, char **argv, tune_opts *o)
     for (int i = 1; i < argc; i++)
         e_given |= strcmp(argv[i], "--E") == 0 || strncmp(argv[i], "--E=", 4) == 0;
     int c, help = 0;
-    char text[64];
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":hp:j:", longopts, NULL)) != -1) {
         const char *flag = NULL; /* a problem flag standing for an assignment */
@@ -177,14 +191,9 @@ static int tune_parse(int argc, char **argv, tune_opts *o)
         case O_T:
         case O_DTYPE: {
             const char *key = c == O_D ? "D" : c == O_E ? "E" : c == O_T ? "T" : "dtype";
-            snprintf(text, sizeof text, "%s=%.40s", key, optarg);
-            if (!cli_assigns_add(&o->assign, text))
+            if (!add_field(&o->assign, key, optarg) ||
+                (c == O_D && !e_given && !add_field(&o->assign, "E", optarg)))
                 return 1;
-            if (c == O_D && !e_given) {
-                snprintf(text, sizeof text, "E=%.40s", optarg);
-                if (!cli_assigns_add(&o->assign, text))
-                    return 1;
-            }
             break;
         }
         case O_DECAY:
