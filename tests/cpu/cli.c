@@ -110,6 +110,36 @@ LJ_TEST(many_assignments)
     ASSERT_STREQ(out, once);
 }
 
+/* compile and gen took at most 64 and 63: 100 -p reach the library (here to fail on an unknown
+ * arch, after parsing, so nothing is compiled). */
+LJ_TEST(many_assignments_compile_and_gen)
+{
+    static const char *commands[] = {"compile la_recurrent --arch sm_999",
+                                     "gen --family la_recurrent --arch sm_999 -o '%s/x.bundle'"};
+    for (size_t c = 0; c < sizeof commands / sizeof commands[0]; c++) {
+        static char args[16384], out[8192];
+        int len = snprintf(args, sizeof args, commands[c], lj_test_tmpdir());
+        for (int i = 0; i < 100; i++)
+            len += snprintf(args + len, sizeof args - (size_t)len, " -p D=64");
+        ASSERT_EQ(run_cli(args, out, sizeof out), 1);
+        ASSERT_CONTAINS(out, "unknown arch sm_999");
+        ASSERT_TRUE(strstr(out, "unexpected argument") == NULL);
+    }
+}
+
+/* Malformed assignments are errors with the assignment named, never a crash. */
+LJ_TEST(bad_assignments_are_errors)
+{
+    static const char *bad[] = {"=", "D=", "=64", "D=64x", "D=99999999999999999999",
+                                "NOT_A_PARAMETER_OF_ANY_FAMILY_AT_ALL=1", "TILE_V=7", "dtype=f8"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char args[512], out[8192];
+        snprintf(args, sizeof args, "expand la_recurrent -p '%s'", bad[i]);
+        ASSERT_EQ(run_cli(args, out, sizeof out), 1);
+        ASSERT_CONTAINS(out, "invalid argument");
+    }
+}
+
 /* `gen --db` naming a file that does not exist is an error, and neither the database nor its
  * directory is created (it used to create the directory and a fresh tune.db, and exit 0). */
 LJ_TEST(gen_db_missing_path)
