@@ -167,6 +167,44 @@ LAJIT_API lajit_status lajit_expand(lajit_ctx *ctx, const char *family, const ch
 /* Releases memory the library returned (lajit_expand's text). Accepts NULL. */
 LAJIT_API void lajit_free(lajit_ctx *ctx, void *ptr);
 
+/* ---- Parameter discovery (no GPU needed) ------------------------------------------------- */
+
+/* What a family is, for tools that list or sweep its space (runtime/discover.c). The strings
+ * are owned by ctx and stay valid until lajit_ctx_destroy. */
+typedef struct lajit_family_info {
+    size_t struct_size; /* set by the caller: sizeof(lajit_family_info) */
+    const char *name;   /* "la_fwd" */
+    const char *op;     /* "fwd", "bwd" or "decode": the op whose calls it serves */
+    int n_params;       /* tunable parameters: indices 0 .. n_params-1 of lajit_family_param */
+} lajit_family_info;
+
+/* One tunable parameter of a family: its name and the candidate values its spec
+ * (templates/<family>/family.lua, `params`) allows, in the spec's order, with their bounds.
+ * Every value of a valid configuration is one of values[0 .. n_values-1]; min and max are the
+ * smallest and largest of them. name and values are owned by ctx and stay valid until
+ * lajit_ctx_destroy. */
+typedef struct lajit_param_info {
+    size_t struct_size;       /* set by the caller: sizeof(lajit_param_info) */
+    const char *name;         /* in capitals: "TILE_V" */
+    long long min, max;       /* bounds of the candidate values */
+    int n_values;             /* at least 1 */
+    const long long *values;  /* the candidate values */
+} lajit_param_info;
+
+/* Describes family (a name of lajit_family_names(), or one from LAJIT_TEMPLATE_DIR), loading its
+ * spec into ctx if needed. out->struct_size must be set (LAJIT_ERR_STRUCT_SIZE when it is
+ * smaller than this build's struct; a larger one from a newer header is accepted and only the
+ * fields known here are written). LAJIT_ERR_NOT_FOUND for an unknown family. *out is written
+ * only on success. Same thread rule as every call on ctx. */
+LAJIT_API lajit_status lajit_family_describe(lajit_ctx *ctx, const char *family,
+                                             lajit_family_info *out);
+
+/* Parameter index (0 .. n_params-1, in name order) of family into *out; struct_size rules as
+ * for lajit_family_describe. LAJIT_ERR_NOT_FOUND for an unknown family or an index out of
+ * range. *out is written only on success. */
+LAJIT_API lajit_status lajit_family_param(lajit_ctx *ctx, const char *family, int index,
+                                          lajit_param_info *out);
+
 /* ---- Attention ops ------------------------------------------------------------------------ */
 
 /* Flags of the op arguments. */

@@ -1,0 +1,134 @@
+/* cmd_db.c — `lajit db show | export FILE | import FILE [--force]`: the tuning database
+ * (tune.db in the cache directory). show and export only read: when there is no database they
+ * say so and create nothing (no directory, no empty database); import writes, so it creates
+ * the database when absent. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "nvrtc.h"
+
+static void show_row(void *user, const lj_fingerprint *fp, const char *family,
+                     const char *template_hash, const char *bucket, const char *config, double ms,
+                     const char *default_config, double default_ms, int measured)
+{
+    int *rows = user;
+    if ((*rows)++ == 0)
+        printf("%-28s %-5s %-8s %-12s %-36s %-34s %10s %-34s %10s %5s\n", "device", "cc", "driver",
+               "family", "bucket", "tuned", "ms", "default", "ms", "tried");
+    char dms[32] = "-";
+    if (default_ms >= 0)
+        snprintf(dms, sizeof dms, "%.4f", default_ms);
+    printf("%-28s %-5d %-8d %-12s %-36s %-34s %10.4f %-34s %10s %5d\n", fp->name, fp->cc,
+           fp->driver, family, bucket, config, ms, default_config[0] ? default_config : "-", dms,
+           measured);
+    (void)template_hash;
+}
+
+/* Whether dir/tune.db exists; else prints why (on stderr when it is an error). */
+static int database_exists(const char *dir, int quiet_when_absent)
+{
+    size_t cap = strlen(dir) + sizeof "/tune.db";
+    char *path = malloc(cap);
+    if (!path) {
+        fprintf(stderr, "%s: out of memory\n", cli_prog);
+        return 0;
+    }
+    snprintf(path, cap, "%s/tune.db", dir);
+    struct stat sb;
+    int ok = stat(path, &sb) == 0;
+    if (!ok && errno == ENOENT && quiet_when_absent)
+        printf("%s: no tuning database, 0 winners\n", path);
+    else if (!ok)
+        fprintf(stderr, "%s: %s: %s\n", cli_prog, path, strerror(errno));
+    free(path);
+    return ok;
+}
+
+int cmd_db(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"force", no_argument, NULL, 'f'},
+        {0}};
+    int c, help = 0, force = 0;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        if (c == 'h')
+            help = 1;
+        else if (c == 'f')
+            force = 1;
+        else
+            return cli_option_error("db", c, argv);
+    }
+    if (help || optind >= argc) {
+        printf("usage: %s db show | export FILE | import FILE [--force]\n\n"
+               "The tuning database (tune.db in the cache directory).\n"
+               "show: every winner with its device, bucket, time and the default's time.\n"
+               "export: every measurement and winner as JSON lines into FILE, to share with\n"
+               "machines of the same GPU. import: adds FILE's rows (replacing equal ones);\n"
+               "rows for another device name or compute capability than this machine's GPU are\n"
+               "refused unless --force (also needed when this machine has no GPU).\n"
+               "show and export never create the database or its directory.\n", cli_prog);
+        return help ? 0 : 2;
+    }
+    const char *action = argv[optind], *file = optind + 1 < argc ? argv[optind + 1] : NULL;
+    if (optind + 2 < argc)
+        return cli_usage_error("db: unexpected argument %s", argv[optind + 2]);
+    int is_show = strcmp(action, "show") == 0, is_export = strcmp(action, "export") == 0,
+        is_import = strcmp(action, "import") == 0;
+    if (!is_show && !is_export && !is_import)
+        return cli_usage_error("db: unknown action %s", action);
+    if (is_show && file)
+        return cli_usage_error("db: unexpected argument %s", file);
+    if (!is_show && !file)
+        return cli_usage_error("db %s: FILE is required", action);
+    lajit_ctx *ctx = cli_open_ctx(0, 0);
+    if (!ctx)
+        return 1;
+    lj_env *env = lajit__ctx_env(ctx);
+    lj_tunedb *db = NULL;
+    int rc = 0, rows = 0;
+    lajit_status st;
+    if (!ctx->cache_dir) {
+        fprintf(stderr, "%s: no cache directory\n", cli_prog);
+        rc = 1;
+    } else if (!is_import && !database_exists(ctx->cache_dir, is_show)) {
+        rc = is_show ? 0 : 1;
+    } else if ((st = lj_tunedb_open(env, ctx->cache_dir, &db)) != LAJIT_OK) {
+        rc = cli_fail(ctx, st);
+    } else if (is_show) {
+        if ((st = lj_tunedb_show(db, show_row, &rows)) != LAJIT_OK)
+            rc = cli_fail(ctx, st);
+        else
+            printf("%s: %d winners\n", lj_tunedb_path(db), rows);
+    } else if (is_export) {
+        if ((st = lj_tunedb_export(db, file, &rows)) != LAJIT_OK)
+            rc = cli_fail(ctx, st);
+        else
+            printf("%s: %d rows written to %s\n", lj_tunedb_path(db), rows, file);
+    } else {
+        /* This machine's GPU, to check the rows against (none: only --force imports). */
+        lj_fingerprint local, *have = NULL;
+        lj_device *dev;
+        if (lajit__ctx_device(ctx, &dev) == LAJIT_OK) {
+            int major = 0, minor = 0;
+            if (lj_nvrtc_version(env, &major, &minor) != LAJIT_OK)
+                major = minor = 0;
+            lj_fingerprint_make(&dev->info, dev->driver_version, major, minor, &local);
+            have = &local;
+        }
+        lj_clear_error(env);
+        if ((st = lj_tunedb_import(db, file, have, force, &rows)) != LAJIT_OK)
+            rc = cli_fail(ctx, st);
+        else
+            printf("%s: %d rows imported from %s\n", lj_tunedb_path(db), rows, file);
+    }
+    lj_tunedb_close(db);
+    lajit_ctx_destroy(ctx);
+    return rc;
+}

@@ -1,0 +1,67 @@
+/* cmd_info.c — `lajit info`: the CUDA driver, NVRTC, the devices (or "no GPU"), the cache
+ * directory and the built-in families; what a bug report or a first install wants to know. */
+#include <getopt.h>
+#include <stdio.h>
+
+#include "cli.h"
+#include "nvrtc.h"
+
+int cmd_info(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"help", no_argument, NULL, 'h'}, {0}};
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        if (c != 'h')
+            return cli_option_error("info", c, argv);
+        printf("usage: %s info\n\nPrints the CUDA driver, NVRTC, the devices (or \"no GPU\"), the "
+               "cache directory and the built-in families.\n", cli_prog);
+        return 0;
+    }
+    if (optind < argc)
+        return cli_usage_error("info: unexpected argument %s", argv[optind]);
+    lajit_ctx *ctx = cli_open_ctx(-1, 0);
+    if (!ctx)
+        return 1;
+    lj_env *env = lajit__ctx_env(ctx);
+    printf("lajit     %s\n", lajit_version_string());
+    int major, minor;
+    lajit_status st = lj_nvrtc_version(env, &major, &minor);
+    if (st == LAJIT_OK)
+        printf("NVRTC     %d.%d\n", major, minor);
+    else
+        printf("NVRTC     not available (%s)\n", lajit_errmsg(ctx));
+    printf("cache     %s\n", ctx->cache_dir ? ctx->cache_dir : "(memory only)");
+    if (ctx->template_dir)
+        printf("templates %s (LAJIT_TEMPLATE_DIR)\n", ctx->template_dir);
+    const lj_driver *drv;
+    st = lj_driver_load(env, &drv);
+    if (st != LAJIT_OK) {
+        printf("driver    none: %s\n", lajit_errmsg(ctx));
+        printf("devices   no GPU\n");
+    } else {
+        int version = 0, count = 0;
+        LJ_CU(env, drv, cuDriverGetVersion, &version);
+        LJ_CU(env, drv, cuDeviceGetCount, &count);
+        printf("driver    CUDA %d.%d\n", version / 1000, (version % 1000) / 10);
+        if (count == 0)
+            printf("devices   no GPU\n");
+        for (int i = 0; i < count; i++) {
+            lj_device d;
+            if (lj_device_open(env, drv, i, &d) == LAJIT_OK) {
+                printf("device %d  %s, %s, %d SMs, %d KiB shared memory per block, %d MiB L2\n", i,
+                       d.info.name, d.info.arch, d.info.sms, d.info.smem_optin / 1024,
+                       d.info.l2_bytes >> 20);
+                lj_device_close(env, &d);
+            } else {
+                printf("device %d  unusable: %s\n", i, lajit_errmsg(ctx));
+            }
+        }
+    }
+    printf("families ");
+    for (const char *const *f = lajit_family_names(); *f; f++)
+        printf(" %s", *f);
+    printf("\n");
+    lajit_ctx_destroy(ctx);
+    return 0;
+}
