@@ -1,0 +1,17 @@
+/* plan_build.h — from a described problem to a launch: the plan of its bucket (built on the first
+ * call: family, configuration policy, kernel from the first cache level that has it, module) and
+ * the launch itself. Internal to the ops. */
+#ifndef LAJIT_PLAN_BUILD_H
+#define LAJIT_PLAN_BUILD_H
+
+#include "family.h"
+#include "la_params.h"
+#include "lajit.h"
+
+/* Finds (hot path: a table probe, no allocation, no Lua) or builds (first call of a bucket) the
+ * plan of p with the named family (NULL: the op's defaults) and launches it with lp on stream.
+ * Errors name the family and the problem. */
+lajit_status lj_op_launch(lajit_ctx *ctx, const char *family, const lj_problem *p,
+                          const la_params *lp, void *stream);
+
+#endif
