@@ -103,15 +103,6 @@ static lajit_status bwd_workspace(lajit_ctx *ctx, const DLTensor *given, size_t 
     return LAJIT_OK;
 }
 
-/* A state given as KV [.., D, E] seen by a scan whose rows are E wide: swap (d, e). */
-static la_tensor4 transposed(la_tensor4 t)
-{
-    long long s2 = t.s2;
-    t.s2 = t.s3;
-    t.s3 = s2;
-    return t;
-}
-
 LAJIT_API lajit_status lajit_attn_bwd(lajit_ctx *ctx, const lajit_attn_bwd_args *a)
 {
     if (!ctx)
@@ -168,49 +159,26 @@ LAJIT_API lajit_status lajit_attn_bwd(lajit_ctx *ctx, const lajit_attn_bwd_args 
             return st;
     }
 
-    /* The parts (templates/la_bwd/family.lua): dq, dv (+ dS_0), dk are the forward's scan over
-     * permuted inputs; ds its own kernel. Each part's problem keeps only the flags its kernel
-     * uses, so identical kernels share one plan and one tuning bucket. */
-    for (int part = 0; part < 4; part++) {
-        lj_problem pp = p;
-        pp.part = part;
-        la_params sp = lp;
-        memset(&sp.dout, 0, 4 * sizeof sp.dout);
-        sp.s0 = sp.sn = sp.ds0 = sp.dsn = (la_tensor4){0};
-        sp.dsdecay = sp.workspace = 0;
-        switch (part) {
-        case 0: /* dq: scan (dO, v, k) from S_0ᵀ */
-            pp.has_final = pp.has_dsn = pp.want_ds = 0;
-            sp.q = lp.dout, sp.k = lp.v, sp.v = lp.k, sp.o = lp.dq;
-            if (p.has_initial)
-                sp.s0 = transposed(lp.s0);
-            sp.D = lp.E, sp.E = lp.D;
-            break;
-        case 1: /* dv and dS_0: reversed scan (k, q, dO) from dS_N */
-            pp.has_initial = pp.want_ds = 0;
-            sp.q = lp.k, sp.k = lp.q, sp.v = lp.dout, sp.o = lp.dv;
-            sp.s0 = lp.dsn;
-            sp.sn = lp.ds0;
-            break;
-        case 2: /* dk: reversed scan (v, dO, q) from dS_Nᵀ */
-            pp.has_initial = pp.has_final = pp.want_ds = 0;
-            sp.q = lp.v, sp.k = lp.dout, sp.v = lp.q, sp.o = lp.dk;
-            if (p.has_dsn)
-                sp.s0 = transposed(lp.dsn);
-            sp.D = lp.E, sp.E = lp.D;
-            break;
-        default: /* ds */
-            if (!p.want_ds)
-                continue;
-            pp.has_final = 0;
-            sp = lp;
-            break;
-        }
-        if (part == 3) {
-            CUresult r = LJ_CU(env, ctx->device.drv, cuMemsetD32Async, (CUdeviceptr)lp.workspace, 0u,
-                               4, (CUstream)a->stream);
-            if (r != CUDA_SUCCESS)
-                return lj_driver_error(env, ctx->device.drv, r, "cuMemsetD32Async (ds ticket)");
+    /* The passes as the family spec declares them (its `roles`: templates/la_bwd/family.lua):
+     * each pass's problem keeps only the flags its kernel uses, so identical kernels share one
+     * plan and one tuning bucket, and its kernel receives the op's tensors in the roles named. */
+    const lj_roles *roles;
+    if ((st = lj_op_roles(ctx, a->family, LJ_OP_BWD, &roles)) != LAJIT_OK)
+        return st;
+    for (int i = 0; i < roles->n; i++) {
+        const lj_pass_role *r = &roles->pass[i];
+        lj_problem pp;
+        if (!lj_roles_problem(r, &p, &pp))
+            continue;
+        la_params sp;
+        lj_roles_params(r, &lp, &sp);
+        if (r->ticket) {
+            if (!lp.workspace)
+                return lj_error(env, LAJIT_ERR_TEMPLATE, "a pass with a ticket needs the workspace");
+            CUresult cr = LJ_CU(env, ctx->device.drv, cuMemsetD32Async, (CUdeviceptr)lp.workspace,
+                                0u, 4, (CUstream)a->stream);
+            if (cr != CUDA_SUCCESS)
+                return lj_driver_error(env, ctx->device.drv, cr, "cuMemsetD32Async (ds ticket)");
         }
         if ((st = lj_op_launch(ctx, a->family, &pp, &sp, a->stream)) != LAJIT_OK)
             return st;

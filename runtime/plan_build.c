@@ -371,3 +371,45 @@ lajit_status lj_op_launch(lajit_ctx *ctx, const char *family, const lj_problem *
         return lj_driver_error(env, ctx->device.drv, r, "cuLaunchKernel");
     return LAJIT_OK;
 }
+
+/* ---- Roles: a multi-kernel op's passes, from its spec --------------------------------------- */
+
+lajit_status lj_op_roles(lajit_ctx *ctx, const char *family, lj_op op, const lj_roles **out)
+{
+    int slot = family ? family_index(ctx, family) : LJ_MAX_FAMILIES;
+    if (slot >= 0 && ctx->roles_loaded[slot]) {
+        *out = &ctx->roles[slot];
+        return LAJIT_OK;
+    }
+    lj_env *env = &ctx->env;
+    lj_lua *L;
+    lajit_status st = lajit__ctx_lua(ctx, &L);
+    if (st != LAJIT_OK)
+        return st;
+    const char *single[2] = {family, NULL};
+    const char *const *names = family ? single : default_families(op);
+    lj_family *f = NULL;
+    for (int i = 0; names[i] && !f; i++) {
+        st = lajit__ctx_family(ctx, names[i], &f);
+        if (st == LAJIT_ERR_NOT_FOUND && !family) {
+            lj_clear_error(env);
+            continue; /* a default family this build does not have */
+        }
+        if (st != LAJIT_OK)
+            return st;
+    }
+    if (!f)
+        return lj_error(env, LAJIT_ERR_UNSUPPORTED, "no family implements %s", lj_op_name(op));
+    if (lj_family_op(f) != op)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "family %s does not implement %s",
+                        lj_family_name(f), lj_op_name(op));
+    if (family)
+        slot = family_index(ctx, family);
+    if (slot < 0)
+        return lj_error(env, LAJIT_ERR_INTERNAL, "family %s loaded but not listed", family);
+    if ((st = lj_roles_load(L, f, &ctx->roles[slot])) != LAJIT_OK)
+        return st;
+    ctx->roles_loaded[slot] = 1;
+    *out = &ctx->roles[slot];
+    return LAJIT_OK;
+}
