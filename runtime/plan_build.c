@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "config.h"
 #include "context.h"
 #include "kernel.h"
 #include "nvrtc.h"
