@@ -16,6 +16,7 @@
 #define LAJIT_SEARCH_H
 
 #include "cache.h"
+#include "config.h" /* lj_config_parse, which lived here */
 #include "device.h"
 #include "tunedb.h"
 
@@ -47,12 +48,6 @@ typedef struct lj_search_out {
 lajit_status lj_search_run(lj_env *env, lj_lua *L, lj_family *f, lj_cache *cache, lj_device *dev,
                            const lj_problem *p, const lj_search_opts *opts, lj_search_out *out);
 void lj_search_out_free(lj_env *env, lj_search_out *out);
-
-/* Parses a configuration text ("BLOCK=64 WARPS=4", as lj_config_format writes it) for family
- * f: every parameter exactly once, each value one of its candidates. base: any complete
- * configuration of f (the default), giving the parameter list. */
-lajit_status lj_config_parse(lj_env *env, lj_family *f, const lj_config *base, const char *text,
-                             lj_config *out);
 
 /* The identity of (f, p) on dev for the tuning database: fingerprint (with the NVRTC version,
  * 0 when NVRTC cannot be loaded), family name, template hash and bucket. */

@@ -568,6 +568,11 @@ const char *lj_family_name(const lj_family *f)
     return f->name;
 }
 
+void lj_family_push_spec(const lj_family *f)
+{
+    lua_rawgeti(lj_lua_state(f->h), LUA_REGISTRYINDEX, f->ref);
+}
+
 lj_op lj_family_op(const lj_family *f)
 {
     return f->op;

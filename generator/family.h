@@ -136,6 +136,11 @@ lajit_status lj_family_launch(lj_family *f, const lj_config *c, const lj_problem
 lajit_status lj_family_source(lj_family *f, const lj_config *c, const lj_problem *p,
                               const lj_device_info *d, char **source);
 
+/* Pushes the spec table (what family.lua returned) on the stack of the family's Lua state, for
+ * readers of optional fields this module does not model (runtime/roles.c: the backward's tensor
+ * roles). The caller pops it; read it with raw accesses inside a protected call. */
+void lj_family_push_spec(const lj_family *f);
+
 /* The text of the family file's template hash input: every file of the family folder and of
  * templates/common, concatenated in a fixed order (for the tuning database's template hash). */
 lajit_status lj_family_template_text(lj_family *f, char **text, size_t *len);

@@ -257,7 +257,9 @@ LAJIT_API lajit_status lajit_attn_fwd(lajit_ctx *ctx, const lajit_attn_fwd_args 
  *   aligned (uint8 [bytes]); NULL: the context keeps one, allocated on the first call that needs
  *   it (make that call before capturing a graph; calls that share it must share a stream).
  * - scale, flags, family (NULL: "la_bwd"), stream: as in the forward. Every output is
- *   deterministic (no floating-point atomics). Outputs must not overlap the inputs. */
+ *   deterministic (no floating-point atomics). No output may share an element with an input or
+ *   another output; views that only interleave in one buffer (dq, dk, dv as the column slices of
+ *   a packed [B,N,H,2D+E] gradient) share none and are accepted, in every op. */
 typedef struct lajit_attn_bwd_args {
     size_t struct_size; /* sizeof(lajit_attn_bwd_args) */
     const DLTensor *q, *k, *v, *dout;
@@ -279,7 +281,8 @@ typedef struct lajit_attn_bwd_args {
 LAJIT_API lajit_status lajit_attn_bwd(lajit_ctx *ctx, const lajit_attn_bwd_args *args);
 
 /* The workspace bytes lajit_attn_bwd needs for ds with nseq sequences (B, or the varlen count),
- * H heads and value width E (0 when ds is not requested needs none). */
+ * H heads and value width E (0 when ds is not requested needs none). 0 when an argument is not
+ * positive; SIZE_MAX when the size does not fit in size_t (lajit_attn_bwd refuses such a call). */
 LAJIT_API size_t lajit_attn_bwd_workspace_size(int64_t nseq, int64_t H, int64_t E);
 
 /* Decode (inference serving): T (1..8, the same for every row) steps of the recurrence per row,

@@ -10,6 +10,7 @@
 #include "device.h"
 #include "family.h"
 #include "plan.h"
+#include "roles.h"
 #include "sandbox.h"
 #include "tunedb.h"
 
@@ -35,6 +36,10 @@ struct lajit_ctx {
     uint32_t autotune;  /* LAJIT_AUTOTUNE_OFF or _EAGER (resolved at creation) */
     lj_tunedb *tunedb;  /* opened on the first plan built; NULL until then or if unusable */
     int tunedb_failed;  /* 1: opening failed once; not retried for this context */
+    /* The passes of a multi-kernel op (the backward) as the named family's spec declares them,
+     * by family index; [LJ_MAX_FAMILIES]: the op's defaults. Read on first use (plan_build.c). */
+    lj_roles roles[LJ_MAX_FAMILIES + 1];
+    unsigned char roles_loaded[LJ_MAX_FAMILIES + 1];
 };
 
 /* Internal entry points shared by the ops, the CLI and the tests. */

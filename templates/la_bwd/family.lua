@@ -87,6 +87,25 @@ return {
     op = "bwd",
     uses = { "la_fwd" },                 -- its scans are la_fwd/fwd.cu
 
+    -- The passes the op runs, in order, and what each hands its kernel (runtime/roles.c applies
+    -- this; nothing about the parts is wired in C). q, k, v, o, s0 (initial state read) and sn
+    -- (final state written) are the scan's arguments, each given one of the op's tensors: q, k,
+    -- v, dout, dq, dk, dv, s0 (S₀), dsn (dS_N), ds0 (dS₀). transpose: states read as [E, D];
+    -- swap_de: the scan's D and E are the op's E and D; flags: the problem flags the kernel
+    -- depends on (the others are cleared, so identical kernels share a plan and a bucket);
+    -- when: flags the call must have for the pass to run; all: the kernel takes every tensor as
+    -- the op received it; ticket: the workspace's ticket counter is zeroed first.
+    roles = {
+        { part = 0, q = "dout", k = "v", v = "k", o = "dq", s0 = "s0", transpose = { "s0" },
+          swap_de = true, flags = { "has_initial" } },                  -- dq = σ dO Sᵀ
+        { part = 1, q = "k", k = "q", v = "dout", o = "dv", s0 = "dsn", sn = "ds0",
+          flags = { "has_final", "has_dsn" } },                         -- dv, reversed, dS₀
+        { part = 2, q = "v", k = "dout", v = "q", o = "dk", s0 = "dsn", transpose = { "s0" },
+          swap_de = true, flags = { "has_dsn" } },                      -- dk, reversed
+        { part = 3, all = true, ticket = true, when = { "want_ds" },
+          flags = { "has_initial", "has_dsn", "want_ds" } },            -- ds (ds.cu)
+    },
+
     -- The scan's space (la_fwd's, trimmed the same way for the CPU compile sweep); ds uses
     -- BLOCK (tokens staged), TILE_V (columns per CTA) and WARPS.
     params = {

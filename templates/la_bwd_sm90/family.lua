@@ -29,6 +29,7 @@ return {
     op = "bwd",
     archs = { "sm_90a" },
     uses = { "la_fwd_sm90", "la_bwd" },  -- its kernel, and la_bwd's bucket key (import below)
+    roles = bwd.roles,                   -- the same passes; part 3 is served by la_bwd
 
     params = fwd.params,
 

@@ -1,0 +1,94 @@
+/* op_args.h — the argument path the ops share: the checks every op makes first, the views of
+ * sequence tensors, decay rates and states into la_params, the device/aliasing checks of every
+ * tensor of a call (element-level: see overlap.h), and checked mode's read-back of device values.
+ * The forward and the backward run one path (lj_seq_begin, then lj_seq_finish) that differs only
+ * by the tables of tensors each passes; decode uses the same pieces around its own layouts.
+ * Internal to the ops; everything here runs on every call (the hot path): no allocation outside
+ * checked mode, no Lua. */
+#ifndef LAJIT_OP_ARGS_H
+#define LAJIT_OP_ARGS_H
+
+#include "context.h"
+#include "la_params.h"
+#include "lajit.h"
+#include "tensor.h"
+
+/* One sequence tensor of an op: q-like (width D) or v-like (width E), and where its view goes. */
+typedef struct lj_seq_tensor {
+    const char *name;
+    const DLTensor *t;
+    int v_like;
+    la_tensor4 *out;
+} lj_seq_tensor;
+
+/* One optional state of an op ([P,H,D,E] or VK), where its view goes, and the problem flag that
+ * says it is given. */
+typedef struct lj_state_arg {
+    const char *name;
+    const DLTensor *t;
+    la_tensor4 *out;
+    int *flag;
+} lj_state_arg;
+
+/* Every tensor of a call (NULL for absent ones), with whether the op writes it. */
+typedef struct lj_io_tensor {
+    const char *name;
+    const DLTensor *t;
+    int output;
+} lj_io_tensor;
+
+typedef struct lj_seq_shape {
+    lj_dtype dtype;
+    long long B, H, N, D, E; /* varlen: B = sequences, N = total tokens */
+} lj_seq_shape;
+
+/* A forward or backward call: its name for messages, the tensors it reads or writes. */
+typedef struct lj_seq_call {
+    const char *fn;       /* "lajit_attn_fwd" */
+    const char *required; /* "q, k, v and o": every seqs[] tensor is required */
+    lj_op op;
+    uint32_t flags;
+    const DLTensor *cu_seqlens, *s, *state_slots;
+    const lj_seq_tensor *seqs; /* the first fixes shape and dtype, the first v-like one E */
+    int n_seqs;
+    const lj_state_arg *states; /* all of one pool size P */
+    int n_states;
+} lj_seq_call;
+
+/* What every op checks first: arguments given, a struct_size this build knows, known flags, a
+ * finite nonzero scale. struct_size is NULL when the arguments are. */
+lajit_status lj_check_args(lj_env *env, const char *fn, const size_t *struct_size,
+                           size_t expected, uint32_t flags, float scale);
+/* Head dimensions the kernels support: multiples of 16 up to 256. */
+lajit_status lj_check_head_dims(lj_env *env, long long D, long long E);
+/* The decay rates s: float32 [H], or absent (*ptr = 0). */
+lajit_status lj_view_decay(lj_env *env, const DLTensor *s, long long H, unsigned long long *ptr);
+/* A state or pool: float32 [P,H,D,E] (KV) or [P,H,E,D] (VK) as logical (slot, h, d, e)
+ * strides. *P < 0 accepts any pool size and returns it. */
+lajit_status lj_view_state(lj_env *env, const char *name, const DLTensor *t, long long *P,
+                           long long H, long long D, long long E, int vk, la_tensor4 *out);
+
+/* Every tensor on the context's device; outputs with distinct elements, sharing no element with
+ * any other tensor of the call, except the pair (same_a, same_b) which may be the same view (an
+ * in-place state). Tensors that merely interleave in one buffer pass. A refusal names both
+ * tensors and says why. */
+lajit_status lj_check_io(lajit_ctx *ctx, const lj_io_tensor *io, int n, const char *same_a,
+                         const char *same_b);
+
+/* Checked mode: s (finite, >= 0), cu_seqlens (0, non-decreasing, ending at total_tokens) and the
+ * first n_slots slots (-1 or in [0, P), no slot twice), read back from the device. */
+lajit_status lj_check_device_values(lajit_ctx *ctx, const la_params *lp, int n_slots,
+                                    long long total_tokens, void *stream);
+
+/* The forward's and backward's shared path, in two halves around the op's own extras.
+ * lj_seq_begin zeroes *p and *lp (the tables' out/flag pointers point into them), then views the
+ * sequence tensors, head dims, decay, states (one pool size, returned in *P) and state_slots.
+ * lj_seq_finish checks every tensor of io, fills the sizes of p and lp and, in checked mode,
+ * validates the device values. */
+lajit_status lj_seq_begin(lj_env *env, const lj_seq_call *c, lj_problem *p, la_params *lp,
+                          lj_seq_shape *sh, long long *P);
+lajit_status lj_seq_finish(lajit_ctx *ctx, const lj_io_tensor *io, int n_io, const char *same_a,
+                           const char *same_b, const lj_seq_shape *sh, long long P, float scale,
+                           void *stream, lj_problem *p, la_params *lp);
+
+#endif

@@ -1,0 +1,416 @@
+/* plan_build.c — the slow path of every op and the plan table's one door: which family serves
+ * a problem (the named one, or the op's defaults in order), which configuration it runs (the
+ * default, a bundle's or the tuning database's, each checked by the family's valid()), where its
+ * kernel comes from (memory, disk cache, bundle, NVRTC: build_kernel, in that order), and the
+ * module load that makes a plan. lj_op_launch is the hot path's entry: a plan-table probe and one
+ * cuLaunchKernel once the bucket has its plan (see ops.c for the argument checks before it). */
+#include <stdio.h>
+#include <string.h>
+
+#include "config.h"
+#include "context.h"
+#include "kernel.h"
+#include "nvrtc.h"
+#include "plan_build.h"
+#include "problem.h"
+#include "search.h"
+
+/* ---- Plans --------------------------------------------------------------------------------- */
+
+static int family_index(const lajit_ctx *ctx, const char *name)
+{
+    for (int i = 0; i < ctx->n_families; i++)
+        if (strcmp(lj_family_name(ctx->families[i]), name) == 0)
+            return i;
+    return -1;
+}
+
+/* The families an op tries, in order, when the caller names none: the fast family first, then
+ * the ones that cover what it does not (la_fwd_sm90: sm_90a, 16-bit, D a multiple of 64; la_fwd:
+ * every arch and dtype; la_recurrent: what no chunked config fits; la_bwd_sm90: the backward's
+ * scans there, la_bwd the rest and the decay gradient). */
+static const char *const fwd_defaults[] = {"la_fwd_sm90", "la_fwd", "la_recurrent", NULL};
+static const char *const bwd_defaults[] = {"la_bwd_sm90", "la_bwd", NULL};
+static const char *const decode_defaults[] = {"la_decode", NULL};
+
+static const char *const *default_families(lj_op op)
+{
+    switch (op) {
+    case LJ_OP_FWD: return fwd_defaults;
+    case LJ_OP_BWD: return bwd_defaults;
+    case LJ_OP_DECODE: return decode_defaults;
+    }
+    return decode_defaults;
+}
+
+/* Plans built for "no family named" are keyed by this index, whichever family served them. */
+#define DEFAULT_FAMILY_INDEX 255
+
+/* ---- Autotune policy (the slow path only) ------------------------------------------------- */
+
+/* How long a tuning lease lasts: longer than any one bucket's search. */
+#define TUNE_LEASE_S 1800
+
+/* The tuning database of the context, opened on first need; NULL when there is none (memory
+ * cache only, or unusable: said once in the log, then defaults for the context's life). */
+static lj_tunedb *context_tunedb(lajit_ctx *ctx)
+{
+    if (ctx->tunedb || ctx->tunedb_failed)
+        return ctx->tunedb;
+    if (!ctx->cache_dir || lj_tunedb_open(&ctx->env, ctx->cache_dir, &ctx->tunedb) != LAJIT_OK) {
+        ctx->tunedb_failed = 1;
+        if (ctx->cache_dir)
+            lj_log(&ctx->env, LAJIT_LOG_WARN, "no tuning database, using defaults: %s",
+                   ctx->env.errmsg);
+        lj_clear_error(&ctx->env);
+    }
+    return ctx->tunedb;
+}
+
+/* Replaces *cfg (f's default for p, valid) by the tuned configuration when the policy finds or
+ * makes one. Tuning never fails an op: any problem is logged and the default stays. A winner
+ * from the database is used only when it still parses and is valid for this problem. */
+static void apply_tuning(lajit_ctx *ctx, lj_family *f, lj_lua *L, lj_cache *cache, lj_device *dev,
+                         const lj_problem *p, lj_config *cfg)
+{
+    lj_env *env = &ctx->env;
+    lj_tunedb *db = context_tunedb(ctx);
+    if (!db)
+        return;
+    lj_tune_id id;
+    char text[256];
+    int found = 0, ok = 0;
+    lj_config tuned;
+    char reason[256];
+    if (lj_tune_id_make(env, f, dev, p, &id) != LAJIT_OK ||
+        lj_tunedb_winner(db, &id, text, sizeof text, NULL, &found) != LAJIT_OK)
+        goto failed;
+    if (found) {
+        if (lj_config_parse(env, f, cfg, text, &tuned) != LAJIT_OK ||
+            lj_family_valid(f, &tuned, p, &dev->info, &ok, reason, sizeof reason) != LAJIT_OK) {
+            lj_log(env, LAJIT_LOG_WARN, "tuned [%s] for %s is unusable (%s): default", text,
+                   id.bucket, env->errmsg);
+            lj_clear_error(env);
+        } else if (!ok) {
+            lj_log(env, LAJIT_LOG_WARN, "tuned [%s] for %s is not valid here (%s): default",
+                   text, id.bucket, reason);
+        } else {
+            *cfg = tuned;
+            return;
+        }
+    }
+    if (ctx->autotune != LAJIT_AUTOTUNE_EAGER || found)
+        return;
+    int got = 0;
+    if (lj_tunedb_lease(db, &id, TUNE_LEASE_S, &got) != LAJIT_OK)
+        goto failed;
+    if (!got) {
+        lj_log(env, LAJIT_LOG_INFO, "%s %s is being tuned by another process: default for now",
+               id.family, id.bucket);
+        return;
+    }
+    lj_log(env, LAJIT_LOG_INFO, "tuning %s %s", id.family, id.bucket);
+    lj_search_out res;
+    lajit_status st = lj_search_run(env, L, f, cache, dev, p, NULL, &res);
+    if (st == LAJIT_OK) {
+        char dtext[256];
+        lj_config_format(&res.dflt, dtext, sizeof dtext);
+        st = lj_tunedb_record(db, &id, res.results, res.n_results, dtext, res.default_ms);
+        if (res.have_best)
+            *cfg = res.best;
+        lj_search_out_free(env, &res);
+    }
+    lj_tunedb_release(db, &id);
+    if (st == LAJIT_OK)
+        return;
+failed:
+    lj_log(env, LAJIT_LOG_WARN, "autotune: %s; using the default", env->errmsg);
+    lj_clear_error(env);
+}
+
+/* ---- Bundles: the configuration an offline set chose ----------------------------------------- */
+
+/* Replaces *cfg (f's default for p, valid) by the bundle's configuration for this bucket on this
+ * arch, when it has one that parses and passes the family's valid() for this problem, as a tuned
+ * one must: a bundle is a file someone else wrote. Anything else is logged and the default
+ * stays. *from_bundle says whether the bundle's configuration was taken. */
+static void bundle_config(lajit_ctx *ctx, lj_family *f, const lj_device *dev, const lj_problem *p,
+                          lj_config *cfg, int *from_bundle)
+{
+    lj_env *env = &ctx->env;
+    char bucket[256], text[256], reason[256];
+    int found = 0, ok = 0;
+    lj_config parsed;
+    if (lj_family_key(f, p, bucket, sizeof bucket) != LAJIT_OK ||
+        lj_bundle_config(ctx->bundle, lj_family_name(f), bucket, dev->info.arch, text, sizeof text,
+                         &found) != LAJIT_OK || !found) {
+        lj_clear_error(env);
+        return;
+    }
+    if (lj_config_parse(env, f, cfg, text, &parsed) != LAJIT_OK ||
+        lj_family_valid(f, &parsed, p, &dev->info, &ok, reason, sizeof reason) != LAJIT_OK) {
+        lj_log(env, LAJIT_LOG_WARN, "bundle %s: [%s] for %s %s is unusable (%s): default",
+               lj_bundle_path(ctx->bundle), text, lj_family_name(f), bucket, env->errmsg);
+        lj_clear_error(env);
+        return;
+    }
+    if (!ok) {
+        lj_log(env, LAJIT_LOG_WARN, "bundle %s: [%s] for %s %s is not valid here (%s): default",
+               lj_bundle_path(ctx->bundle), text, lj_family_name(f), bucket, reason);
+        return;
+    }
+    *cfg = parsed;
+    *from_bundle = 1;
+}
+
+/* ---- The kernel: one function decides which cache level serves it ------------------------- */
+
+/* The image of (f, cfg, p) for this device from the first level that has it, in DESIGN.md's
+ * order: the context's memory cache, its disk cache (one lj_cache_get), the bundle, NVRTC (whose
+ * image is then stored in the cache). The template is expanded once, here. Without NVRTC there
+ * is no cache key (it includes the compiler's version), so the bundle is the only level: its
+ * cubin for this arch, else the PTX of an older plain arch for the driver to compile. *image is
+ * borrowed from the cache or the bundle; *source names the level for the plan's log line. */
+static lajit_status build_kernel(lajit_ctx *ctx, lj_family *f, lj_lua *L, lj_cache *cache,
+                                 const lj_device *dev, const lj_problem *p, const lj_config *cfg,
+                                 const void **image, const char **source)
+{
+    lj_env *env = &ctx->env;
+    lj_kernel_job job;
+    lajit_status st = lj_kernel_prepare_ex(L, f, cfg, p, &dev->info, 0, 0, &job);
+    if (st != LAJIT_OK)
+        return st;
+    const int have_nvrtc = job.nvrtc_major >= 0;
+    int found = 0;
+    size_t size;
+    char cfgtext[256];
+    lj_config_format(cfg, cfgtext, sizeof cfgtext);
+    *image = NULL;
+    if (have_nvrtc) {
+        lj_cache_entry e;
+        if ((st = lj_cache_get(cache, job.key, 0, &e, &found)) != LAJIT_OK)
+            goto done;
+        if (found) {
+            *image = e.image;
+            *source = e.from_disk ? "disk cache" : "memory";
+            goto done;
+        }
+    }
+    if (ctx->bundle) {
+        st = lj_bundle_find(ctx->bundle, job.source_key, dev->info.arch, 0, image, &size, &found);
+        if (st != LAJIT_OK || found) {
+            *source = "bundle";
+            goto done;
+        }
+        *image = NULL;
+        if (have_nvrtc) {
+            lj_log(env, LAJIT_LOG_INFO, "bundle %s has no %s kernel of %s [%s]: compiling with NVRTC",
+                   lj_bundle_path(ctx->bundle), dev->info.arch, lj_family_name(f), cfgtext);
+        } else {
+            char bucket[256], arch[16];
+            if ((st = lj_family_key(f, p, bucket, sizeof bucket)) != LAJIT_OK)
+                goto done;
+            st = lj_bundle_find_ptx(ctx->bundle, lj_family_name(f), bucket, cfgtext, dev->info.cc,
+                                    image, &size, arch, &found);
+            if (st != LAJIT_OK)
+                goto done;
+            if (found) {
+                lj_log(env, LAJIT_LOG_WARN,
+                       "bundle %s has no %s kernel of %s [%s] and NVRTC is not available: loading "
+                       "its %s PTX (the driver compiles it)",
+                       lj_bundle_path(ctx->bundle), dev->info.arch, lj_family_name(f), cfgtext, arch);
+                *source = "bundle PTX";
+                goto done;
+            }
+            int major, minor;
+            st = lj_nvrtc_version(env, &major, &minor);
+            lj_error_prefix(env, "bundle %s has no %s kernel of %s [%s] for %s, and no PTX to fall back on",
+                            lj_bundle_path(ctx->bundle), dev->info.arch, lj_family_name(f), cfgtext,
+                            bucket);
+            st = st != LAJIT_OK ? st : LAJIT_ERR_INTERNAL;
+            goto done;
+        }
+    }
+    if (!have_nvrtc) {
+        int major, minor; /* the compiler's own message, recorded again */
+        st = lj_nvrtc_version(env, &major, &minor);
+        st = st != LAJIT_OK ? st : lj_error(env, LAJIT_ERR_INTERNAL, "NVRTC came back during a build");
+        goto done;
+    }
+    lj_compiled c;
+    if ((st = lj_kernel_compile(env, &job, &c)) != LAJIT_OK) {
+        lj_error_prefix(env, "%s [%s] for %s", lj_family_name(f), cfgtext, dev->info.arch);
+        goto done;
+    }
+    st = lj_cache_put(cache, job.key, 0, &c);
+    lj_compiled_free(env, &c);
+    lj_cache_entry e;
+    if (st == LAJIT_OK && (st = lj_cache_get(cache, job.key, 0, &e, &found)) == LAJIT_OK) {
+        if (!found)
+            st = lj_error(env, LAJIT_ERR_INTERNAL, "a kernel just stored is not in the cache");
+        *image = e.image;
+        *source = "compiled";
+    }
+done:
+    lj_kernel_job_free(L, &job);
+    return st;
+}
+
+static lajit_status build_plan(lajit_ctx *ctx, const char *requested, const lj_problem *p,
+                               const lj_plan **out)
+{
+    lj_env *env = &ctx->env;
+    lj_device *dev;
+    lajit_status st = lajit__ctx_device(ctx, &dev);
+    if (st != LAJIT_OK)
+        return st;
+    lj_lua *L;
+    lj_cache *cache;
+    if ((st = lajit__ctx_lua(ctx, &L)) != LAJIT_OK || (st = lajit__ctx_cache(ctx, &cache)) != LAJIT_OK)
+        return st;
+
+    /* The named family, or the op's defaults in order: the first whose default configuration
+     * is valid for this problem on this device. */
+    const char *single[2] = {requested, NULL};
+    const char *const *names = requested ? single : default_families(p->op);
+    lj_family *f = NULL;
+    const char *name = NULL;
+    lj_plan plan;
+    memset(&plan, 0, sizeof plan);
+    char reasons[768] = "";
+    for (int i = 0; names[i] && !f; i++) {
+        lj_family *cand;
+        if ((st = lajit__ctx_family(ctx, names[i], &cand)) != LAJIT_OK) {
+            if (st == LAJIT_ERR_NOT_FOUND && !requested)
+                continue; /* a default family this build does not have */
+            return st;
+        }
+        if (lj_family_op(cand) != p->op)
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "family %s does not implement %s",
+                            names[i], lj_op_name(p->op));
+        if (!requested && !lj_family_serves(cand, dev->info.arch))
+            continue; /* an arch-specific default family (la_fwd_sm90) on another arch */
+        if ((st = lj_family_default(cand, p, &dev->info, &plan.config)) != LAJIT_OK)
+            return st;
+        int ok;
+        char reason[256];
+        if ((st = lj_family_valid(cand, &plan.config, p, &dev->info, &ok, reason, sizeof reason)) != LAJIT_OK)
+            return st;
+        if (ok) {
+            f = cand;
+            name = names[i];
+        } else {
+            size_t used = strlen(reasons);
+            snprintf(reasons + used, sizeof reasons - used, "%s%s: %s", used ? "; " : "", names[i], reason);
+        }
+    }
+    if (!f) {
+        char what[256];
+        lj_problem_format(p, what, sizeof what);
+        return lj_error(env, LAJIT_ERR_UNSUPPORTED, "no family supports %s on %s (%s)", what,
+                        dev->info.arch, reasons);
+    }
+    int from_bundle = 0;
+    if (ctx->bundle)
+        bundle_config(ctx, f, dev, p, &plan.config, &from_bundle);
+    if (!from_bundle)
+        apply_tuning(ctx, f, L, cache, dev, p, &plan.config);
+    plan.key = lj_plan_key_make(p, requested ? family_index(ctx, requested) : DEFAULT_FAMILY_INDEX);
+    st = lj_family_launch(f, &plan.config, p, &dev->info, &plan.launch);
+    if (st != LAJIT_OK)
+        return st;
+    const void *image = NULL;
+    const char *source = NULL;
+    if ((st = build_kernel(ctx, f, L, cache, dev, p, &plan.config, &image, &source)) != LAJIT_OK)
+        return st;
+    if ((st = lj_device_make_current(env, dev)) != LAJIT_OK)
+        return st;
+    st = lj_module_load(env, dev, image, plan.launch.entry, plan.launch.smem,
+                        &plan.module, &plan.fn);
+    if (st != LAJIT_OK)
+        return st;
+    st = lj_plan_add(env, &ctx->plans, &plan);
+    if (st != LAJIT_OK) {
+        LJ_CU(env, dev->drv, cuModuleUnload, plan.module);
+        return st;
+    }
+    char cfgtext[256], what[256];
+    lj_config_format(&plan.config, cfgtext, sizeof cfgtext);
+    lj_problem_format(p, what, sizeof what);
+    lj_log(env, LAJIT_LOG_INFO, "plan %s [%s] for %s on %s (%s)", name, cfgtext, what,
+           dev->info.arch, source);
+    *out = lj_plan_find(&ctx->plans, &plan.key);
+    return LAJIT_OK;
+}
+
+lajit_status lj_op_launch(lajit_ctx *ctx, const char *family, const lj_problem *p,
+                           const la_params *lp, void *stream)
+{
+    lj_env *env = &ctx->env;
+    int index = family ? family_index(ctx, family) : DEFAULT_FAMILY_INDEX;
+    const lj_plan *plan = NULL;
+    if (index >= 0) {
+        lj_plan_key key = lj_plan_key_make(p, index);
+        plan = lj_plan_find(&ctx->plans, &key);
+    }
+    lajit_status st;
+    if (!plan && (st = build_plan(ctx, family, p, &plan)) != LAJIT_OK)
+        return st;
+    const char *name = family ? family : "the default family";
+    unsigned grid[3];
+    if (!lj_plan_grid(&plan->launch, lp->B, lp->H, lp->N, lp->nseq, lp->T, grid))
+        return lj_error(env, LAJIT_ERR_UNSUPPORTED,
+                        "%s: the grid for B=%d H=%d exceeds the driver's limits", name, lp->B,
+                        lp->H);
+    if ((st = lj_device_make_current(env, &ctx->device)) != LAJIT_OK)
+        return st;
+    void *kernel_args[] = {(void *)lp};
+    CUresult r = LJ_CU(env, ctx->device.drv, cuLaunchKernel, plan->fn, grid[0], grid[1], grid[2],
+                       plan->launch.block[0], plan->launch.block[1], plan->launch.block[2],
+                       plan->launch.smem, (CUstream)stream, kernel_args, NULL);
+    if (r != CUDA_SUCCESS)
+        return lj_driver_error(env, ctx->device.drv, r, "cuLaunchKernel");
+    return LAJIT_OK;
+}
+
+/* ---- Roles: a multi-kernel op's passes, from its spec --------------------------------------- */
+
+lajit_status lj_op_roles(lajit_ctx *ctx, const char *family, lj_op op, const lj_roles **out)
+{
+    int slot = family ? family_index(ctx, family) : LJ_MAX_FAMILIES;
+    if (slot >= 0 && ctx->roles_loaded[slot]) {
+        *out = &ctx->roles[slot];
+        return LAJIT_OK;
+    }
+    lj_env *env = &ctx->env;
+    lj_lua *L;
+    lajit_status st = lajit__ctx_lua(ctx, &L);
+    if (st != LAJIT_OK)
+        return st;
+    const char *single[2] = {family, NULL};
+    const char *const *names = family ? single : default_families(op);
+    lj_family *f = NULL;
+    for (int i = 0; names[i] && !f; i++) {
+        st = lajit__ctx_family(ctx, names[i], &f);
+        if (st == LAJIT_ERR_NOT_FOUND && !family) {
+            lj_clear_error(env);
+            continue; /* a default family this build does not have */
+        }
+        if (st != LAJIT_OK)
+            return st;
+    }
+    if (!f)
+        return lj_error(env, LAJIT_ERR_UNSUPPORTED, "no family implements %s", lj_op_name(op));
+    if (lj_family_op(f) != op)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "family %s does not implement %s",
+                        lj_family_name(f), lj_op_name(op));
+    if (family)
+        slot = family_index(ctx, family);
+    if (slot < 0)
+        return lj_error(env, LAJIT_ERR_INTERNAL, "family %s loaded but not listed", family);
+    if ((st = lj_roles_load(L, f, &ctx->roles[slot])) != LAJIT_OK)
+        return st;
+    ctx->roles_loaded[slot] = 1;
+    *out = &ctx->roles[slot];
+    return LAJIT_OK;
+}
