@@ -73,7 +73,16 @@ typedef enum lajit_status {
     LAJIT_ERR_STRUCT_SIZE = 14,     /* struct_size of a descriptor is unknown to this build */
     LAJIT_ERR_CHECK_FAILED = 15,    /* checked mode found bad device-side values */
     LAJIT_ERR_NOT_FOUND = 16,       /* no such family, parameter or entry */
-    LAJIT_ERR_INTERNAL = 17         /* a bug in lajit; please report the message */
+    LAJIT_ERR_INTERNAL = 17,        /* a bug in lajit; please report the message */
+    LAJIT_ERR_DEVICE_OUT_OF_MEMORY = 18, /* device memory ran out (CUDA_ERROR_OUT_OF_MEMORY in
+                                            an allocation, module load or launch): free device
+                                            memory and retry; the context stays usable */
+    LAJIT_ERR_DEVICE_FAULT = 19     /* a kernel faulted (illegal address, launch failure,
+                                       misaligned address, assert, timeout, ...): the CUDA
+                                       context is broken for good, every later call in it fails
+                                       the same way. In the primary context (the one lajit and
+                                       the CUDA runtime share) only a device reset or a new
+                                       process recovers; destroy the lajit contexts first */
 } lajit_status;
 
 /* A short constant description of a status ("invalid argument"); never NULL. */
@@ -149,6 +158,16 @@ LAJIT_API void lajit_ctx_destroy(lajit_ctx *ctx);
 /* The detailed message of the last failed call on ctx ("" when none). Owned by ctx, valid until
  * the next call on ctx. With ctx NULL, a constant text saying so. */
 LAJIT_API const char *lajit_errmsg(const lajit_ctx *ctx);
+
+/* The CUDA driver's own result (a CUresult) behind the last failed call on ctx, when that
+ * failure was a driver call's: e.g. 2 (CUDA_ERROR_OUT_OF_MEMORY) with
+ * LAJIT_ERR_DEVICE_OUT_OF_MEMORY, 700 (CUDA_ERROR_ILLEGAL_ADDRESS) with LAJIT_ERR_DEVICE_FAULT,
+ * any result with LAJIT_ERR_DRIVER. Returns 0 (CUDA_SUCCESS) when the last failure was not a
+ * driver call's, or no call has failed. When name is not NULL, *name receives the result's name
+ * as the driver gives it ("CUDA_ERROR_OUT_OF_MEMORY"; "CUDA error N" when the driver cannot
+ * name it; "" with 0), owned by ctx with lajit_errmsg's lifetime. With ctx NULL, returns 0 and
+ * "". Thread safety: like lajit_errmsg, read it on the thread that uses ctx. */
+LAJIT_API int lajit_last_driver_error(const lajit_ctx *ctx, const char **name);
 
 /* ---- Kernel generation (no GPU needed) --------------------------------------------------- */
 

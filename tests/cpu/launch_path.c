@@ -376,3 +376,101 @@ LJ_TEST(bwd_passes_and_their_params)
     setup_close(&u);
     ASSERT_TRUE(lj_fake_driver_balanced());
 }
+
+/* ---- Driver errors an application can tell apart ------------------------------------------ */
+
+static int fault_every_launch(const lj_fake_launch *launch, void *user)
+{
+    (void)launch;
+    (void)user;
+    return 1;
+}
+
+/* Out of device memory (in a module load, a launch, the backward's workspace allocation) is
+ * LAJIT_ERR_DEVICE_OUT_OF_MEMORY; a kernel fault is LAJIT_ERR_DEVICE_FAULT; anything else stays
+ * LAJIT_ERR_DRIVER. lajit_last_driver_error gives the raw CUresult and its name, and 0 once a
+ * later failure was not a driver call's. */
+LJ_TEST(driver_errors_tell_oom_from_fault)
+{
+    require_nvrtc();
+    lj_fake_driver_reset();
+    setup u;
+    setup_open(&u);
+    lajit_ctx *ctx = fake_ctx(0);
+    const char *name = "unset";
+    ASSERT_EQ(lajit_last_driver_error(ctx, &name), 0);
+    ASSERT_STREQ(name, "");
+    ASSERT_EQ(lajit_last_driver_error(NULL, &name), 0);
+    ASSERT_STREQ(name, "");
+
+    /* Module load: the first call builds the plan. */
+    lj_fake_driver_fail("cuModuleLoadData", CUDA_ERROR_OUT_OF_MEMORY);
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &u.args), LAJIT_ERR_DEVICE_OUT_OF_MEMORY);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "cuModuleLoadData");
+    ASSERT_EQ(lajit_last_driver_error(ctx, &name), CUDA_ERROR_OUT_OF_MEMORY);
+    ASSERT_STREQ(name, "CUDA_ERROR_OUT_OF_MEMORY");
+    ASSERT_EQ(lajit_last_driver_error(ctx, NULL), CUDA_ERROR_OUT_OF_MEMORY);
+
+    /* The context stays usable once memory is back. */
+    lj_fake_driver_fail(NULL, CUDA_SUCCESS);
+    ASSERT_OK(lajit_attn_fwd(ctx, &u.args));
+
+    /* A launch out of memory, then an ordinary driver error. */
+    lj_fake_driver_fail("cuLaunchKernel", CUDA_ERROR_OUT_OF_MEMORY);
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &u.args), LAJIT_ERR_DEVICE_OUT_OF_MEMORY);
+    ASSERT_EQ(lajit_last_driver_error(ctx, &name), CUDA_ERROR_OUT_OF_MEMORY);
+    lj_fake_driver_fail("cuLaunchKernel", CUDA_ERROR_INVALID_VALUE);
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &u.args), LAJIT_ERR_DRIVER);
+    ASSERT_EQ(lajit_last_driver_error(ctx, &name), CUDA_ERROR_INVALID_VALUE);
+    ASSERT_STREQ(name, "CUDA_ERROR_INVALID_VALUE");
+    /* A result the driver cannot name. */
+    lj_fake_driver_fail("cuLaunchKernel", (CUresult)12345);
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &u.args), LAJIT_ERR_DRIVER);
+    ASSERT_EQ(lajit_last_driver_error(ctx, &name), 12345);
+    ASSERT_STREQ(name, "CUDA error 12345");
+    lj_fake_driver_fail(NULL, CUDA_SUCCESS);
+
+    /* A failure that is not the driver's forgets the driver's result. */
+    float scale = u.args.scale;
+    u.args.scale = 0.0f;
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &u.args), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_EQ(lajit_last_driver_error(ctx, &name), 0);
+    ASSERT_STREQ(name, "");
+    u.args.scale = scale;
+
+    /* The backward's ds workspace allocation. */
+    const lj_driver *drv = lj_fake_driver();
+    CUdeviceptr g, dq, dk, dv, ds;
+    size_t nq = (size_t)B * H * N * D * 4, nv = (size_t)B * H * N * E * 4;
+    ASSERT_EQ(drv->cuMemAlloc(&g, nv), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuMemAlloc(&dq, nq), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuMemAlloc(&dk, nq), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuMemAlloc(&dv, nv), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuMemAlloc(&ds, H * 4), CUDA_SUCCESS);
+    DLTensor tg = make(g, 4, u.vshape, kDLFloat, 32), tdq = make(dq, 4, u.qshape, kDLFloat, 32);
+    DLTensor tdk = make(dk, 4, u.qshape, kDLFloat, 32), tdv = make(dv, 4, u.vshape, kDLFloat, 32);
+    DLTensor tds = make(ds, 1, u.sshape, kDLFloat, 32);
+    lajit_attn_bwd_args a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = sizeof a;
+    a.q = &u.tq, a.k = &u.tk, a.v = &u.tv, a.dout = &tg;
+    a.dq = &tdq, a.dk = &tdk, a.dv = &tdv;
+    a.s = &u.ts, a.ds = &tds, a.scale = 0.5f;
+    lj_fake_driver_fail("cuMemAlloc", CUDA_ERROR_OUT_OF_MEMORY);
+    ASSERT_STATUS(lajit_attn_bwd(ctx, &a), LAJIT_ERR_DEVICE_OUT_OF_MEMORY);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "workspace");
+    ASSERT_EQ(lajit_last_driver_error(ctx, &name), CUDA_ERROR_OUT_OF_MEMORY);
+    lj_fake_driver_fail(NULL, CUDA_SUCCESS);
+
+    /* A kernel that faults: its launch succeeds, the next call in the context fails with the
+     * sticky error, which says the context is lost. */
+    lj_fake_driver_fault_launches(fault_every_launch, NULL, CUDA_ERROR_ILLEGAL_ADDRESS);
+    ASSERT_OK(lajit_attn_fwd(ctx, &u.args));
+    lj_fake_driver_fault_launches(NULL, NULL, CUDA_SUCCESS);
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &u.args), LAJIT_ERR_DEVICE_FAULT);
+    ASSERT_EQ(lajit_last_driver_error(ctx, &name), CUDA_ERROR_ILLEGAL_ADDRESS);
+    ASSERT_STREQ(name, "CUDA_ERROR_ILLEGAL_ADDRESS");
+    lajit_ctx_destroy(ctx);
+    /* The fake's broken primary context cannot give memory back: forget it. */
+    lj_fake_driver_reset();
+}
