@@ -16,7 +16,9 @@
  * - Thread safety: a context is used by one thread at a time (use one context per thread);
  *   distinct contexts are independent and may be used concurrently, and share the disk cache
  *   safely. Functions without a context (version, status strings, decay helpers) are
- *   thread-safe.
+ *   thread-safe. lajit may run work on threads of its own during a call (parallel NVRTC
+ *   compiles while tuning), but never calls the context's allocator or log from them: callbacks
+ *   run on the calling thread, before the call returns.
  *
  * The mathematics every op computes is the reference of DESIGN.md: per batch b and head h,
  *   S_t = λ S_{t−1} + k_tᵀ v_t,   o_t = σ q_t S_t,   λ = exp(−s_h) (λ = 1 with no decay),
@@ -94,8 +96,16 @@ typedef struct lajit_ctx lajit_ctx;
 
 /* Allocator in Lua's style: new_size 0 frees ptr (and returns NULL); otherwise behaves like
  * realloc(ptr, new_size), ptr NULL allocates. old_size is the size ptr was allocated with (0
- * when ptr is NULL). Returning NULL for new_size > 0 is an allocation failure. Every host
- * allocation of a context (Lua states included) goes through it. */
+ * when ptr is NULL). Returning NULL for new_size > 0 is an allocation failure (the call then
+ * fails with LAJIT_ERR_OUT_OF_MEMORY, or a tuning candidate is dropped, and nothing leaks).
+ * Every host allocation lajit itself makes for a context goes through it: Lua states, kernel
+ * texts and images, and the NVRTC compiles of the eager tuner, which run on worker threads but
+ * have their allocations made for them by the thread that called lajit. So the allocator is
+ * called only on the thread using the context, during a call on it, never concurrently for one
+ * context: it needs no lock and may keep per-thread state. (An allocator shared by contexts
+ * that different threads use must be thread-safe.) Not through it: what NVRTC, the CUDA driver,
+ * SQLite (tuning database, bundles) and the C library's stdio and directory streams allocate
+ * internally. */
 typedef void *(*lajit_alloc_fn)(void *user, void *ptr, size_t old_size, size_t new_size);
 
 typedef enum lajit_log_level {

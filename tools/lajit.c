@@ -393,7 +393,7 @@ static int cmd_compile(int argc, char **argv)
         for (int i = 0; i < n; i++)
             tasks[i].job = items[i].have_job && !items[i].cached && items[i].status == LAJIT_OK
                                ? &items[i].job : NULL;
-        lj_kernel_compile_parallel(tasks, n, jobs);
+        lj_kernel_compile_parallel(env, tasks, n, jobs);
         for (int i = 0; i < n; i++) {
             compile_item *it = &items[i];
             char what[256], cfg[256];
@@ -412,7 +412,7 @@ static int cmd_compile(int argc, char **argv)
                     snprintf(it->error, sizeof it->error, "%s", lajit_errmsg(ctx));
                 }
             }
-            lj_compile_task_free(&tasks[i]);
+            lj_compile_task_free(env, &tasks[i]);
             if (it->status != LAJIT_OK) {
                 printf("%-13s %-8s %-44s %-36s FAILED: %s\n", families[fi], it->arch, what, cfg,
                        it->error);
@@ -1125,7 +1125,7 @@ static int cmd_gen(int argc, char **argv)
                 }
             }
         }
-        lj_kernel_compile_parallel(tasks, n, jobs);
+        lj_kernel_compile_parallel(env, tasks, n, jobs);
         for (int i = 0; i < n; i++) {
             gen_item *it = &items[i];
             if (rc == 0 && tasks[i].status != LAJIT_OK) {
@@ -1146,7 +1146,7 @@ static int cmd_gen(int argc, char **argv)
                     tuned += it->tuned && !it->ptx;
                 }
             }
-            lj_compile_task_free(&tasks[i]);
+            lj_compile_task_free(env, &tasks[i]);
             if (it->have_job)
                 lj_kernel_job_free(L, &it->job);
         }
