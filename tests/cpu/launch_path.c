@@ -4,6 +4,8 @@
  * shared by a second context, graph capture, and fault injection at every allocation, NVRTC
  * call and driver call along the path, each ending in a clear status with nothing leaked
  * (ASan) and every driver resource given back (the fake counts them). */
+#include <pthread.h>
+
 #include "test.h"
 
 #include "context.h"
@@ -473,4 +475,66 @@ LJ_TEST(driver_errors_tell_oom_from_fault)
     lajit_ctx_destroy(ctx);
     /* The fake's broken primary context cannot give memory back: forget it. */
     lj_fake_driver_reset();
+}
+
+/* ---- The context's allocator on the eager tuner's path ------------------------------------ */
+
+/* A user allocator that notes calls from any thread but its owner's, and overlapping calls. */
+typedef struct owner_alloc {
+    pthread_t owner;
+    long calls, live;
+    int foreign, concurrent, inside;
+} owner_alloc;
+
+static void *owner_realloc(void *user, void *ptr, size_t old_size, size_t new_size)
+{
+    owner_alloc *c = user;
+    (void)old_size;
+    if (!pthread_equal(pthread_self(), c->owner))
+        c->foreign++;
+    if (c->inside++)
+        c->concurrent++;
+    void *p = NULL;
+    c->calls++;
+    if (new_size == 0) {
+        c->live -= ptr != NULL;
+        free(ptr);
+    } else {
+        p = realloc(ptr, new_size);
+        c->live += p && !ptr;
+    }
+    c->inside--;
+    return p;
+}
+
+/* The eager tuner compiles its candidates on worker threads; the context's allocator is still
+ * called only on the calling thread, one call at a time, and gets every block back (a guard of
+ * lajit.h's promise on the whole path; tests/cpu/nvrtc.c proves the workers' allocations reach
+ * it). */
+LJ_TEST(eager_tuner_allocates_on_the_calling_thread)
+{
+    require_nvrtc();
+    lj_fake_driver_reset();
+    setup u;
+    setup_open(&u);
+    owner_alloc c;
+    memset(&c, 0, sizeof c);
+    c.owner = pthread_self();
+    lajit_ctx_desc desc;
+    lajit_ctx_desc_init(&desc);
+    desc.alloc = owner_realloc;
+    desc.alloc_user = &c;
+    desc.autotune = LAJIT_AUTOTUNE_EAGER; /* the case's fresh cache: every candidate compiles */
+    lajit_ctx *ctx;
+    ASSERT_OK(lajit_ctx_create(&desc, &ctx));
+    lajit__ctx_set_driver(ctx, lj_fake_driver());
+    ASSERT_OK(lajit_attn_fwd(ctx, &u.args));
+    ASSERT_TRUE(lj_fake_driver_counts()->contexts_created >= 1); /* the tuner's own context */
+    ASSERT_TRUE(c.calls > 0);
+    ASSERT_EQ(c.foreign, 0);
+    ASSERT_EQ(c.concurrent, 0);
+    lajit_ctx_destroy(ctx);
+    ASSERT_EQ(c.live, 0);
+    setup_close(&u);
+    ASSERT_TRUE(lj_fake_driver_balanced());
 }
