@@ -63,7 +63,8 @@ typedef enum lajit_status {
     LAJIT_ERR_OUT_OF_MEMORY = 2,    /* a host allocation failed */
     LAJIT_ERR_NO_DRIVER = 3,        /* libcuda is absent or is the toolkit's stub */
     LAJIT_ERR_NO_DEVICE = 4,        /* the driver is there but the device is not */
-    LAJIT_ERR_DRIVER = 5,           /* a driver call failed (name in lajit_errmsg) */
+    LAJIT_ERR_DRIVER = 5,           /* a driver call failed (name in lajit_errmsg, the
+                                       CUresult from lajit_last_driver_error) */
     LAJIT_ERR_NO_COMPILER = 6,      /* NVRTC could not be loaded and no cached kernel exists */
     LAJIT_ERR_COMPILE = 7,          /* NVRTC rejected a kernel (log excerpt in lajit_errmsg) */
     LAJIT_ERR_TEMPLATE = 8,         /* a template or family spec failed (Lua traceback) */
