@@ -226,7 +226,7 @@ static lajit_status gen_family(lj_env *env, lj_lua *L, lj_family *f, const winne
     if (st == LAJIT_OK) {
         for (int i = 0; i < n; i++)
             tasks[i].job = &items[i].job;
-        lj_kernel_compile_parallel(tasks, n, o->jobs);
+        lj_kernel_compile_parallel(env, tasks, n, o->jobs);
     }
     for (int i = 0; i < n; i++) {
         gen_item *it = &items[i];
@@ -249,7 +249,7 @@ static lajit_status gen_family(lj_env *env, lj_lua *L, lj_family *f, const winne
                 }
             }
         }
-        lj_compile_task_free(&tasks[i]);
+        lj_compile_task_free(env, &tasks[i]);
         if (it->have_job)
             lj_kernel_job_free(L, &it->job);
     }

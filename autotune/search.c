@@ -444,7 +444,7 @@ lajit_status lj_search_run(lj_env *env, lj_lua *L, lj_family *f, lj_cache *cache
     res.n_space = n_space;
     res.n_valid = n;
     progress(&o, 0, n, "compiling");
-    lj_kernel_compile_parallel(tasks, n, o.threads);
+    lj_kernel_compile_parallel(env, tasks, n, o.threads);
     for (int i = 0; i < n; i++) {
         candidate *c = &cands[i];
         if (tasks[i].job && tasks[i].status != LAJIT_OK) {
@@ -457,12 +457,12 @@ lajit_status lj_search_run(lj_env *env, lj_lua *L, lj_family *f, lj_cache *cache
             if (st == LAJIT_OK && !found)
                 st = lj_error(env, LAJIT_ERR_INTERNAL, "a kernel just stored is not in the cache");
             if (st != LAJIT_OK) {
-                lj_compile_task_free(&tasks[i]);
+                lj_compile_task_free(env, &tasks[i]);
                 goto done;
             }
             c->have_image = 1;
         }
-        lj_compile_task_free(&tasks[i]);
+        lj_compile_task_free(env, &tasks[i]);
     }
     progress(&o, 0, n, "timing");
 

@@ -116,6 +116,7 @@ lajit_status lj_error(lj_env *env, lajit_status status, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(env->errmsg, sizeof env->errmsg, fmt, ap);
     va_end(ap);
+    env->driver_result = 0; /* a new failure; lj_driver_error sets it again for its own */
     lj_log(env, LAJIT_LOG_ERROR, "%s", env->errmsg);
     return status;
 }
@@ -150,6 +151,7 @@ void lj_error_prefix(lj_env *env, const char *fmt, ...)
 void lj_clear_error(lj_env *env)
 {
     env->errmsg[0] = 0;
+    env->driver_result = 0;
 }
 
 void lj_log(lj_env *env, lajit_log_level level, const char *fmt, ...)

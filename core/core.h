@@ -34,6 +34,10 @@ typedef struct lj_env {
     char errmsg[4096];                /* detail of the last failure, "" when none */
     uint64_t fault_count[LJ_FAULT_KINDS]; /* calls seen so far */
     uint64_t fault_at[LJ_FAULT_KINDS];    /* fail the call with this count; 0: never */
+    /* The CUresult behind errmsg when the last failure was a driver call's (set by
+     * lj_driver_error after its lj_error), else 0; lajit_last_driver_error reads it. */
+    int driver_result;
+    char driver_result_name[64];
 } lj_env;
 
 /* Initialises env with the given allocator (NULL: system) and log (may be NULL). */

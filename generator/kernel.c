@@ -250,10 +250,32 @@ lajit_status lj_kernel_build(lj_lua *L, lj_family *f, lj_cache *cache, const lj_
 
 /* ---- Parallel compiles ------------------------------------------------------------------------ */
 
+/* Every host allocation of a compile goes through the caller's env, yet the user's allocator is
+ * only ever called on the thread that called into lajit, never concurrently: a worker posts
+ * each allocation (and free) as a request, and the calling thread, which would otherwise just
+ * wait for the workers, serves it through lj_raw_alloc (so fault injection counts it too) and
+ * hands the result back. An embedder's allocator therefore needs no locking and may keep
+ * per-thread state, as lajit.h promises. The requests are few per compile (the log, the image,
+ * the header copies); NVRTC's own allocations are NVRTC's business. */
+
+typedef struct alloc_request {
+    void *ptr;
+    size_t old_size, new_size;
+    void *result;
+    int done;
+    struct alloc_request *next;
+} alloc_request;
+
 typedef struct compile_pool {
+    lj_env *caller;      /* the env whose allocator serves every allocation */
     lj_compile_task *tasks;
     int n, next;
+    int running;         /* worker threads not yet finished */
+    int inline_mode;     /* no thread could start: the calling thread compiles itself */
+    alloc_request *queue; /* pending requests, served in any order */
     pthread_mutex_t lock;
+    pthread_cond_t wake_caller; /* a request was posted or a worker finished */
+    pthread_cond_t served;      /* some request was served */
 } compile_pool;
 
 static double wall_s(void)
@@ -263,17 +285,34 @@ static double wall_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static void *compile_worker(void *arg)
+/* A worker env's allocator (lajit_alloc_fn): asks the calling thread and waits for its answer. */
+static void *proxy_alloc(void *user, void *ptr, size_t old_size, size_t new_size)
 {
-    compile_pool *pool = arg;
+    compile_pool *pool = user;
+    if (pool->inline_mode)
+        return lj_raw_alloc(pool->caller, ptr, old_size, new_size);
+    alloc_request rq = {ptr, old_size, new_size, NULL, 0, NULL};
+    pthread_mutex_lock(&pool->lock);
+    rq.next = pool->queue;
+    pool->queue = &rq;
+    pthread_cond_signal(&pool->wake_caller);
+    while (!rq.done)
+        pthread_cond_wait(&pool->served, &pool->lock);
+    pthread_mutex_unlock(&pool->lock);
+    return rq.result;
+}
+
+/* Compiles tasks until none is left, allocating through the pool. */
+static void compile_tasks(compile_pool *pool)
+{
     lj_env env;
-    lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
+    lj_env_init(&env, proxy_alloc, pool, NULL, NULL, LAJIT_LOG_ERROR);
     for (;;) {
         pthread_mutex_lock(&pool->lock);
         int i = pool->next++;
         pthread_mutex_unlock(&pool->lock);
         if (i >= pool->n)
-            return NULL;
+            return;
         lj_compile_task *t = &pool->tasks[i];
         if (!t->job)
             continue;
@@ -286,27 +325,81 @@ static void *compile_worker(void *arg)
     }
 }
 
-void lj_kernel_compile_parallel(lj_compile_task *tasks, int n, int threads)
+static void *compile_worker(void *arg)
 {
-    compile_pool pool = {tasks, n, 0, PTHREAD_MUTEX_INITIALIZER};
+    compile_pool *pool = arg;
+    compile_tasks(pool);
+    pthread_mutex_lock(&pool->lock);
+    pool->running--;
+    pthread_cond_signal(&pool->wake_caller);
+    pthread_mutex_unlock(&pool->lock);
+    return NULL;
+}
+
+/* The calling thread's side: serve allocation requests until every worker has finished. */
+static void serve_allocations(compile_pool *pool)
+{
+    pthread_mutex_lock(&pool->lock);
+    for (;;) {
+        while (pool->queue) {
+            alloc_request *rq = pool->queue;
+            pool->queue = rq->next;
+            pthread_mutex_unlock(&pool->lock);
+            void *result = lj_raw_alloc(pool->caller, rq->ptr, rq->old_size, rq->new_size);
+            pthread_mutex_lock(&pool->lock);
+            rq->result = result;
+            rq->done = 1;
+            pthread_cond_broadcast(&pool->served);
+        }
+        if (pool->running == 0)
+            break;
+        pthread_cond_wait(&pool->wake_caller, &pool->lock);
+    }
+    pthread_mutex_unlock(&pool->lock);
+}
+
+void lj_kernel_compile_parallel(lj_env *env, lj_compile_task *tasks, int n, int threads)
+{
+    compile_pool pool;
+    memset(&pool, 0, sizeof pool);
+    pool.caller = env;
+    pool.tasks = tasks;
+    pool.n = n;
+    pthread_mutex_init(&pool.lock, NULL);
+    pthread_cond_init(&pool.wake_caller, NULL);
+    pthread_cond_init(&pool.served, NULL);
     if (threads <= 0)
         threads = 4;
     if (threads > 16)
         threads = 16;
     pthread_t tid[16];
     int started = 0;
-    for (int t = 0; t < threads; t++)
-        if (pthread_create(&tid[t], NULL, compile_worker, &pool) == 0)
+    for (int t = 0; t < threads; t++) {
+        pthread_mutex_lock(&pool.lock);
+        pool.running++;
+        pthread_mutex_unlock(&pool.lock);
+        if (pthread_create(&tid[started], NULL, compile_worker, &pool) == 0) {
             started++;
-    if (started == 0)
-        compile_worker(&pool); /* no thread could start: compile here */
+        } else {
+            pthread_mutex_lock(&pool.lock);
+            pool.running--;
+            pthread_mutex_unlock(&pool.lock);
+        }
+    }
+    if (started == 0) {
+        pool.inline_mode = 1; /* no thread could start: compile here */
+        compile_tasks(&pool);
+    } else {
+        serve_allocations(&pool);
+    }
     for (int t = 0; t < started; t++)
         pthread_join(tid[t], NULL);
+    pthread_cond_destroy(&pool.served);
+    pthread_cond_destroy(&pool.wake_caller);
+    pthread_mutex_destroy(&pool.lock);
 }
 
-void lj_compile_task_free(lj_compile_task *task)
+void lj_compile_task_free(lj_env *env, lj_compile_task *task)
 {
-    lj_env env;
-    lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
-    lj_compiled_free(&env, &task->compiled);
+    lj_compiled_free(env, &task->compiled);
 }

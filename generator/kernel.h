@@ -55,11 +55,13 @@ lajit_status lj_kernel_compile(lj_env *env, const lj_kernel_job *job, lj_compile
 void lj_kernel_job_free(lj_lua *L, lj_kernel_job *job);
 
 /* Many compiles on worker threads: each task with a job runs lj_kernel_compile on one of up to
- * `threads` threads (0: 4; at most 16), each thread with its own env (system allocator, no
- * log). Tasks with job NULL are skipped. On return every task's status, compiled, error text
- * and seconds are filled; the compiled image was allocated by the worker's system-allocator
- * env, so it is given back with lj_compile_task_free, never through a context's env. Used by
- * `lajit compile` and the tuner. */
+ * `threads` threads (0: 4; at most 16). Tasks with job NULL are skipped. On return every task's
+ * status, compiled, error text and seconds are filled. Every host allocation of the compiles
+ * goes through env's allocator (and its fault injection), called only on the calling thread:
+ * workers hand their allocations to it while it waits for them (kernel.c says how), so a
+ * user's allocator is never called from another thread. The compiled images belong to env:
+ * give each back with lj_compile_task_free(env, ...). Used by `lajit compile`, `lajit gen` and
+ * the tuner. */
 typedef struct lj_compile_task {
     const lj_kernel_job *job;
     lj_compiled compiled;
@@ -67,8 +69,8 @@ typedef struct lj_compile_task {
     char error[1024];
     double seconds;
 } lj_compile_task;
-void lj_kernel_compile_parallel(lj_compile_task *tasks, int n, int threads);
-void lj_compile_task_free(lj_compile_task *task);
+void lj_kernel_compile_parallel(lj_env *env, lj_compile_task *tasks, int n, int threads);
+void lj_compile_task_free(lj_env *env, lj_compile_task *task);
 
 /* Key only (expansion + key), for listing and tests. */
 lajit_status lj_kernel_key(lj_lua *L, lj_family *f, const lj_config *cfg, const lj_problem *p,

@@ -16,7 +16,9 @@
  * - Thread safety: a context is used by one thread at a time (use one context per thread);
  *   distinct contexts are independent and may be used concurrently, and share the disk cache
  *   safely. Functions without a context (version, status strings, decay helpers) are
- *   thread-safe.
+ *   thread-safe. lajit may run work on threads of its own during a call (parallel NVRTC
+ *   compiles while tuning), but never calls the context's allocator or log from them: callbacks
+ *   run on the calling thread, before the call returns.
  *
  * The mathematics every op computes is the reference of DESIGN.md: per batch b and head h,
  *   S_t = λ S_{t−1} + k_tᵀ v_t,   o_t = σ q_t S_t,   λ = exp(−s_h) (λ = 1 with no decay),
@@ -61,7 +63,8 @@ typedef enum lajit_status {
     LAJIT_ERR_OUT_OF_MEMORY = 2,    /* a host allocation failed */
     LAJIT_ERR_NO_DRIVER = 3,        /* libcuda is absent or is the toolkit's stub */
     LAJIT_ERR_NO_DEVICE = 4,        /* the driver is there but the device is not */
-    LAJIT_ERR_DRIVER = 5,           /* a driver call failed (name in lajit_errmsg) */
+    LAJIT_ERR_DRIVER = 5,           /* a driver call failed (name in lajit_errmsg, the
+                                       CUresult from lajit_last_driver_error) */
     LAJIT_ERR_NO_COMPILER = 6,      /* NVRTC could not be loaded and no cached kernel exists */
     LAJIT_ERR_COMPILE = 7,          /* NVRTC rejected a kernel (log excerpt in lajit_errmsg) */
     LAJIT_ERR_TEMPLATE = 8,         /* a template or family spec failed (Lua traceback) */
@@ -73,7 +76,16 @@ typedef enum lajit_status {
     LAJIT_ERR_STRUCT_SIZE = 14,     /* struct_size of a descriptor is unknown to this build */
     LAJIT_ERR_CHECK_FAILED = 15,    /* checked mode found bad device-side values */
     LAJIT_ERR_NOT_FOUND = 16,       /* no such family, parameter or entry */
-    LAJIT_ERR_INTERNAL = 17         /* a bug in lajit; please report the message */
+    LAJIT_ERR_INTERNAL = 17,        /* a bug in lajit; please report the message */
+    LAJIT_ERR_DEVICE_OUT_OF_MEMORY = 18, /* device memory ran out (CUDA_ERROR_OUT_OF_MEMORY in
+                                            an allocation, module load or launch): free device
+                                            memory and retry; the context stays usable */
+    LAJIT_ERR_DEVICE_FAULT = 19     /* a kernel faulted (illegal address, launch failure,
+                                       misaligned address, assert, timeout, ...): the CUDA
+                                       context is broken for good, every later call in it fails
+                                       the same way. In the primary context (the one lajit and
+                                       the CUDA runtime share) only a device reset or a new
+                                       process recovers; destroy the lajit contexts first */
 } lajit_status;
 
 /* A short constant description of a status ("invalid argument"); never NULL. */
@@ -85,8 +97,16 @@ typedef struct lajit_ctx lajit_ctx;
 
 /* Allocator in Lua's style: new_size 0 frees ptr (and returns NULL); otherwise behaves like
  * realloc(ptr, new_size), ptr NULL allocates. old_size is the size ptr was allocated with (0
- * when ptr is NULL). Returning NULL for new_size > 0 is an allocation failure. Every host
- * allocation of a context (Lua states included) goes through it. */
+ * when ptr is NULL). Returning NULL for new_size > 0 is an allocation failure (the call then
+ * fails with LAJIT_ERR_OUT_OF_MEMORY, or a tuning candidate is dropped, and nothing leaks).
+ * Every host allocation lajit itself makes for a context goes through it: Lua states, kernel
+ * texts and images, and the NVRTC compiles of the eager tuner, which run on worker threads but
+ * have their allocations made for them by the thread that called lajit. So the allocator is
+ * called only on the thread using the context, during a call on it, never concurrently for one
+ * context: it needs no lock and may keep per-thread state. (An allocator shared by contexts
+ * that different threads use must be thread-safe.) Not through it: what NVRTC, the CUDA driver,
+ * SQLite (tuning database, bundles) and the C library's stdio and directory streams allocate
+ * internally. */
 typedef void *(*lajit_alloc_fn)(void *user, void *ptr, size_t old_size, size_t new_size);
 
 typedef enum lajit_log_level {
@@ -149,6 +169,16 @@ LAJIT_API void lajit_ctx_destroy(lajit_ctx *ctx);
 /* The detailed message of the last failed call on ctx ("" when none). Owned by ctx, valid until
  * the next call on ctx. With ctx NULL, a constant text saying so. */
 LAJIT_API const char *lajit_errmsg(const lajit_ctx *ctx);
+
+/* The CUDA driver's own result (a CUresult) behind the last failed call on ctx, when that
+ * failure was a driver call's: e.g. 2 (CUDA_ERROR_OUT_OF_MEMORY) with
+ * LAJIT_ERR_DEVICE_OUT_OF_MEMORY, 700 (CUDA_ERROR_ILLEGAL_ADDRESS) with LAJIT_ERR_DEVICE_FAULT,
+ * any result with LAJIT_ERR_DRIVER. Returns 0 (CUDA_SUCCESS) when the last failure was not a
+ * driver call's, or no call has failed. When name is not NULL, *name receives the result's name
+ * as the driver gives it ("CUDA_ERROR_OUT_OF_MEMORY"; "CUDA error N" when the driver cannot
+ * name it; "" with 0), owned by ctx with lajit_errmsg's lifetime. With ctx NULL, returns 0 and
+ * "". Thread safety: like lajit_errmsg, read it on the thread that uses ctx. */
+LAJIT_API int lajit_last_driver_error(const lajit_ctx *ctx, const char **name);
 
 /* ---- Kernel generation (no GPU needed) --------------------------------------------------- */
 

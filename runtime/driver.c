@@ -107,16 +107,39 @@ static lajit_status status_of(CUresult r, int at_init)
     case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH:
     case CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE: return LAJIT_ERR_NO_DRIVER;
     case CUDA_ERROR_NOT_INITIALIZED: return at_init ? LAJIT_ERR_NO_DRIVER : LAJIT_ERR_DRIVER;
+    /* Device memory ran out (an allocation, a module load, a launch's local memory): the
+     * application may free memory and retry. */
+    case CUDA_ERROR_OUT_OF_MEMORY: return LAJIT_ERR_DEVICE_OUT_OF_MEMORY;
+    /* Sticky errors: a kernel faulted and the CUDA context is unusable; every later call in it
+     * fails the same way until the context is destroyed (for the primary context, shared with
+     * the rest of the process, that means resetting the device or restarting the process). */
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_LAUNCH_TIMEOUT:
+    case CUDA_ERROR_ECC_UNCORRECTABLE: return LAJIT_ERR_DEVICE_FAULT;
     default: return LAJIT_ERR_DRIVER;
     }
+}
+
+/* The result's name ("CUDA_ERROR_OUT_OF_MEMORY") from the table when it can say, else NULL. */
+static const char *name_of(const lj_driver *drv, CUresult r)
+{
+    const char *name = NULL;
+    if (drv && drv->cuGetErrorName && drv->cuGetErrorName(r, &name) != CUDA_SUCCESS)
+        name = NULL;
+    return name;
 }
 
 /* "CUDA_ERROR_X (text)" from the table when it can say, else "CUDA error N". */
 static void describe(const lj_driver *drv, CUresult r, char *out, size_t cap)
 {
-    const char *name = NULL, *text = NULL;
-    if (drv && drv->cuGetErrorName && drv->cuGetErrorName(r, &name) != CUDA_SUCCESS)
-        name = NULL;
+    const char *name = name_of(drv, r), *text = NULL;
     if (drv && drv->cuGetErrorString && drv->cuGetErrorString(r, &text) != CUDA_SUCCESS)
         text = NULL;
     if (name && text)
@@ -223,5 +246,13 @@ lajit_status lj_driver_error(lj_env *env, const lj_driver *drv, CUresult r, cons
 {
     char text[256];
     describe(drv, r, text, sizeof text);
-    return lj_error(env, status_of(r, 0), "%s: %s", what ? what : "CUDA driver call", text);
+    lajit_status st = lj_error(env, status_of(r, 0), "%s: %s", what ? what : "CUDA driver call", text);
+    /* After lj_error, which forgets the previous failure's result. */
+    const char *name = name_of(drv, r);
+    env->driver_result = (int)r;
+    if (name)
+        snprintf(env->driver_result_name, sizeof env->driver_result_name, "%s", name);
+    else
+        snprintf(env->driver_result_name, sizeof env->driver_result_name, "CUDA error %d", (int)r);
+    return st;
 }

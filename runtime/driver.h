@@ -74,7 +74,10 @@ lajit_status lj_driver_load(lj_env *env, const lj_driver **out);
 
 /* Converts a failed CUresult into a status and message: "cuModuleLoadData: CUDA_ERROR_...
  * (text)". LAJIT_ERR_NO_DEVICE for CUDA_ERROR_NO_DEVICE, LAJIT_ERR_NO_DRIVER for
- * CUDA_ERROR_STUB_LIBRARY / NO_DRIVER / NOT_INITIALIZED-at-init, LAJIT_ERR_DRIVER otherwise. */
+ * CUDA_ERROR_STUB_LIBRARY / NO_DRIVER / NOT_INITIALIZED-at-init, LAJIT_ERR_DEVICE_OUT_OF_MEMORY
+ * for CUDA_ERROR_OUT_OF_MEMORY, LAJIT_ERR_DEVICE_FAULT for the sticky errors a faulting kernel
+ * leaves (illegal address, launch failure, ...), LAJIT_ERR_DRIVER otherwise. Records r and its
+ * name in env (driver_result) for lajit_last_driver_error. */
 lajit_status lj_driver_error(lj_env *env, const lj_driver *drv, CUresult r, const char *what);
 
 /* Every driver call: counts it for fault injection (a hit returns CUDA_ERROR_UNKNOWN without

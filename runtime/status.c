@@ -1,4 +1,6 @@
-/* status.c — version and status strings: the parts of the API that need no context. */
+/* status.c — version and status strings (the parts of the API that need no context), and the
+ * driver-result query beside lajit_errmsg. */
+#include "context.h"
 #include "lajit.h"
 
 LAJIT_API unsigned lajit_version(void)
@@ -32,6 +34,16 @@ LAJIT_API const char *lajit_status_string(lajit_status status)
     case LAJIT_ERR_CHECK_FAILED: return "checked mode found bad device-side values";
     case LAJIT_ERR_NOT_FOUND: return "not found";
     case LAJIT_ERR_INTERNAL: return "internal error";
+    case LAJIT_ERR_DEVICE_OUT_OF_MEMORY: return "out of device memory";
+    case LAJIT_ERR_DEVICE_FAULT: return "a kernel faulted; the CUDA context is unusable";
     }
     return "unknown status";
+}
+
+LAJIT_API int lajit_last_driver_error(const lajit_ctx *ctx, const char **name)
+{
+    int r = ctx ? ctx->env.driver_result : 0;
+    if (name)
+        *name = r ? ctx->env.driver_result_name : "";
+    return r;
 }

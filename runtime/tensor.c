@@ -1,7 +1,7 @@
 /* tensor.c — DLTensor validation (see tensor.h for the contract).
  *
  * Checks run in a fixed order (presence, rank, data pointer, memory kind, dtype, sizes,
- * shape, strides, alignment, offset range) so a tensor with several problems always reports
+ * shape, strides, address wrap, alignment, offset range, extent wrap) so a tensor with several problems always reports
  * the same first one. */
 #include <stdio.h>
 #include <string.h>
@@ -219,7 +219,14 @@ lajit_status lj_tensor_view(lj_env *env, const char *name, const DLTensor *t, in
     }
 
     int elsize = t->dtype.bits / 8;
-    uint64_t ptr = (uint64_t)(uintptr_t)t->data + t->byte_offset;
+    /* data + byte_offset must be a real address: a sum that wraps past 2^64 would reach memory
+     * below data (a view that points anywhere the caller's offset arithmetic went wrong). */
+    uint64_t ptr;
+    if (__builtin_add_overflow((uint64_t)(uintptr_t)t->data, t->byte_offset, &ptr))
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "%s's address wraps: data 0x%llx + byte_offset %llu overflows 64 bits",
+                        name, (unsigned long long)(uintptr_t)t->data,
+                        (unsigned long long)t->byte_offset);
     if (ptr % LJ_TENSOR_ALIGN)
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                         "%s is misaligned: its address 0x%llx (data + byte_offset %llu) is not a "
@@ -250,6 +257,15 @@ lajit_status lj_tensor_view(lj_env *env, const char *name, const DLTensor *t, in
                             name, name, got);
         }
     }
+
+    /* The view's end (one past its last byte) must be representable too: overlap checks
+     * compute address + extent, which must not wrap. max_offset < 2^31, so the product cannot. */
+    uint64_t end;
+    if (__builtin_add_overflow(ptr, (uint64_t)(max_offset + 1) * (uint64_t)elsize, &end))
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "%s's extent wraps: %lld elements of %d bytes from address 0x%llx run "
+                        "past the end of the 64-bit address space",
+                        name, (long long)max_offset + 1, elsize, (unsigned long long)ptr);
 
     if (shape)
         for (int i = 0; i < ndim; i++)

@@ -4,8 +4,9 @@
  * A tensor that passes lj_tensor_view is safe for every kernel: it lives in CUDA memory, has
  * a supported dtype and the expected shape with no zero dimension, its rows are contiguous
  * (unit last stride), its address and every other stride are multiples of 16 bytes (kernels
- * use 16-byte vector accesses), no stride is negative or zero, and every element offset fits
- * in 31 bits (kernels index with 32-bit ints). Anything else is LAJIT_ERR_INVALID_ARGUMENT
+ * use 16-byte vector accesses), no stride is negative or zero, every element offset fits
+ * in 31 bits (kernels index with 32-bit ints), and neither data + byte_offset nor the view's
+ * end wraps past 2^64. Anything else is LAJIT_ERR_INVALID_ARGUMENT
  * with a message naming the tensor and the problem. Nothing here touches the device or
  * allocates; all functions are thread-safe apart from writing env's message. */
 #ifndef LAJIT_TENSOR_H

@@ -237,7 +237,7 @@ static int compile_family(lajit_ctx *ctx, lj_lua *L, lj_cache *cache, const comp
     for (int i = 0; i < n; i++)
         tasks[i].job = items[i].have_job && !items[i].cached && items[i].status == LAJIT_OK
                            ? &items[i].job : NULL;
-    lj_kernel_compile_parallel(tasks, n, o->jobs);
+    lj_kernel_compile_parallel(env, tasks, n, o->jobs);
     for (int i = 0; i < n; i++) {
         compile_item *it = &items[i];
         char what[256], cfg[256];
@@ -256,7 +256,7 @@ static int compile_family(lajit_ctx *ctx, lj_lua *L, lj_cache *cache, const comp
                 snprintf(it->error, sizeof it->error, "%s", lajit_errmsg(ctx));
             }
         }
-        lj_compile_task_free(&tasks[i]);
+        lj_compile_task_free(env, &tasks[i]);
         if (it->status != LAJIT_OK) {
             printf("%-13s %-8s %-44s %-36s FAILED: %s\n", family, it->arch, what, cfg, it->error);
             rc = 1;

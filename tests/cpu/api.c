@@ -478,3 +478,58 @@ LJ_TEST(bwd_workspace_size)
     size_t w = lajit_attn_bwd_workspace_size(4, 32, 128);
     ASSERT_TRUE(w >= 16 + 4 * 32 * 8 * 4 && w % 16 == 0);
 }
+
+/* Decode's NULL arguments and struct_size: a NULL context or args, each required tensor NULL,
+ * and a struct_size of 0, too small, or larger than this build knows (even with a zero tail:
+ * op arguments must match exactly) each get a clear status and message; the same arguments
+ * with the right size reach the device (LAJIT_ERR_NO_DEVICE with LAJIT_CTX_NO_DEVICE). */
+LJ_TEST(decode_null_args_and_struct_size)
+{
+    fake_tensor q, k, v, o, pool;
+    int64_t qs[3] = {4, 8, 64}, ps[4] = {4, 8, 64, 64};
+    fake(&q, 0x100000, 3, qs, kDLBfloat, 16);
+    fake(&k, 0x200000, 3, qs, kDLBfloat, 16);
+    fake(&v, 0x300000, 3, qs, kDLBfloat, 16);
+    fake(&o, 0x400000, 3, qs, kDLBfloat, 16);
+    fake(&pool, 0x600000, 4, ps, kDLFloat, 32);
+    struct {
+        lajit_attn_decode_args a;
+        unsigned char tail[16];
+    } big;
+    memset(&big, 0, sizeof big);
+    lajit_attn_decode_args *a = &big.a;
+    a->struct_size = sizeof *a;
+    a->q = &q.t, a->k = &k.t, a->v = &v.t, a->o = &o.t, a->state = &pool.t, a->scale = 1.0f;
+
+    lajit_ctx_desc desc;
+    lajit_ctx_desc_init(&desc);
+    desc.flags = LAJIT_CTX_NO_DEVICE;
+    lajit_ctx *ctx;
+    ASSERT_OK(lajit_ctx_create(&desc, &ctx));
+    ASSERT_STATUS(lajit_attn_decode(NULL, a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_STATUS(lajit_attn_decode(ctx, NULL), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "lajit_attn_decode: args is NULL");
+
+    const size_t sizes[] = {0, sizeof(size_t), sizeof *a - sizeof(void *), sizeof *a + 1,
+                            sizeof big};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        a->struct_size = sizes[i];
+        ASSERT_STATUS(lajit_attn_decode(ctx, a), LAJIT_ERR_STRUCT_SIZE);
+        ASSERT_CONTAINS(lajit_errmsg(ctx), "struct_size");
+        ASSERT_CONTAINS(lajit_errmsg(ctx), "this build knows");
+    }
+    a->struct_size = sizeof *a;
+
+    const DLTensor **req[] = {&a->q, &a->k, &a->v, (const DLTensor **)&a->o,
+                              (const DLTensor **)&a->state};
+    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) {
+        const DLTensor *keep = *req[i];
+        *req[i] = NULL;
+        ASSERT_STATUS(lajit_attn_decode(ctx, a), LAJIT_ERR_INVALID_ARGUMENT);
+        ASSERT_CONTAINS(lajit_errmsg(ctx), "q, k, v, o and state are required");
+        *req[i] = keep;
+    }
+    /* Everything present and the right size: the arguments pass and the op needs a device. */
+    ASSERT_STATUS(lajit_attn_decode(ctx, a), LAJIT_ERR_NO_DEVICE);
+    lajit_ctx_destroy(ctx);
+}

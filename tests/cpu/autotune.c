@@ -178,11 +178,11 @@ LJ_TEST(search_driver_failures_are_clean)
     lj_problem p = toy_problem();
     lj_search_out res;
     lj_fake_driver_fail("cuCtxCreate", CUDA_ERROR_OUT_OF_MEMORY);
-    ASSERT_STATUS(lj_search_run(env, L, f, cache, dev, &p, NULL, &res), LAJIT_ERR_DRIVER);
+    ASSERT_STATUS(lj_search_run(env, L, f, cache, dev, &p, NULL, &res), LAJIT_ERR_DEVICE_OUT_OF_MEMORY);
     ASSERT_CONTAINS(lajit_errmsg(ctx), "cuCtxCreate");
     /* Allocation of the inputs fails: same. */
     lj_fake_driver_fail("cuMemAlloc", CUDA_ERROR_OUT_OF_MEMORY);
-    ASSERT_STATUS(lj_search_run(env, L, f, cache, dev, &p, NULL, &res), LAJIT_ERR_DRIVER);
+    ASSERT_STATUS(lj_search_run(env, L, f, cache, dev, &p, NULL, &res), LAJIT_ERR_DEVICE_OUT_OF_MEMORY);
     lj_fake_driver_fail(NULL, CUDA_SUCCESS);
     /* Every launch refused (not sticky): every candidate fails, the search still returns. */
     lj_fake_driver_fail("cuLaunchKernel", CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);

@@ -87,8 +87,29 @@ LJ_TEST(error_names_and_statuses)
     ASSERT_CONTAINS(env.errmsg, "CUDA_ERROR_NO_DEVICE");
     ASSERT_STATUS(lj_driver_error(&env, fake, CUDA_ERROR_STUB_LIBRARY, "cuInit"),
                   LAJIT_ERR_NO_DRIVER);
+    ASSERT_EQ(env.driver_result, CUDA_ERROR_STUB_LIBRARY);
+    /* Out of device memory and the sticky faults have statuses of their own. */
     ASSERT_STATUS(lj_driver_error(&env, fake, CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc"),
+                  LAJIT_ERR_DEVICE_OUT_OF_MEMORY);
+    ASSERT_EQ(env.driver_result, CUDA_ERROR_OUT_OF_MEMORY);
+    ASSERT_STREQ(env.driver_result_name, "CUDA_ERROR_OUT_OF_MEMORY");
+    static const CUresult sticky[] = {
+        CUDA_ERROR_ILLEGAL_ADDRESS,     CUDA_ERROR_LAUNCH_FAILED,  CUDA_ERROR_ILLEGAL_INSTRUCTION,
+        CUDA_ERROR_MISALIGNED_ADDRESS,  CUDA_ERROR_INVALID_PC,     CUDA_ERROR_HARDWARE_STACK_ERROR,
+        CUDA_ERROR_INVALID_ADDRESS_SPACE, CUDA_ERROR_ASSERT,       CUDA_ERROR_LAUNCH_TIMEOUT,
+        CUDA_ERROR_ECC_UNCORRECTABLE,
+    };
+    for (size_t i = 0; i < sizeof sticky / sizeof sticky[0]; i++) {
+        ASSERT_STATUS(lj_driver_error(&env, fake, sticky[i], "cuStreamSynchronize"),
+                      LAJIT_ERR_DEVICE_FAULT);
+        ASSERT_EQ(env.driver_result, sticky[i]);
+    }
+    /* Running out of launch resources is a configuration problem, not memory. */
+    ASSERT_STATUS(lj_driver_error(&env, fake, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "cuLaunchKernel"),
                   LAJIT_ERR_DRIVER);
+    /* An error that is not a driver call's forgets the result. */
+    lj_error(&env, LAJIT_ERR_INVALID_ARGUMENT, "not the driver");
+    ASSERT_EQ(env.driver_result, 0);
     /* A code the table cannot name, and no table at all: the number. */
     ASSERT_STATUS(lj_driver_error(&env, fake, (CUresult)12345, "cuX"), LAJIT_ERR_DRIVER);
     ASSERT_STREQ(env.errmsg, "cuX: CUDA error 12345");

@@ -4,6 +4,8 @@
  * shared by a second context, graph capture, and fault injection at every allocation, NVRTC
  * call and driver call along the path, each ending in a clear status with nothing leaked
  * (ASan) and every driver resource given back (the fake counts them). */
+#include <pthread.h>
+
 #include "test.h"
 
 #include "context.h"
@@ -373,6 +375,166 @@ LJ_TEST(bwd_passes_and_their_params)
     CUdeviceptr all[] = {g, dq, dk, dv, dsn, ds0, ds, ws};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         ASSERT_EQ(drv->cuMemFree(all[i]), CUDA_SUCCESS);
+    setup_close(&u);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* ---- Driver errors an application can tell apart ------------------------------------------ */
+
+static int fault_every_launch(const lj_fake_launch *launch, void *user)
+{
+    (void)launch;
+    (void)user;
+    return 1;
+}
+
+/* Out of device memory (in a module load, a launch, the backward's workspace allocation) is
+ * LAJIT_ERR_DEVICE_OUT_OF_MEMORY; a kernel fault is LAJIT_ERR_DEVICE_FAULT; anything else stays
+ * LAJIT_ERR_DRIVER. lajit_last_driver_error gives the raw CUresult and its name, and 0 once a
+ * later failure was not a driver call's. */
+LJ_TEST(driver_errors_tell_oom_from_fault)
+{
+    require_nvrtc();
+    lj_fake_driver_reset();
+    setup u;
+    setup_open(&u);
+    lajit_ctx *ctx = fake_ctx(0);
+    const char *name = "unset";
+    ASSERT_EQ(lajit_last_driver_error(ctx, &name), 0);
+    ASSERT_STREQ(name, "");
+    ASSERT_EQ(lajit_last_driver_error(NULL, &name), 0);
+    ASSERT_STREQ(name, "");
+
+    /* Module load: the first call builds the plan. */
+    lj_fake_driver_fail("cuModuleLoadData", CUDA_ERROR_OUT_OF_MEMORY);
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &u.args), LAJIT_ERR_DEVICE_OUT_OF_MEMORY);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "cuModuleLoadData");
+    ASSERT_EQ(lajit_last_driver_error(ctx, &name), CUDA_ERROR_OUT_OF_MEMORY);
+    ASSERT_STREQ(name, "CUDA_ERROR_OUT_OF_MEMORY");
+    ASSERT_EQ(lajit_last_driver_error(ctx, NULL), CUDA_ERROR_OUT_OF_MEMORY);
+
+    /* The context stays usable once memory is back. */
+    lj_fake_driver_fail(NULL, CUDA_SUCCESS);
+    ASSERT_OK(lajit_attn_fwd(ctx, &u.args));
+
+    /* A launch out of memory, then an ordinary driver error. */
+    lj_fake_driver_fail("cuLaunchKernel", CUDA_ERROR_OUT_OF_MEMORY);
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &u.args), LAJIT_ERR_DEVICE_OUT_OF_MEMORY);
+    ASSERT_EQ(lajit_last_driver_error(ctx, &name), CUDA_ERROR_OUT_OF_MEMORY);
+    lj_fake_driver_fail("cuLaunchKernel", CUDA_ERROR_INVALID_VALUE);
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &u.args), LAJIT_ERR_DRIVER);
+    ASSERT_EQ(lajit_last_driver_error(ctx, &name), CUDA_ERROR_INVALID_VALUE);
+    ASSERT_STREQ(name, "CUDA_ERROR_INVALID_VALUE");
+    /* A result the driver cannot name. */
+    lj_fake_driver_fail("cuLaunchKernel", (CUresult)12345);
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &u.args), LAJIT_ERR_DRIVER);
+    ASSERT_EQ(lajit_last_driver_error(ctx, &name), 12345);
+    ASSERT_STREQ(name, "CUDA error 12345");
+    lj_fake_driver_fail(NULL, CUDA_SUCCESS);
+
+    /* A failure that is not the driver's forgets the driver's result. */
+    float scale = u.args.scale;
+    u.args.scale = 0.0f;
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &u.args), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_EQ(lajit_last_driver_error(ctx, &name), 0);
+    ASSERT_STREQ(name, "");
+    u.args.scale = scale;
+
+    /* The backward's ds workspace allocation. */
+    const lj_driver *drv = lj_fake_driver();
+    CUdeviceptr g, dq, dk, dv, ds;
+    size_t nq = (size_t)B * H * N * D * 4, nv = (size_t)B * H * N * E * 4;
+    ASSERT_EQ(drv->cuMemAlloc(&g, nv), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuMemAlloc(&dq, nq), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuMemAlloc(&dk, nq), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuMemAlloc(&dv, nv), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuMemAlloc(&ds, H * 4), CUDA_SUCCESS);
+    DLTensor tg = make(g, 4, u.vshape, kDLFloat, 32), tdq = make(dq, 4, u.qshape, kDLFloat, 32);
+    DLTensor tdk = make(dk, 4, u.qshape, kDLFloat, 32), tdv = make(dv, 4, u.vshape, kDLFloat, 32);
+    DLTensor tds = make(ds, 1, u.sshape, kDLFloat, 32);
+    lajit_attn_bwd_args a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = sizeof a;
+    a.q = &u.tq, a.k = &u.tk, a.v = &u.tv, a.dout = &tg;
+    a.dq = &tdq, a.dk = &tdk, a.dv = &tdv;
+    a.s = &u.ts, a.ds = &tds, a.scale = 0.5f;
+    lj_fake_driver_fail("cuMemAlloc", CUDA_ERROR_OUT_OF_MEMORY);
+    ASSERT_STATUS(lajit_attn_bwd(ctx, &a), LAJIT_ERR_DEVICE_OUT_OF_MEMORY);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "workspace");
+    ASSERT_EQ(lajit_last_driver_error(ctx, &name), CUDA_ERROR_OUT_OF_MEMORY);
+    lj_fake_driver_fail(NULL, CUDA_SUCCESS);
+
+    /* A kernel that faults: its launch succeeds, the next call in the context fails with the
+     * sticky error, which says the context is lost. */
+    lj_fake_driver_fault_launches(fault_every_launch, NULL, CUDA_ERROR_ILLEGAL_ADDRESS);
+    ASSERT_OK(lajit_attn_fwd(ctx, &u.args));
+    lj_fake_driver_fault_launches(NULL, NULL, CUDA_SUCCESS);
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &u.args), LAJIT_ERR_DEVICE_FAULT);
+    ASSERT_EQ(lajit_last_driver_error(ctx, &name), CUDA_ERROR_ILLEGAL_ADDRESS);
+    ASSERT_STREQ(name, "CUDA_ERROR_ILLEGAL_ADDRESS");
+    lajit_ctx_destroy(ctx);
+    /* The fake's broken primary context cannot give memory back: forget it. */
+    lj_fake_driver_reset();
+}
+
+/* ---- The context's allocator on the eager tuner's path ------------------------------------ */
+
+/* A user allocator that notes calls from any thread but its owner's, and overlapping calls. */
+typedef struct owner_alloc {
+    pthread_t owner;
+    long calls, live;
+    int foreign, concurrent, inside;
+} owner_alloc;
+
+static void *owner_realloc(void *user, void *ptr, size_t old_size, size_t new_size)
+{
+    owner_alloc *c = user;
+    (void)old_size;
+    if (!pthread_equal(pthread_self(), c->owner))
+        c->foreign++;
+    if (c->inside++)
+        c->concurrent++;
+    void *p = NULL;
+    c->calls++;
+    if (new_size == 0) {
+        c->live -= ptr != NULL;
+        free(ptr);
+    } else {
+        p = realloc(ptr, new_size);
+        c->live += p && !ptr;
+    }
+    c->inside--;
+    return p;
+}
+
+/* The eager tuner compiles its candidates on worker threads; the context's allocator is still
+ * called only on the calling thread, one call at a time, and gets every block back (a guard of
+ * lajit.h's promise on the whole path; tests/cpu/nvrtc.c proves the workers' allocations reach
+ * it). */
+LJ_TEST(eager_tuner_allocates_on_the_calling_thread)
+{
+    require_nvrtc();
+    lj_fake_driver_reset();
+    setup u;
+    setup_open(&u);
+    owner_alloc c;
+    memset(&c, 0, sizeof c);
+    c.owner = pthread_self();
+    lajit_ctx_desc desc;
+    lajit_ctx_desc_init(&desc);
+    desc.alloc = owner_realloc;
+    desc.alloc_user = &c;
+    desc.autotune = LAJIT_AUTOTUNE_EAGER; /* the case's fresh cache: every candidate compiles */
+    lajit_ctx *ctx;
+    ASSERT_OK(lajit_ctx_create(&desc, &ctx));
+    lajit__ctx_set_driver(ctx, lj_fake_driver());
+    ASSERT_OK(lajit_attn_fwd(ctx, &u.args));
+    ASSERT_TRUE(lj_fake_driver_counts()->contexts_created >= 1); /* the tuner's own context */
+    ASSERT_TRUE(c.calls > 0);
+    ASSERT_EQ(c.foreign, 0);
+    ASSERT_EQ(c.concurrent, 0);
+    lajit_ctx_destroy(ctx);
+    ASSERT_EQ(c.live, 0);
     setup_close(&u);
     ASSERT_TRUE(lj_fake_driver_balanced());
 }

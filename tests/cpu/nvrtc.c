@@ -1,9 +1,12 @@
 /* nvrtc.c — NVRTC compile without a GPU: cubins for every target arch, PTX, compile errors with
  * the error line in errmsg, a missing NVRTC (LAJIT_NVRTC_PATH), and every NVRTC call failed in
- * turn by fault injection (a failure status each time, never a crash or a leak under ASan). */
+ * turn by fault injection (a failure status each time, never a crash or a leak under ASan);
+ * parallel compiles allocating through the caller's allocator, every allocation failed in turn. */
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "cache_helpers.h"
+#include "kernel.h"
 #include "nvrtc.h"
 #include "test.h"
 
@@ -258,4 +261,141 @@ LJ_TEST(resource_report)
     ASSERT_TRUE(c.stack_bytes >= 1024);
     ASSERT_EQ(c.smem_static, 1200);
     lj_compiled_free(&env, &c);
+}
+
+/* ---- Parallel compiles through the caller's allocator ------------------------------------- */
+
+/* A user allocator that counts its blocks and notes calls from any thread but its owner's or
+ * overlapping calls (the header promises neither happens). */
+typedef struct counting_alloc {
+    pthread_t owner;
+    long allocs, live_blocks;
+    size_t live_bytes;
+    int foreign, concurrent, inside;
+    long fail_at; /* the allocation (counting from 1) that returns NULL; 0: none */
+} counting_alloc;
+
+static void *count_alloc(void *user, void *ptr, size_t old_size, size_t new_size)
+{
+    counting_alloc *c = user;
+    if (!pthread_equal(pthread_self(), c->owner))
+        c->foreign++;
+    if (c->inside++)
+        c->concurrent++;
+    void *p = NULL;
+    if (new_size == 0) {
+        if (ptr) {
+            c->live_blocks--;
+            c->live_bytes -= old_size;
+        }
+        free(ptr);
+    } else if (++c->allocs != c->fail_at) {
+        p = realloc(ptr, new_size);
+        if (p) {
+            c->live_blocks += ptr == NULL;
+            c->live_bytes += new_size - old_size;
+        }
+    }
+    c->inside--;
+    return p;
+}
+
+enum { N_TASKS = 3 };
+
+static void make_jobs(lj_kernel_job jobs[N_TASKS], lj_header *h)
+{
+    memset(jobs, 0, sizeof(lj_kernel_job) * N_TASKS);
+    for (int i = 0; i < N_TASKS; i++) {
+        jobs[i].source = (char *)k_source;
+        jobs[i].headers = h;
+        jobs[i].n_headers = 1;
+        snprintf(jobs[i].arch, sizeof jobs[i].arch, "%s", i == 1 ? "sm_90a" : "sm_80");
+        snprintf(jobs[i].name, sizeof jobs[i].name, "job%d.cu", i);
+    }
+}
+
+/* Runs the jobs on 3 threads with env; returns how many tasks failed, checking each failure
+ * is out of memory with its message, and gives every image back through env. */
+static int compile_all(lj_env *env, lj_kernel_job jobs[N_TASKS])
+{
+    lj_compile_task tasks[N_TASKS];
+    memset(tasks, 0, sizeof tasks);
+    for (int i = 0; i < N_TASKS; i++)
+        tasks[i].job = &jobs[i];
+    lj_kernel_compile_parallel(env, tasks, N_TASKS, N_TASKS);
+    int failed = 0;
+    for (int i = 0; i < N_TASKS; i++) {
+        if (tasks[i].status != LAJIT_OK) {
+            failed++;
+            ASSERT_STATUS(tasks[i].status, LAJIT_ERR_OUT_OF_MEMORY);
+            ASSERT_CONTAINS(tasks[i].error, "out of host memory");
+            ASSERT_TRUE(tasks[i].compiled.image == NULL);
+        } else {
+            ASSERT_TRUE(memcmp(tasks[i].compiled.image, "\x7f" "ELF", 4) == 0);
+        }
+        lj_compile_task_free(env, &tasks[i]);
+    }
+    return failed;
+}
+
+/* The workers' allocations (log, image, header copies) go through the caller's allocator, on
+ * the caller's thread only, one at a time; the images are given back through it. */
+LJ_TEST(parallel_compiles_use_the_callers_allocator)
+{
+    counting_alloc c;
+    memset(&c, 0, sizeof c);
+    c.owner = pthread_self();
+    lj_env env;
+    lj_env_init(&env, count_alloc, &c, NULL, NULL, LAJIT_LOG_ERROR);
+    lj_header h = header();
+    lj_kernel_job jobs[N_TASKS];
+    make_jobs(jobs, &h);
+    ASSERT_EQ(compile_all(&env, jobs), 0);
+    /* At least the log and the image of each compile. */
+    ASSERT_TRUE(c.allocs >= 2 * N_TASKS);
+    ASSERT_EQ(env.fault_count[LJ_FAULT_ALLOC], c.allocs);
+    ASSERT_EQ(c.foreign, 0);
+    ASSERT_EQ(c.concurrent, 0);
+    ASSERT_EQ(c.live_blocks, 0);
+    ASSERT_EQ(c.live_bytes, 0);
+}
+
+/* Every allocation of the parallel compiles failed in turn, by fault injection (LJ_FAULT_ALLOC)
+ * and by the user's allocator returning NULL: exactly the task that asked fails, out of
+ * memory with its message; the others succeed; nothing leaks (the counting allocator and
+ * ASan). */
+LJ_TEST(parallel_compiles_fault_every_allocation)
+{
+    lj_header h = header();
+    lj_kernel_job jobs[N_TASKS];
+    make_jobs(jobs, &h);
+    for (int by_user = 0; by_user < 2; by_user++) {
+        long n;
+        int failures = 0;
+        for (n = 1; n < 200; n++) {
+            counting_alloc c;
+            memset(&c, 0, sizeof c);
+            c.owner = pthread_self();
+            lj_env env;
+            lj_env_init(&env, count_alloc, &c, NULL, NULL, LAJIT_LOG_ERROR);
+            if (by_user)
+                c.fail_at = n;
+            else
+                env.fault_at[LJ_FAULT_ALLOC] = (uint64_t)n;
+            int failed = compile_all(&env, jobs);
+            ASSERT_EQ(c.foreign, 0);
+            ASSERT_EQ(c.concurrent, 0);
+            ASSERT_EQ(c.live_blocks, 0);
+            if ((long)env.fault_count[LJ_FAULT_ALLOC] < n) {
+                ASSERT_EQ(failed, 0);
+                break;
+            }
+            ASSERT_EQ(failed, 1);
+            failures++;
+        }
+        ASSERT_TRUE(n < 200);
+        printf("%s: %d allocations, each failure one task out of memory\n",
+               by_user ? "user allocator" : "LJ_FAULT_ALLOC", failures);
+        ASSERT_TRUE(failures >= 2 * N_TASKS);
+    }
 }

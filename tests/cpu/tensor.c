@@ -432,3 +432,72 @@ LJ_TEST(half_conversions_round_to_nearest_even)
     memcpy(&f32, &p32, 4);
     ASSERT_TRUE(isnan(f32));
 }
+
+/* An address that wraps through byte_offset, or a view whose end runs past 2^64, is refused:
+ * the wrapped address is aligned and small, so no other check would catch it. */
+LJ_TEST(rejects_address_wrap)
+{
+    setup();
+    lj_test_tensor t;
+    int64_t shape[2] = {2, 64};
+    la_tensor4 v;
+    /* data + byte_offset = 2^64 + 0x100: wraps to 0x100. */
+    lj_gpu_tensor(&t, 0xffffffffffffff00ull, 0x200, 2, shape, NULL, lj_test_dl_dtype(LJ_F32));
+    REJECT("q", &t.t, 2, NULL, LJ_TENSOR_FLOATS, "q's address wraps");
+    lj_gpu_tensor(&t, BASE, 0xfffffffffffffff0ull, 2, shape, NULL, lj_test_dl_dtype(LJ_F32));
+    REJECT("q", &t.t, 2, NULL, LJ_TENSOR_FLOATS, "overflows 64 bits");
+    /* Near the top of the address space: 512 bytes fit below 2^64, 16 KiB do not. */
+    lj_gpu_tensor(&t, 0xfffffffffffff000ull, 0, 2, shape, NULL, lj_test_dl_dtype(LJ_F32));
+    ASSERT_OK(lj_tensor_view(&env, "q", &t.t, 2, NULL, LJ_TENSOR_FLOATS, &v, NULL));
+    int64_t big[2] = {64, 64};
+    lj_gpu_tensor(&t, 0xfffffffffffff000ull, 0, 2, big, NULL, lj_test_dl_dtype(LJ_F32));
+    REJECT("q", &t.t, 2, NULL, LJ_TENSOR_FLOATS, "q's extent wraps");
+    /* The end (one past the last byte) must be representable, since overlap checks form it:
+     * 0xf00 bytes from 2^64 - 0x1000 pass, 0x1000 bytes (end = 2^64) do not. */
+    int64_t below[2] = {15, 64}, exact[2] = {16, 64};
+    lj_gpu_tensor(&t, 0xfffffffffffff000ull, 0, 2, below, NULL, lj_test_dl_dtype(LJ_F32));
+    ASSERT_OK(lj_tensor_view(&env, "q", &t.t, 2, NULL, LJ_TENSOR_FLOATS, &v, NULL));
+    lj_gpu_tensor(&t, 0xfffffffffffff000ull, 0, 2, exact, NULL, lj_test_dl_dtype(LJ_F32));
+    REJECT("q", &t.t, 2, NULL, LJ_TENSOR_FLOATS, "q's extent wraps");
+    /* A strided view: the extent counts the strides, not the element count (9 rows of 64
+     * float32 are 2.25 KiB of elements; with a row stride of 128 they span 4.25 KiB: wraps). */
+    int64_t nine[2] = {9, 64}, st[2] = {2 * 64, 1};
+    lj_gpu_tensor(&t, 0xfffffffffffff000ull, 0, 2, nine, st, lj_test_dl_dtype(LJ_F32));
+    REJECT("q", &t.t, 2, NULL, LJ_TENSOR_FLOATS, "q's extent wraps");
+}
+
+/* The stride audit: negative strides in any dimension (the last, a size-1 one whose stride is
+ * never used, the most negative value), and products of shape and stride that overflow 64 bits
+ * in any dimension, each rejected with a message and no wrap. */
+LJ_TEST(rejects_negative_and_overflowing_strides)
+{
+    setup();
+    lj_test_tensor t;
+    la_tensor4 v;
+    int64_t shape[3] = {4, 2, 64};
+    int64_t neg_last[3] = {128, 64, -1};
+    make(&t, 3, shape, neg_last, LJ_F32);
+    REJECT("k", &t.t, 3, NULL, LJ_TENSOR_FLOATS, "k has a negative stride (-1) in dimension 2");
+    int64_t most_neg[3] = {INT64_MIN, 64, 1};
+    make(&t, 3, shape, most_neg, LJ_F32);
+    REJECT("k", &t.t, 3, NULL, LJ_TENSOR_FLOATS, "negative stride");
+    /* A size-1 dimension's stride addresses nothing: even a negative one is accepted. */
+    int64_t one[3] = {1, 2, 64};
+    int64_t neg_unused[3] = {-5, 64, 1};
+    make(&t, 3, one, neg_unused, LJ_F32);
+    ASSERT_OK(lj_tensor_view(&env, "k", &t.t, 3, NULL, LJ_TENSOR_FLOATS, &v, NULL));
+    ASSERT_EQ(v.s1, 0);
+    /* (size - 1) * stride overflowing 64 bits in the outer, middle and last-but-one dims. */
+    int64_t wide[3] = {1ll << 40, 1ll << 40, 64};
+    int64_t s_outer[3] = {1ll << 40, 64, 1};
+    make(&t, 3, wide, s_outer, LJ_F32);
+    REJECT("k", &t.t, 3, NULL, LJ_TENSOR_FLOATS, "k's offsets overflow 32 bits");
+    int64_t s_huge[3] = {INT64_MAX - 15, 64, 1};
+    make(&t, 3, shape, s_huge, LJ_F32);
+    REJECT("k", &t.t, 3, NULL, LJ_TENSOR_FLOATS, "overflow 32 bits");
+    /* Terms that fit alone but whose sum overflows. */
+    int64_t two[3] = {2, 2, 64};
+    int64_t s_sum[3] = {INT64_MAX / 2 + 16 - (INT64_MAX / 2) % 16, INT64_MAX / 2 + 16 - (INT64_MAX / 2) % 16, 1};
+    make(&t, 3, two, s_sum, LJ_F32);
+    REJECT("k", &t.t, 3, NULL, LJ_TENSOR_FLOATS, "overflow 32 bits");
+}
