@@ -17,7 +17,7 @@
 #include "key.h"
 
 /* Format version (PRAGMA user_version). */
-#define LJ_BUNDLE_FORMAT 1
+#define LJ_BUNDLE_FORMAT 2
 
 typedef struct lj_bundle lj_bundle;
 

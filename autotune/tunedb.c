@@ -1,4 +1,5 @@
-/* tunedb.c — the SQLite tuning database (tunedb.h).
+/* tunedb.c — the SQLite tuning database (tunedb.h): opening it safely, winners, measurements,
+ * leases and the listing. Export and import live in tunedb_json.c.
  *
  * Schema (user_version 1, application_id 'lajt'):
  *   devices(id, name, cc, sms, driver, nvrtc)            one row per fingerprint
@@ -9,14 +10,19 @@
  * BEGIN IMMEDIATE transaction, so two processes creating the file at once agree. Every query
  * that can meet a damaged file checks its result; a damaged file found at open is set aside
  * under a lock file so that two processes finding it at once do not set aside each other's
- * fresh replacement. */
-#include "tunedb.h"
+ * fresh replacement.
+ *
+ * Trust: a winner chooses which kernel runs, so the directory, the database, its WAL and
+ * shared-memory files and the lock file must pass the kernel cache's trust rules (core/fs.h:
+ * ours, writable by nobody else, no links). A database this process cannot write (file or
+ * directory read-only, or a schema from a later lajit) is opened read-only: winners are served,
+ * writes are refused with a message, and nothing is ever set aside. */
+#include "tunedb_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,17 +31,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fs.h"
 #include "key.h"
 
 #define APPLICATION_ID 0x6c616a74 /* 'lajt' */
 #define BUSY_TIMEOUT_MS 30000
-
-struct lj_tunedb {
-    lj_env *env;
-    sqlite3 *db;
-    char *path;
-    char host[64];
-};
 
 void lj_fingerprint_make(const lj_device_info *info, int driver, int nvrtc_major,
                          int nvrtc_minor, lj_fingerprint *out)
@@ -62,37 +62,39 @@ lajit_status lj_tune_template_hash(lj_env *env, lj_family *f, char out[17])
 
 /* ---- Errors ---------------------------------------------------------------------------------- */
 
-static lajit_status db_error(lj_tunedb *t, const char *what)
+lajit_status lj_tdb_error(lj_tunedb *t, const char *what)
 {
+    if (t->readonly)
+        return lj_error(t->env, LAJIT_ERR_DATABASE, "%s: %s: %s (opened read-only: %s)", t->path,
+                        what, lj_sql_errmsg(&t->sql), t->readonly_why);
     return lj_error(t->env, LAJIT_ERR_DATABASE, "%s: %s: %s", t->path, what,
-                    t->db ? sqlite3_errmsg(t->db) : "no database");
+                    lj_sql_errmsg(&t->sql));
 }
 
-/* Runs SQL with no result rows. */
-static int exec(lj_tunedb *t, const char *sql)
+lajit_status lj_tdb_writable(lj_tunedb *t, const char *what)
 {
-    return sqlite3_exec(t->db, sql, NULL, NULL, NULL);
+    if (!t->readonly)
+        return LAJIT_OK;
+    return lj_error(t->env, LAJIT_ERR_DATABASE, "%s: %s refused: the database is read-only (%s)",
+                    t->path, what, t->readonly_why);
 }
 
 /* One integer from a query (PRAGMA user_version). */
 static int query_int(lj_tunedb *t, const char *sql, int *out)
 {
     sqlite3_stmt *s;
-    int rc = sqlite3_prepare_v2(t->db, sql, -1, &s, NULL);
+    int rc = lj_sql_prepare(&t->sql, sql, &s);
     if (rc != SQLITE_OK)
         return rc;
-    rc = sqlite3_step(s);
+    rc = lj_sql_step(&t->sql, s);
     if (rc == SQLITE_ROW) {
         *out = sqlite3_column_int(s, 0);
         rc = SQLITE_OK;
+    } else if (rc == SQLITE_DONE) {
+        rc = SQLITE_CORRUPT; /* a pragma that answers no row: not SQLite as we know it */
     }
     sqlite3_finalize(s);
     return rc;
-}
-
-static int prepare(lj_tunedb *t, const char *sql, sqlite3_stmt **s)
-{
-    return sqlite3_prepare_v2(t->db, sql, -1, s, NULL);
 }
 
 /* ---- Schema and migrations --------------------------------------------------------------------- */
@@ -117,7 +119,12 @@ static const char *const migrations[] = {
 };
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 
-typedef enum open_result { OPEN_OK, OPEN_DAMAGED, OPEN_UNAVAILABLE } open_result;
+typedef enum open_result {
+    OPEN_OK,
+    OPEN_DAMAGED,     /* not a usable lajit database: may be set aside */
+    OPEN_UNAVAILABLE, /* cannot be used now (I/O error, locked, read-only and not migrated) */
+    OPEN_FUTURE       /* a schema from a later lajit: to be opened read-only, never set aside */
+} open_result;
 
 /* SQLite result codes that mean the file is not a usable lajit database (as opposed to "cannot
  * reach it now"). */
@@ -128,79 +135,130 @@ static int damaged_code(int rc)
            rc == SQLITE_SCHEMA;
 }
 
+static open_result failed(lj_tunedb *t, int rc, const char *what, char *why, size_t cap)
+{
+    snprintf(why, cap, "%s%s%s", what, *what ? ": " : "", lj_sql_errmsg(&t->sql));
+    return damaged_code(rc) ? OPEN_DAMAGED : OPEN_UNAVAILABLE;
+}
+
+/* Reads the schema version, application id and table count. */
+static int read_identity(lj_tunedb *t, int *version, int *app, int *tables)
+{
+    int rc = query_int(t, "PRAGMA user_version", version);
+    if (rc == SQLITE_OK)
+        rc = query_int(t, "PRAGMA application_id", app);
+    if (rc == SQLITE_OK)
+        rc = query_int(t, "SELECT count(*) FROM sqlite_schema", tables);
+    return rc;
+}
+
+/* What the identity says, apart from migrations: OPEN_OK when the file is ours (or empty). */
+static open_result judge_identity(int version, int app, int tables, char *why, size_t cap)
+{
+    if (version > LJ_TUNEDB_SCHEMA) {
+        snprintf(why, cap, "schema version %d is from a later lajit (this one knows %d)", version,
+                 LJ_TUNEDB_SCHEMA);
+        return OPEN_FUTURE;
+    }
+    if (app != APPLICATION_ID && (app != 0 || tables != 0)) {
+        snprintf(why, cap, "not a lajit tuning database (application_id 0x%x, %d tables)", app,
+                 tables);
+        return OPEN_DAMAGED;
+    }
+    return OPEN_OK;
+}
+
 /* Brings the schema to LJ_TUNEDB_SCHEMA. why receives a reason when the file is damaged or
  * foreign. */
 static open_result migrate(lj_tunedb *t, char *why, size_t cap)
 {
-    int rc = exec(t, "BEGIN IMMEDIATE");
-    if (rc != SQLITE_OK) {
-        snprintf(why, cap, "BEGIN: %s", sqlite3_errmsg(t->db));
-        return damaged_code(rc) ? OPEN_DAMAGED : OPEN_UNAVAILABLE;
-    }
+    int rc = lj_sql_exec(&t->sql, "BEGIN IMMEDIATE");
+    if (rc != SQLITE_OK)
+        return failed(t, rc, "BEGIN", why, cap);
     int version = 0, app = 0, tables = 0;
     open_result res = OPEN_OK;
-    rc = query_int(t, "PRAGMA user_version", &version);
-    if (rc == SQLITE_OK)
-        rc = query_int(t, "PRAGMA application_id", &app);
-    if (rc == SQLITE_OK)
-        rc = query_int(t, "SELECT count(*) FROM sqlite_master", &tables);
-    if (rc != SQLITE_OK) {
-        snprintf(why, cap, "%s", sqlite3_errmsg(t->db));
-        res = damaged_code(rc) ? OPEN_DAMAGED : OPEN_UNAVAILABLE;
-    } else if (version > LJ_TUNEDB_SCHEMA) {
-        snprintf(why, cap, "schema version %d is from a later lajit (this one knows %d)",
-                 version, LJ_TUNEDB_SCHEMA);
-        res = OPEN_DAMAGED;
-    } else if (app != APPLICATION_ID && (app != 0 || tables != 0)) {
-        snprintf(why, cap, "not a lajit tuning database (application_id 0x%x, %d tables)", app,
-                 tables);
-        res = OPEN_DAMAGED;
-    } else {
-        for (int v = version; v < N_MIGRATIONS && res == OPEN_OK; v++) {
-            rc = exec(t, migrations[v]);
-            if (rc != SQLITE_OK) {
-                snprintf(why, cap, "migration %d -> %d: %s", v, v + 1, sqlite3_errmsg(t->db));
-                res = damaged_code(rc) ? OPEN_DAMAGED : OPEN_UNAVAILABLE;
-            }
-        }
-        if (res == OPEN_OK && version < N_MIGRATIONS) {
-            char sql[96];
-            snprintf(sql, sizeof sql, "PRAGMA user_version = %d; PRAGMA application_id = %d",
-                     N_MIGRATIONS, APPLICATION_ID);
-            if ((rc = exec(t, sql)) != SQLITE_OK) {
-                snprintf(why, cap, "%s", sqlite3_errmsg(t->db));
-                res = OPEN_UNAVAILABLE;
-            }
+    rc = read_identity(t, &version, &app, &tables);
+    if (rc != SQLITE_OK)
+        res = failed(t, rc, "", why, cap);
+    else
+        res = judge_identity(version, app, tables, why, cap);
+    for (int v = version; v < N_MIGRATIONS && res == OPEN_OK; v++) {
+        if ((rc = lj_sql_exec(&t->sql, migrations[v])) != SQLITE_OK) {
+            char what[64];
+            snprintf(what, sizeof what, "migration %d -> %d", v, v + 1);
+            res = failed(t, rc, what, why, cap);
         }
     }
-    if (res == OPEN_OK) {
-        if ((rc = exec(t, "COMMIT")) != SQLITE_OK) {
-            snprintf(why, cap, "COMMIT: %s", sqlite3_errmsg(t->db));
-            res = damaged_code(rc) ? OPEN_DAMAGED : OPEN_UNAVAILABLE;
+    if (res == OPEN_OK && version < N_MIGRATIONS) {
+        char sql[96];
+        snprintf(sql, sizeof sql, "PRAGMA user_version = %d; PRAGMA application_id = %d",
+                 N_MIGRATIONS, APPLICATION_ID);
+        if ((rc = lj_sql_exec(&t->sql, sql)) != SQLITE_OK) {
+            failed(t, rc, "", why, cap);
+            res = OPEN_UNAVAILABLE;
         }
     }
+    if (res == OPEN_OK && (rc = lj_sql_exec(&t->sql, "COMMIT")) != SQLITE_OK)
+        res = failed(t, rc, "COMMIT", why, cap);
     if (res != OPEN_OK)
-        exec(t, "ROLLBACK");
+        lj_sql_exec(&t->sql, "ROLLBACK");
     return res;
 }
 
-/* Opens the connection and checks the file: WAL, busy timeout, quick_check, schema. */
+/* The checks of a read-only open: the identity read without writing anything. */
+static open_result check_readonly(lj_tunedb *t, char *why, size_t cap)
+{
+    int version = 0, app = 0, tables = 0;
+    int rc = read_identity(t, &version, &app, &tables);
+    if (rc != SQLITE_OK)
+        return failed(t, rc, "", why, cap);
+    open_result r = judge_identity(version, app, tables, why, cap);
+    if (r == OPEN_FUTURE)
+        return OPEN_OK; /* already read-only: its tables are read as they are */
+    if (r != OPEN_OK)
+        return OPEN_UNAVAILABLE; /* never set aside what we cannot write */
+    if (version < N_MIGRATIONS) {
+        snprintf(why, cap, "schema version %d needs migrating to %d, and the database is "
+                 "read-only (%s)", version, N_MIGRATIONS, t->readonly_why);
+        return OPEN_UNAVAILABLE;
+    }
+    return OPEN_OK;
+}
+
+/* Reads every page (the file is small), so damage is found here and not in the middle of an
+ * op. */
+static open_result quick_check(lj_tunedb *t, char *why, size_t cap)
+{
+    sqlite3_stmt *s;
+    int rc = lj_sql_prepare(&t->sql, "PRAGMA quick_check", &s);
+    if (rc == SQLITE_OK) {
+        rc = lj_sql_step(&t->sql, s);
+        if (rc == SQLITE_ROW) {
+            const char *r = (const char *)sqlite3_column_text(s, 0);
+            if (!r || strcmp(r, "ok") != 0) {
+                snprintf(why, cap, "integrity: %.200s", r ? r : "?");
+                sqlite3_finalize(s);
+                return OPEN_DAMAGED;
+            }
+            rc = SQLITE_OK;
+        }
+    }
+    sqlite3_finalize(s);
+    return rc == SQLITE_OK ? OPEN_OK : failed(t, rc, "", why, cap);
+}
+
+/* Opens the connection read-write and checks the file: WAL, busy timeout, quick_check, schema. */
 static open_result try_open(lj_tunedb *t, char *why, size_t cap)
 {
-    int rc = sqlite3_open_v2(t->path, &t->db,
-                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                             NULL);
-    if (rc != SQLITE_OK) {
-        snprintf(why, cap, "%s", t->db ? sqlite3_errmsg(t->db) : sqlite3_errstr(rc));
-        return damaged_code(rc) ? OPEN_DAMAGED : OPEN_UNAVAILABLE;
-    }
-    sqlite3_busy_timeout(t->db, BUSY_TIMEOUT_MS);
-    sqlite3_extended_result_codes(t->db, 0);
+    int rc = lj_sql_open(&t->sql, t->env, t->path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, 0);
+    if (rc != SQLITE_OK)
+        return failed(t, rc, "", why, cap);
+    sqlite3_busy_timeout(t->sql.db, BUSY_TIMEOUT_MS);
     /* journal_mode answers a row ("wal"); a file that is not a database fails here. */
     sqlite3_stmt *s;
-    rc = prepare(t, "PRAGMA journal_mode = WAL", &s);
+    rc = lj_sql_prepare(&t->sql, "PRAGMA journal_mode = WAL", &s);
     if (rc == SQLITE_OK) {
-        rc = sqlite3_step(s);
+        rc = lj_sql_step(&t->sql, s);
         if (rc == SQLITE_ROW) {
             const char *mode = (const char *)sqlite3_column_text(s, 0);
             rc = mode && strcmp(mode, "wal") == 0 ? SQLITE_OK : SQLITE_CANTOPEN;
@@ -208,102 +266,137 @@ static open_result try_open(lj_tunedb *t, char *why, size_t cap)
         sqlite3_finalize(s);
     }
     if (rc == SQLITE_OK)
-        rc = exec(t, "PRAGMA synchronous = NORMAL");
+        rc = lj_sql_exec(&t->sql, "PRAGMA synchronous = NORMAL");
     if (rc != SQLITE_OK) {
-        snprintf(why, cap, "%s", rc == SQLITE_CANTOPEN && !damaged_code(sqlite3_errcode(t->db))
-                                     ? "cannot use WAL mode here"
-                                     : sqlite3_errmsg(t->db));
-        return damaged_code(rc) ? OPEN_DAMAGED : OPEN_UNAVAILABLE;
-    }
-    /* A truncated or damaged file often opens fine and fails only when a page is read: read
-     * them all now (the file is small), so damage is found here and not in the middle of an
-     * op. */
-    rc = prepare(t, "PRAGMA quick_check", &s);
-    if (rc == SQLITE_OK) {
-        rc = sqlite3_step(s);
-        if (rc == SQLITE_ROW) {
-            const char *r = (const char *)sqlite3_column_text(s, 0);
-            if (!r || strcmp(r, "ok") != 0) {
-                snprintf(why, cap, "integrity: %.200s", r ? r : "?");
-                rc = SQLITE_CORRUPT;
-            } else {
-                rc = SQLITE_OK;
-            }
+        if (rc == SQLITE_CANTOPEN && !damaged_code(sqlite3_errcode(t->sql.db))) {
+            snprintf(why, cap, "cannot use WAL mode here");
+            return OPEN_UNAVAILABLE;
         }
-        sqlite3_finalize(s);
+        return failed(t, rc, "", why, cap);
     }
-    if (rc != SQLITE_OK) {
-        if (!why[0])
-            snprintf(why, cap, "%s", sqlite3_errmsg(t->db));
-        return damaged_code(rc) ? OPEN_DAMAGED : OPEN_UNAVAILABLE;
-    }
-    return migrate(t, why, cap);
+    open_result r = quick_check(t, why, cap);
+    return r == OPEN_OK ? migrate(t, why, cap) : r;
 }
 
-static int make_dirs(const char *dir)
+/* Opens the connection read-only. A WAL database read where its shared-memory file cannot be
+ * created needs SQLite's immutable mode (no locks: a concurrent writer's latest commits may not
+ * be seen, which a read-only reader can live with). */
+static open_result try_open_readonly(lj_tunedb *t, char *why, size_t cap)
 {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s", dir) >= (int)sizeof tmp)
-        return -1;
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
-                return -1;
-            *p = '/';
+    for (int immutable = 0; immutable < 2; immutable++) {
+        char *uri = lj_sql_immutable_uri(t->env, t->path);
+        if (!uri) {
+            snprintf(why, cap, "out of host memory");
+            return OPEN_UNAVAILABLE;
         }
+        int rc = lj_sql_open(&t->sql, t->env, immutable ? uri : t->path,
+                             SQLITE_OPEN_READONLY | (immutable ? SQLITE_OPEN_URI : 0), 0);
+        lj_free(t->env, uri);
+        open_result r = rc == SQLITE_OK ? OPEN_OK : failed(t, rc, "", why, cap);
+        if (r == OPEN_OK) {
+            sqlite3_busy_timeout(t->sql.db, BUSY_TIMEOUT_MS);
+            r = quick_check(t, why, cap);
+        }
+        if (r == OPEN_OK)
+            return check_readonly(t, why, cap);
+        lj_sql_close(&t->sql);
+        if (r == OPEN_DAMAGED || t->sql.injected)
+            return OPEN_UNAVAILABLE; /* read-only: never set aside */
     }
-    if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
-        return -1;
-    return 0;
+    return OPEN_UNAVAILABLE;
 }
 
 /* Sets the damaged file aside, unless another process already replaced it since we looked
  * (inode changed). The caller holds the exclusive lock on tune.db.lock (open_lock), so two
  * processes recovering at once do not both move files. Returns 0 when the path is ready for a
  * fresh open. */
-static int set_aside(lj_tunedb *t, const struct stat *seen, const char *why)
+static int set_aside(lj_tunedb *t, int dir_fd, const struct stat *seen, const char *why)
 {
-    char aside[4200];
+    char aside[96];
     struct stat now;
-    int rc = 0;
-    if (stat(t->path, &now) == 0 && now.st_ino == seen->st_ino && now.st_dev == seen->st_dev) {
-        snprintf(aside, sizeof aside, "%s.corrupt-%lld-%d", t->path, (long long)time(NULL),
-                 (int)getpid());
-        if (rename(t->path, aside) != 0) {
-            rc = -1;
-        } else {
-            /* The journal files belong to the old file: a fresh database must not replay them. */
-            static const char *const suffixes[] = {"-wal", "-shm", "-journal"};
-            for (int i = 0; i < 3; i++) {
-                char side[4200], side_aside[4300];
-                snprintf(side, sizeof side, "%s%s", t->path, suffixes[i]);
-                snprintf(side_aside, sizeof side_aside, "%s%s", aside, suffixes[i]);
-                rename(side, side_aside);
-            }
-            lj_log(t->env, LAJIT_LOG_WARN, "tuning database %s is unusable (%s): moved to %s, "
-                   "starting a new one", t->path, why, aside);
-        }
+    if (fstatat(dir_fd, "tune.db", &now, AT_SYMLINK_NOFOLLOW) != 0 ||
+        now.st_ino != seen->st_ino || now.st_dev != seen->st_dev)
+        return 0;
+    snprintf(aside, sizeof aside, "tune.db.corrupt-%lld-%d", (long long)time(NULL),
+             (int)getpid());
+    if (renameat(dir_fd, "tune.db", dir_fd, aside) != 0)
+        return -1;
+    /* The journal files belong to the old file: a fresh database must not replay them. */
+    static const char *const suffixes[] = {"-wal", "-shm", "-journal"};
+    for (int i = 0; i < 3; i++) {
+        char side[32], side_aside[128];
+        snprintf(side, sizeof side, "tune.db%s", suffixes[i]);
+        snprintf(side_aside, sizeof side_aside, "%s%s", aside, suffixes[i]);
+        renameat(dir_fd, side, dir_fd, side_aside);
     }
-    return rc;
+    lj_log(t->env, LAJIT_LOG_WARN, "tuning database %s is unusable (%s): moved to %s beside it, "
+           "starting a new one", t->path, why, aside);
+    return 0;
 }
 
 /* Opening (creating the file, switching it to WAL, migrating the schema, setting a damaged file
  * aside) runs under an exclusive flock on tune.db.lock. SQLite's busy timeout does not cover
  * every lock taken while several connections create and convert a new file at the same moment
  * (8 processes saw "database is locked" at open); opens are rare, so serialising them is free.
- * Returns the lock's descriptor, or -1 when no lock could be had (then opening goes on without
- * it). */
-static int open_lock(const char *path)
+ * The lock file is opened without following a link and must pass the trust checks, so a link
+ * planted under its name never makes us create or write a file elsewhere. Returns the lock's
+ * descriptor; -1 with *problem NULL when no lock could be had for an ordinary reason (opening
+ * goes on without it), -1 with *problem set when the name is refused. */
+static int open_lock(int dir_fd, const char **problem)
 {
-    char lock[4200];
-    snprintf(lock, sizeof lock, "%s.lock", path);
-    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd >= 0 && flock(fd, LOCK_EX) != 0) {
+    int fd = lj_fs_open_trusted_at(dir_fd, "tune.db.lock", O_RDWR | O_CREAT, 0600, problem);
+    if (fd < 0) {
+        if (errno == EACCES || errno == EROFS)
+            *problem = NULL;
+        return -1;
+    }
+    if (flock(fd, LOCK_EX) != 0) {
         close(fd);
-        fd = -1;
+        return -1;
     }
     return fd;
+}
+
+/* The directory, created when missing and checked like the kernel cache's. Returns its
+ * descriptor or -1 with a message recorded. */
+static int open_dir(lj_tunedb *t, const char *dir)
+{
+    const char *problem;
+    unsigned mode = 0;
+    int fd = lj_fs_open_trusted_dir(dir, &problem, &mode);
+    if (fd < 0 && errno == ENOENT) {
+        if (!lj_fs_mkdir_p(t->env, dir)) {
+            lj_error(t->env, LAJIT_ERR_DATABASE, "tuning database %s unavailable: cannot create "
+                     "%s: %s", t->path, dir, strerror(errno));
+            return -1;
+        }
+        fd = lj_fs_open_trusted_dir(dir, &problem, &mode);
+    }
+    if (fd < 0)
+        lj_error(t->env, LAJIT_ERR_DATABASE, "tuning database %s unavailable: directory %s "
+                 "refused (%s, mode %03o)", t->path, dir, problem, mode);
+    return fd;
+}
+
+/* Checks the database and its side files by name without following links. Returns 1 when
+ * tune.db exists, 0 when not, -1 (message recorded) when one of them is refused. */
+static int check_files(lj_tunedb *t, int dir_fd)
+{
+    static const char *const names[] = {"tune.db", "tune.db-wal", "tune.db-shm",
+                                        "tune.db-journal"};
+    int exists = 0;
+    for (int i = 0; i < 4; i++) {
+        const char *problem;
+        int r = lj_fs_check_trusted_at(dir_fd, names[i], &problem);
+        if (r < 0) {
+            lj_error(t->env, LAJIT_ERR_DATABASE, "tuning database %s refused: %s is %s",
+                     t->path, names[i], problem);
+            return -1;
+        }
+        if (i == 0)
+            exists = r == 0;
+    }
+    return exists;
 }
 
 lajit_status lj_tunedb_open(lj_env *env, const char *dir, lj_tunedb **out)
@@ -314,6 +407,7 @@ lajit_status lj_tunedb_open(lj_env *env, const char *dir, lj_tunedb **out)
     if (!t)
         return lj_oom(env);
     t->env = env;
+    t->sql.env = env;
     size_t len = strlen(dir) + sizeof "/tune.db";
     if (!(t->path = lj_malloc(env, len))) {
         lj_free(env, t);
@@ -322,34 +416,64 @@ lajit_status lj_tunedb_open(lj_env *env, const char *dir, lj_tunedb **out)
     snprintf(t->path, len, "%s/tune.db", dir);
     if (gethostname(t->host, sizeof t->host - 1) != 0)
         snprintf(t->host, sizeof t->host, "unknown");
-    if (make_dirs(dir) != 0) {
-        lajit_status st = lj_error(env, LAJIT_ERR_DATABASE, "cannot create %s: %s", dir,
-                                   strerror(errno));
+    int dir_fd = open_dir(t, dir), lock = -1;
+    int exists = dir_fd >= 0 ? check_files(t, dir_fd) : -1;
+    if (exists < 0) {
         lj_tunedb_close(t);
-        return st;
+        if (dir_fd >= 0)
+            close(dir_fd);
+        return LAJIT_ERR_DATABASE;
     }
-    char why[512];
-    int lock = open_lock(t->path);
-    for (int attempt = 0;; attempt++) {
+    /* Read-only when this process cannot write the directory or the file. */
+    if (faccessat(dir_fd, ".", W_OK, AT_EACCESS) != 0) {
+        t->readonly = 1;
+        snprintf(t->readonly_why, sizeof t->readonly_why, "directory %s is not writable", dir);
+    } else if (exists && faccessat(dir_fd, "tune.db", W_OK, AT_EACCESS) != 0) {
+        t->readonly = 1;
+        snprintf(t->readonly_why, sizeof t->readonly_why, "%s is not writable", t->path);
+    }
+    lajit_status st = LAJIT_OK;
+    char why[512] = "";
+    if (t->readonly && !exists) {
+        st = lj_error(env, LAJIT_ERR_DATABASE, "tuning database %s unavailable: it does not "
+                      "exist and cannot be created (%s)", t->path, t->readonly_why);
+    } else if (!t->readonly) {
+        const char *problem = NULL;
+        lock = open_lock(dir_fd, &problem);
+        if (problem)
+            st = lj_error(env, LAJIT_ERR_DATABASE, "tuning database %s refused: its lock file "
+                          "tune.db.lock is %s", t->path, problem);
+    }
+    for (int attempt = 0; st == LAJIT_OK; attempt++) {
         why[0] = 0;
         struct stat seen;
-        int existed = stat(t->path, &seen) == 0;
-        open_result r = try_open(t, why, sizeof why);
+        exists = fstatat(dir_fd, "tune.db", &seen, AT_SYMLINK_NOFOLLOW) == 0;
+        open_result r = t->readonly ? try_open_readonly(t, why, sizeof why)
+                                    : try_open(t, why, sizeof why);
         if (r == OPEN_OK)
             break;
-        sqlite3_close(t->db);
-        t->db = NULL;
-        if (r == OPEN_UNAVAILABLE || attempt == 2 || !existed || set_aside(t, &seen, why) != 0) {
-            lajit_status st = lj_error(env, LAJIT_ERR_DATABASE, "tuning database %s unavailable: %s",
-                                       t->path, why);
-            lj_tunedb_close(t);
-            if (lock >= 0)
-                close(lock);
-            return st;
+        lj_sql_close(&t->sql);
+        if (r == OPEN_FUTURE) {
+            /* Never moved aside: a later lajit on this machine still needs it. */
+            t->readonly = 1;
+            snprintf(t->readonly_why, sizeof t->readonly_why, "%s", why);
+            lj_log(env, LAJIT_LOG_WARN, "tuning database %s: %s; reading it, recording nothing",
+                   t->path, why);
+            continue;
         }
+        if (r == OPEN_UNAVAILABLE || t->readonly || attempt == 2 || !exists ||
+            set_aside(t, dir_fd, &seen, why) != 0)
+            st = lj_error(env, LAJIT_ERR_DATABASE, "tuning database %s unavailable: %s",
+                          t->path, why);
     }
     if (lock >= 0)
         close(lock); /* releases the flock */
+    if (dir_fd >= 0)
+        close(dir_fd);
+    if (st != LAJIT_OK) {
+        lj_tunedb_close(t);
+        return st;
+    }
     *out = t;
     return LAJIT_OK;
 }
@@ -358,7 +482,7 @@ void lj_tunedb_close(lj_tunedb *t)
 {
     if (!t)
         return;
-    sqlite3_close(t->db);
+    lj_sql_close(&t->sql);
     lj_free(t->env, t->path);
     lj_free(t->env, t);
 }
@@ -372,11 +496,11 @@ const char *lj_tunedb_path(const lj_tunedb *t)
 
 /* The id of fp's row; create = 1 adds it when missing (inside the caller's transaction).
  * *id = 0 when absent and not created. */
-static int device_id(lj_tunedb *t, const lj_fingerprint *fp, int create, sqlite3_int64 *id)
+int lj_tdb_device_id(lj_tunedb *t, const lj_fingerprint *fp, int create, sqlite3_int64 *id)
 {
     sqlite3_stmt *s;
     *id = 0;
-    int rc = prepare(t, "SELECT id FROM devices WHERE name=?1 AND cc=?2 AND sms=?3 AND driver=?4"
+    int rc = lj_sql_prepare(&t->sql, "SELECT id FROM devices WHERE name=?1 AND cc=?2 AND sms=?3 AND driver=?4"
                         " AND nvrtc=?5", &s);
     if (rc != SQLITE_OK)
         return rc;
@@ -385,7 +509,7 @@ static int device_id(lj_tunedb *t, const lj_fingerprint *fp, int create, sqlite3
     sqlite3_bind_int(s, 3, fp->sms);
     sqlite3_bind_int(s, 4, fp->driver);
     sqlite3_bind_int(s, 5, fp->nvrtc);
-    rc = sqlite3_step(s);
+    rc = lj_sql_step(&t->sql, s);
     if (rc == SQLITE_ROW) {
         *id = sqlite3_column_int64(s, 0);
         rc = SQLITE_OK;
@@ -395,7 +519,7 @@ static int device_id(lj_tunedb *t, const lj_fingerprint *fp, int create, sqlite3
     sqlite3_finalize(s);
     if (rc != SQLITE_OK || *id || !create)
         return rc;
-    rc = prepare(t, "INSERT INTO devices(name, cc, sms, driver, nvrtc) VALUES(?1,?2,?3,?4,?5)", &s);
+    rc = lj_sql_prepare(&t->sql, "INSERT INTO devices(name, cc, sms, driver, nvrtc) VALUES(?1,?2,?3,?4,?5)", &s);
     if (rc != SQLITE_OK)
         return rc;
     sqlite3_bind_text(s, 1, fp->name, -1, SQLITE_STATIC);
@@ -403,15 +527,15 @@ static int device_id(lj_tunedb *t, const lj_fingerprint *fp, int create, sqlite3
     sqlite3_bind_int(s, 3, fp->sms);
     sqlite3_bind_int(s, 4, fp->driver);
     sqlite3_bind_int(s, 5, fp->nvrtc);
-    rc = sqlite3_step(s);
+    rc = lj_sql_step(&t->sql, s);
     sqlite3_finalize(s);
     if (rc != SQLITE_DONE)
         return rc;
-    *id = sqlite3_last_insert_rowid(t->db);
+    *id = sqlite3_last_insert_rowid(t->sql.db);
     return SQLITE_OK;
 }
 
-static void bind_bucket(sqlite3_stmt *s, sqlite3_int64 dev, const lj_tune_id *id)
+void lj_tdb_bind_bucket(sqlite3_stmt *s, sqlite3_int64 dev, const lj_tune_id *id)
 {
     sqlite3_bind_int64(s, 1, dev);
     sqlite3_bind_text(s, 2, id->family, -1, SQLITE_STATIC);
@@ -427,11 +551,11 @@ lajit_status lj_tunedb_winner(lj_tunedb *t, const lj_tune_id *id, char *config, 
     *found = 0;
     sqlite3_stmt *s;
     /* One statement, so the read is one implicit transaction: no explicit BEGIN needed. */
-    int rc = prepare(t, "SELECT w.config, w.ms FROM winners w JOIN devices d ON d.id = w.device"
+    int rc = lj_sql_prepare(&t->sql, "SELECT w.config, w.ms FROM winners w JOIN devices d ON d.id = w.device"
                         " WHERE d.name=?1 AND d.cc=?2 AND d.sms=?3 AND d.driver=?4 AND d.nvrtc=?5"
                         " AND w.family=?6 AND w.template_hash=?7 AND w.bucket=?8", &s);
     if (rc != SQLITE_OK)
-        return db_error(t, "reading a winner");
+        return lj_tdb_error(t, "reading a winner");
     sqlite3_bind_text(s, 1, id->fp.name, -1, SQLITE_STATIC);
     sqlite3_bind_int(s, 2, id->fp.cc);
     sqlite3_bind_int(s, 3, id->fp.sms);
@@ -440,7 +564,7 @@ lajit_status lj_tunedb_winner(lj_tunedb *t, const lj_tune_id *id, char *config, 
     sqlite3_bind_text(s, 6, id->family, -1, SQLITE_STATIC);
     sqlite3_bind_text(s, 7, id->template_hash, -1, SQLITE_STATIC);
     sqlite3_bind_text(s, 8, id->bucket, -1, SQLITE_STATIC);
-    rc = sqlite3_step(s);
+    rc = lj_sql_step(&t->sql, s);
     if (rc == SQLITE_ROW) {
         const char *c = (const char *)sqlite3_column_text(s, 0);
         snprintf(config, cap, "%s", c ? c : "");
@@ -452,7 +576,7 @@ lajit_status lj_tunedb_winner(lj_tunedb *t, const lj_tune_id *id, char *config, 
     sqlite3_finalize(s);
     if (rc != SQLITE_DONE) {
         *found = 0;
-        return db_error(t, "reading a winner");
+        return lj_tdb_error(t, "reading a winner");
     }
     return LAJIT_OK;
 }
@@ -460,13 +584,13 @@ lajit_status lj_tunedb_winner(lj_tunedb *t, const lj_tune_id *id, char *config, 
 /* Runs body inside BEGIN IMMEDIATE ... COMMIT, rolling back on failure. */
 #define IN_TRANSACTION(t, what, body)                                  \
     do {                                                               \
-        if (exec((t), "BEGIN IMMEDIATE") != SQLITE_OK)                 \
-            return db_error((t), what);                                \
+        if (lj_sql_exec(&(t)->sql, "BEGIN IMMEDIATE") != SQLITE_OK)                 \
+            return lj_tdb_error((t), what);                                \
         int ok_ = (body);                                              \
-        if (ok_ && exec((t), "COMMIT") == SQLITE_OK)                   \
+        if (ok_ && lj_sql_exec(&(t)->sql, "COMMIT") == SQLITE_OK)                   \
             return LAJIT_OK;                                           \
-        lajit_status st_ = db_error((t), what);                        \
-        exec((t), "ROLLBACK");                                         \
+        lajit_status st_ = lj_tdb_error((t), what);                        \
+        lj_sql_exec(&(t)->sql, "ROLLBACK");                                         \
         return st_;                                                    \
     } while (0)
 
@@ -474,16 +598,16 @@ static int record_body(lj_tunedb *t, const lj_tune_id *id, const lj_tune_result 
                        const char *default_config, double default_ms)
 {
     sqlite3_int64 dev;
-    if (device_id(t, &id->fp, 1, &dev) != SQLITE_OK)
+    if (lj_tdb_device_id(t, &id->fp, 1, &dev) != SQLITE_OK)
         return 0;
     sqlite3_int64 now = (sqlite3_int64)time(NULL);
     sqlite3_stmt *s;
-    if (prepare(t, "INSERT OR REPLACE INTO measurements VALUES(?1,?2,?3,?4,?5,?6,?7,?8)", &s) != SQLITE_OK)
+    if (lj_sql_prepare(&t->sql, "INSERT OR REPLACE INTO measurements VALUES(?1,?2,?3,?4,?5,?6,?7,?8)", &s) != SQLITE_OK)
         return 0;
     int best = -1;
     for (int i = 0; i < n; i++) {
         sqlite3_reset(s);
-        bind_bucket(s, dev, id);
+        lj_tdb_bind_bucket(s, dev, id);
         sqlite3_bind_text(s, 5, r[i].config, -1, SQLITE_STATIC);
         int failed = r[i].failure[0] || !(r[i].ms >= 0) || !isfinite(r[i].ms);
         if (failed) {
@@ -496,7 +620,7 @@ static int record_body(lj_tunedb *t, const lj_tune_id *id, const lj_tune_result 
                 best = i;
         }
         sqlite3_bind_int64(s, 8, now);
-        if (sqlite3_step(s) != SQLITE_DONE) {
+        if (lj_sql_step(&t->sql, s) != SQLITE_DONE) {
             sqlite3_finalize(s);
             return 0;
         }
@@ -504,9 +628,9 @@ static int record_body(lj_tunedb *t, const lj_tune_id *id, const lj_tune_result 
     sqlite3_finalize(s);
     if (best < 0)
         return 1;
-    if (prepare(t, "INSERT OR REPLACE INTO winners VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)", &s) != SQLITE_OK)
+    if (lj_sql_prepare(&t->sql, "INSERT OR REPLACE INTO winners VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)", &s) != SQLITE_OK)
         return 0;
-    bind_bucket(s, dev, id);
+    lj_tdb_bind_bucket(s, dev, id);
     sqlite3_bind_text(s, 5, r[best].config, -1, SQLITE_STATIC);
     sqlite3_bind_double(s, 6, r[best].ms);
     if (default_config)
@@ -518,7 +642,7 @@ static int record_body(lj_tunedb *t, const lj_tune_id *id, const lj_tune_result 
     else
         sqlite3_bind_null(s, 8);
     sqlite3_bind_int64(s, 9, now);
-    int rc = sqlite3_step(s);
+    int rc = lj_sql_step(&t->sql, s);
     sqlite3_finalize(s);
     return rc == SQLITE_DONE;
 }
@@ -526,6 +650,9 @@ static int record_body(lj_tunedb *t, const lj_tune_id *id, const lj_tune_result 
 lajit_status lj_tunedb_record(lj_tunedb *t, const lj_tune_id *id, const lj_tune_result *results,
                               int n, const char *default_config, double default_ms)
 {
+    lajit_status st = lj_tdb_writable(t, "recording measurements");
+    if (st != LAJIT_OK)
+        return st;
     IN_TRANSACTION(t, "recording measurements",
                    record_body(t, id, results, n, default_config, default_ms));
 }
@@ -545,16 +672,16 @@ lajit_status lj_tunedb_results(lj_tunedb *t, const lj_tune_id *id, lj_tune_resul
                                int *count)
 {
     sqlite3_int64 dev;
-    if (device_id(t, &id->fp, 0, &dev) != SQLITE_OK)
-        return db_error(t, "reading measurements");
+    if (lj_tdb_device_id(t, &id->fp, 0, &dev) != SQLITE_OK)
+        return lj_tdb_error(t, "reading measurements");
     sqlite3_stmt *s;
-    if (prepare(t, "SELECT config, ms, failure FROM measurements WHERE device=?1 AND family=?2"
+    if (lj_sql_prepare(&t->sql, "SELECT config, ms, failure FROM measurements WHERE device=?1 AND family=?2"
                    " AND template_hash=?3 AND bucket=?4", &s) != SQLITE_OK)
-        return db_error(t, "reading measurements");
-    bind_bucket(s, dev, id);
+        return lj_tdb_error(t, "reading measurements");
+    lj_tdb_bind_bucket(s, dev, id);
     lj_tune_result *r = NULL;
     int n = 0, cap = 0, rc;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    while ((rc = lj_sql_step(&t->sql, s)) == SQLITE_ROW) {
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
             lj_tune_result *grown = lj_realloc(t->env, r, (size_t)cap * sizeof *r);
@@ -576,7 +703,7 @@ lajit_status lj_tunedb_results(lj_tunedb *t, const lj_tune_id *id, lj_tune_resul
     sqlite3_finalize(s);
     if (rc != SQLITE_DONE) {
         lj_free(t->env, r);
-        return db_error(t, "reading measurements");
+        return lj_tdb_error(t, "reading measurements");
     }
     if (n)
         qsort(r, (size_t)n, sizeof *r, compare_results);
@@ -598,10 +725,10 @@ static void lease_key(const lj_tune_id *id, char *out, size_t cap)
 static int lease_body(lj_tunedb *t, const char *key, int seconds, int *got)
 {
     sqlite3_stmt *s;
-    if (prepare(t, "SELECT host, pid, expires FROM leases WHERE lease_key=?1", &s) != SQLITE_OK)
+    if (lj_sql_prepare(&t->sql, "SELECT host, pid, expires FROM leases WHERE lease_key=?1", &s) != SQLITE_OK)
         return 0;
     sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(s);
+    int rc = lj_sql_step(&t->sql, s);
     long long now = (long long)time(NULL);
     int free_now = 1;
     if (rc == SQLITE_ROW) {
@@ -622,13 +749,13 @@ static int lease_body(lj_tunedb *t, const char *key, int seconds, int *got)
     *got = free_now;
     if (!free_now)
         return 1;
-    if (prepare(t, "INSERT OR REPLACE INTO leases VALUES(?1,?2,?3,?4)", &s) != SQLITE_OK)
+    if (lj_sql_prepare(&t->sql, "INSERT OR REPLACE INTO leases VALUES(?1,?2,?3,?4)", &s) != SQLITE_OK)
         return 0;
     sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
     sqlite3_bind_text(s, 2, t->host, -1, SQLITE_STATIC);
     sqlite3_bind_int(s, 3, (int)getpid());
     sqlite3_bind_int64(s, 4, now + seconds);
-    rc = sqlite3_step(s);
+    rc = lj_sql_step(&t->sql, s);
     sqlite3_finalize(s);
     return rc == SQLITE_DONE;
 }
@@ -638,6 +765,9 @@ lajit_status lj_tunedb_lease(lj_tunedb *t, const lj_tune_id *id, int seconds, in
     char key[1024];
     lease_key(id, key, sizeof key);
     *got = 0;
+    lajit_status st = lj_tdb_writable(t, "taking a lease");
+    if (st != LAJIT_OK)
+        return st;
     IN_TRANSACTION(t, "taking a lease", lease_body(t, key, seconds, got));
 }
 
@@ -645,20 +775,23 @@ lajit_status lj_tunedb_release(lj_tunedb *t, const lj_tune_id *id)
 {
     char key[1024];
     lease_key(id, key, sizeof key);
+    lajit_status st = lj_tdb_writable(t, "releasing a lease");
+    if (st != LAJIT_OK)
+        return st;
     sqlite3_stmt *s;
-    if (prepare(t, "DELETE FROM leases WHERE lease_key=?1 AND host=?2 AND pid=?3", &s) != SQLITE_OK)
-        return db_error(t, "releasing a lease");
+    if (lj_sql_prepare(&t->sql, "DELETE FROM leases WHERE lease_key=?1 AND host=?2 AND pid=?3", &s) != SQLITE_OK)
+        return lj_tdb_error(t, "releasing a lease");
     sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
     sqlite3_bind_text(s, 2, t->host, -1, SQLITE_STATIC);
     sqlite3_bind_int(s, 3, (int)getpid());
-    int rc = sqlite3_step(s);
+    int rc = lj_sql_step(&t->sql, s);
     sqlite3_finalize(s);
-    return rc == SQLITE_DONE ? LAJIT_OK : db_error(t, "releasing a lease");
+    return rc == SQLITE_DONE ? LAJIT_OK : lj_tdb_error(t, "releasing a lease");
 }
 
 /* ---- Show, export, import ------------------------------------------------------------------------ */
 
-static void read_fp(sqlite3_stmt *s, int col, lj_fingerprint *fp)
+void lj_tdb_read_fp(sqlite3_stmt *s, int col, lj_fingerprint *fp)
 {
     memset(fp, 0, sizeof *fp);
     const char *n = (const char *)sqlite3_column_text(s, col);
@@ -669,7 +802,7 @@ static void read_fp(sqlite3_stmt *s, int col, lj_fingerprint *fp)
     fp->nvrtc = sqlite3_column_int(s, col + 4);
 }
 
-static const char *text_or(sqlite3_stmt *s, int col, const char *fallback)
+const char *lj_tdb_text_or(sqlite3_stmt *s, int col, const char *fallback)
 {
     const char *v = (const char *)sqlite3_column_text(s, col);
     return v ? v : fallback;
@@ -678,421 +811,21 @@ static const char *text_or(sqlite3_stmt *s, int col, const char *fallback)
 lajit_status lj_tunedb_show(lj_tunedb *t, lj_tunedb_show_fn fn, void *user)
 {
     sqlite3_stmt *s;
-    if (prepare(t, "SELECT d.name, d.cc, d.sms, d.driver, d.nvrtc, w.family, w.template_hash,"
+    if (lj_sql_prepare(&t->sql, "SELECT d.name, d.cc, d.sms, d.driver, d.nvrtc, w.family, w.template_hash,"
                    " w.bucket, w.config, w.ms, w.default_config, w.default_ms,"
                    " (SELECT count(*) FROM measurements m WHERE m.device=w.device AND"
                    "  m.family=w.family AND m.template_hash=w.template_hash AND m.bucket=w.bucket)"
                    " FROM winners w JOIN devices d ON d.id = w.device"
                    " ORDER BY d.name, w.family, w.bucket", &s) != SQLITE_OK)
-        return db_error(t, "listing winners");
+        return lj_tdb_error(t, "listing winners");
     int rc;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    while ((rc = lj_sql_step(&t->sql, s)) == SQLITE_ROW) {
         lj_fingerprint fp;
-        read_fp(s, 0, &fp);
+        lj_tdb_read_fp(s, 0, &fp);
         double dms = sqlite3_column_type(s, 11) == SQLITE_NULL ? -1 : sqlite3_column_double(s, 11);
-        fn(user, &fp, text_or(s, 5, ""), text_or(s, 6, ""), text_or(s, 7, ""), text_or(s, 8, ""),
-           sqlite3_column_double(s, 9), text_or(s, 10, ""), dms, sqlite3_column_int(s, 12));
+        fn(user, &fp, lj_tdb_text_or(s, 5, ""), lj_tdb_text_or(s, 6, ""), lj_tdb_text_or(s, 7, ""), lj_tdb_text_or(s, 8, ""),
+           sqlite3_column_double(s, 9), lj_tdb_text_or(s, 10, ""), dms, sqlite3_column_int(s, 12));
     }
     sqlite3_finalize(s);
-    return rc == SQLITE_DONE ? LAJIT_OK : db_error(t, "listing winners");
-}
-
-/* JSON string body with the escapes JSON requires. */
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
-static void json_num_or_null(FILE *f, sqlite3_stmt *s, int col)
-{
-    if (sqlite3_column_type(s, col) == SQLITE_NULL)
-        fputs("null", f);
-    else
-        fprintf(f, "%.17g", sqlite3_column_double(s, col));
-}
-
-static void json_text_or_null(FILE *f, sqlite3_stmt *s, int col)
-{
-    const char *v = (const char *)sqlite3_column_text(s, col);
-    if (v)
-        json_str(f, v);
-    else
-        fputs("null", f);
-}
-
-static void json_fp(FILE *f, sqlite3_stmt *s)
-{
-    lj_fingerprint fp;
-    read_fp(s, 0, &fp);
-    fputs("\"device\":", f);
-    json_str(f, fp.name);
-    fprintf(f, ",\"cc\":%d,\"sms\":%d,\"driver\":%d,\"nvrtc\":%d,\"family\":", fp.cc, fp.sms,
-            fp.driver, fp.nvrtc);
-    json_text_or_null(f, s, 5);
-    fputs(",\"template_hash\":", f);
-    json_text_or_null(f, s, 6);
-    fputs(",\"bucket\":", f);
-    json_text_or_null(f, s, 7);
-    fputs(",\"config\":", f);
-    json_text_or_null(f, s, 8);
-}
-
-lajit_status lj_tunedb_export(lj_tunedb *t, const char *path, int *rows)
-{
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return lj_error(t->env, LAJIT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-    int n = 0, rc = SQLITE_OK;
-    /* One read transaction, so the export is one consistent snapshot. */
-    if (exec(t, "BEGIN") != SQLITE_OK) {
-        fclose(f);
-        return db_error(t, "exporting");
-    }
-    sqlite3_stmt *s;
-    rc = prepare(t, "SELECT d.name, d.cc, d.sms, d.driver, d.nvrtc, m.family, m.template_hash,"
-                    " m.bucket, m.config, m.ms, m.failure, m.at FROM measurements m"
-                    " JOIN devices d ON d.id = m.device ORDER BY 1,2,3,4,5,6,7,8,9", &s);
-    if (rc == SQLITE_OK) {
-        while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-            fputs("{\"kind\":\"measurement\",", f);
-            json_fp(f, s);
-            fputs(",\"ms\":", f);
-            json_num_or_null(f, s, 9);
-            fputs(",\"failure\":", f);
-            json_text_or_null(f, s, 10);
-            fprintf(f, ",\"at\":%lld}\n", (long long)sqlite3_column_int64(s, 11));
-            n++;
-        }
-        sqlite3_finalize(s);
-        rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
-    }
-    if (rc == SQLITE_OK)
-        rc = prepare(t, "SELECT d.name, d.cc, d.sms, d.driver, d.nvrtc, w.family, w.template_hash,"
-                        " w.bucket, w.config, w.ms, w.default_config, w.default_ms, w.at"
-                        " FROM winners w JOIN devices d ON d.id = w.device"
-                        " ORDER BY 1,2,3,4,5,6,7,8", &s);
-    if (rc == SQLITE_OK) {
-        while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-            fputs("{\"kind\":\"winner\",", f);
-            json_fp(f, s);
-            fputs(",\"ms\":", f);
-            json_num_or_null(f, s, 9);
-            fputs(",\"default_config\":", f);
-            json_text_or_null(f, s, 10);
-            fputs(",\"default_ms\":", f);
-            json_num_or_null(f, s, 11);
-            fprintf(f, ",\"at\":%lld}\n", (long long)sqlite3_column_int64(s, 12));
-            n++;
-        }
-        sqlite3_finalize(s);
-        rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
-    }
-    lajit_status st = rc == SQLITE_OK ? LAJIT_OK : db_error(t, "exporting");
-    exec(t, "COMMIT");
-    if (fclose(f) != 0 && st == LAJIT_OK)
-        st = lj_error(t->env, LAJIT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-    if (st == LAJIT_OK)
-        *rows = n;
-    return st;
-}
-
-/* ---- A reader for the flat JSON objects export writes --------------------------------------- */
-
-#define MAX_FIELDS 16
-
-typedef struct json_row {
-    int n;
-    char keys[MAX_FIELDS][32];
-    char vals[MAX_FIELDS][512]; /* string values unescaped; numbers as written */
-    int is_str[MAX_FIELDS], is_null[MAX_FIELDS];
-} json_row;
-
-static const char *skip_ws(const char *p)
-{
-    while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
-        p++;
-    return p;
-}
-
-/* Parses a JSON string at p (after the quote is checked) into out; NULL on error. */
-static const char *parse_str(const char *p, char *out, size_t cap)
-{
-    if (*p++ != '"')
-        return NULL;
-    size_t n = 0;
-    while (*p && *p != '"') {
-        char c = *p++;
-        if (c == '\\') {
-            c = *p++;
-            if (c == 'u') {
-                unsigned v = 0;
-                for (int i = 0; i < 4; i++) {
-                    char h = *p++;
-                    v = v * 16 + (unsigned)(h >= '0' && h <= '9' ? h - '0'
-                                            : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                                            : h >= 'A' && h <= 'F' ? h - 'A' + 10 : 99);
-                    if (v > 0xffff)
-                        return NULL;
-                }
-                if (v > 0x7f)
-                    return NULL; /* export writes only control characters this way */
-                c = (char)v;
-            } else if (c == 'n') {
-                c = '\n';
-            } else if (c == 't') {
-                c = '\t';
-            } else if (c != '"' && c != '\\' && c != '/') {
-                return NULL;
-            }
-        }
-        if (n + 1 >= cap)
-            return NULL;
-        out[n++] = c;
-    }
-    if (*p != '"')
-        return NULL;
-    out[n] = 0;
-    return p + 1;
-}
-
-static int parse_row(const char *line, json_row *r)
-{
-    memset(r, 0, sizeof *r);
-    const char *p = skip_ws(line);
-    if (*p++ != '{')
-        return 0;
-    p = skip_ws(p);
-    if (*p == '}')
-        return 1;
-    for (;;) {
-        if (r->n == MAX_FIELDS)
-            return 0;
-        int i = r->n++;
-        if (!(p = parse_str(skip_ws(p), r->keys[i], sizeof r->keys[i])))
-            return 0;
-        p = skip_ws(p);
-        if (*p++ != ':')
-            return 0;
-        p = skip_ws(p);
-        if (*p == '"') {
-            if (!(p = parse_str(p, r->vals[i], sizeof r->vals[i])))
-                return 0;
-            r->is_str[i] = 1;
-        } else if (strncmp(p, "null", 4) == 0) {
-            r->is_null[i] = 1;
-            p += 4;
-        } else {
-            size_t n = strspn(p, "0123456789+-.eE");
-            if (n == 0 || n >= sizeof r->vals[i])
-                return 0;
-            memcpy(r->vals[i], p, n);
-            r->vals[i][n] = 0;
-            p += n;
-        }
-        p = skip_ws(p);
-        if (*p == ',') {
-            p++;
-            continue;
-        }
-        if (*p != '}')
-            return 0;
-        return *skip_ws(p + 1) == 0;
-    }
-}
-
-/* A field: its index, or -1. */
-static int field(const json_row *r, const char *key)
-{
-    for (int i = 0; i < r->n; i++)
-        if (strcmp(r->keys[i], key) == 0)
-            return i;
-    return -1;
-}
-
-static const char *get_str(const json_row *r, const char *key)
-{
-    int i = field(r, key);
-    return i >= 0 && r->is_str[i] ? r->vals[i] : NULL;
-}
-
-/* A number field: 1 when present and a number, 0 when null or absent (value untouched). */
-static int get_num(const json_row *r, const char *key, double *out)
-{
-    int i = field(r, key);
-    if (i < 0 || r->is_str[i] || r->is_null[i])
-        return 0;
-    char *end;
-    double v = strtod(r->vals[i], &end);
-    if (*end)
-        return 0;
-    *out = v;
-    return 1;
-}
-
-typedef struct import_row {
-    int winner;
-    lj_tune_id id;
-    char config[256], default_config[256], failure[256];
-    double ms, default_ms, at;
-    int has_ms, has_default_ms;
-} import_row;
-
-static int to_row(const json_row *j, import_row *r)
-{
-    memset(r, 0, sizeof *r);
-    const char *kind = get_str(j, "kind"), *dev = get_str(j, "device"), *fam = get_str(j, "family"),
-               *th = get_str(j, "template_hash"), *bucket = get_str(j, "bucket"),
-               *cfg = get_str(j, "config");
-    double cc, sms, drv, nv;
-    if (!kind || !dev || !fam || !th || !bucket || !cfg || !get_num(j, "cc", &cc) ||
-        !get_num(j, "sms", &sms) || !get_num(j, "driver", &drv) || !get_num(j, "nvrtc", &nv))
-        return 0;
-    if (strcmp(kind, "winner") == 0)
-        r->winner = 1;
-    else if (strcmp(kind, "measurement") != 0)
-        return 0;
-    if (strlen(dev) >= sizeof r->id.fp.name || strlen(fam) >= sizeof r->id.family ||
-        strlen(th) >= sizeof r->id.template_hash || strlen(bucket) >= sizeof r->id.bucket ||
-        strlen(cfg) >= sizeof r->config)
-        return 0;
-    snprintf(r->id.fp.name, sizeof r->id.fp.name, "%s", dev);
-    r->id.fp.cc = (int)cc;
-    r->id.fp.sms = (int)sms;
-    r->id.fp.driver = (int)drv;
-    r->id.fp.nvrtc = (int)nv;
-    snprintf(r->id.family, sizeof r->id.family, "%s", fam);
-    snprintf(r->id.template_hash, sizeof r->id.template_hash, "%s", th);
-    snprintf(r->id.bucket, sizeof r->id.bucket, "%s", bucket);
-    snprintf(r->config, sizeof r->config, "%s", cfg);
-    r->has_ms = get_num(j, "ms", &r->ms);
-    r->at = (double)time(NULL);
-    get_num(j, "at", &r->at);
-    if (r->winner) {
-        if (!r->has_ms)
-            return 0;
-        const char *dc = get_str(j, "default_config");
-        snprintf(r->default_config, sizeof r->default_config, "%s", dc ? dc : "");
-        r->has_default_ms = get_num(j, "default_ms", &r->default_ms);
-    } else {
-        const char *fl = get_str(j, "failure");
-        snprintf(r->failure, sizeof r->failure, "%s", fl ? fl : "");
-        if (!r->has_ms && !fl)
-            return 0;
-    }
-    return 1;
-}
-
-static int import_one(lj_tunedb *t, const import_row *r)
-{
-    sqlite3_int64 dev;
-    if (device_id(t, &r->id.fp, 1, &dev) != SQLITE_OK)
-        return 0;
-    sqlite3_stmt *s;
-    if (r->winner) {
-        if (prepare(t, "INSERT OR REPLACE INTO winners VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)", &s) != SQLITE_OK)
-            return 0;
-        bind_bucket(s, dev, &r->id);
-        sqlite3_bind_text(s, 5, r->config, -1, SQLITE_STATIC);
-        sqlite3_bind_double(s, 6, r->ms);
-        if (r->default_config[0])
-            sqlite3_bind_text(s, 7, r->default_config, -1, SQLITE_STATIC);
-        if (r->has_default_ms)
-            sqlite3_bind_double(s, 8, r->default_ms);
-        sqlite3_bind_int64(s, 9, (sqlite3_int64)r->at);
-    } else {
-        if (prepare(t, "INSERT OR REPLACE INTO measurements VALUES(?1,?2,?3,?4,?5,?6,?7,?8)", &s) != SQLITE_OK)
-            return 0;
-        bind_bucket(s, dev, &r->id);
-        sqlite3_bind_text(s, 5, r->config, -1, SQLITE_STATIC);
-        if (r->has_ms && !r->failure[0])
-            sqlite3_bind_double(s, 6, r->ms);
-        if (r->failure[0])
-            sqlite3_bind_text(s, 7, r->failure, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s, 8, (sqlite3_int64)r->at);
-    }
-    int rc = sqlite3_step(s);
-    sqlite3_finalize(s);
-    return rc == SQLITE_DONE;
-}
-
-lajit_status lj_tunedb_import(lj_tunedb *t, const char *path, const lj_fingerprint *local,
-                              int force, int *rows)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return lj_error(t->env, LAJIT_ERR_IO, "cannot read %s: %s", path, strerror(errno));
-    /* Parse and check the whole file before writing anything, so a refused import changes
-     * nothing. */
-    import_row *list = NULL;
-    int n = 0, cap = 0, lineno = 0;
-    lajit_status st = LAJIT_OK;
-    char line[4096];
-    json_row *j = lj_malloc(t->env, sizeof *j);
-    if (!j)
-        st = lj_oom(t->env);
-    while (st == LAJIT_OK && fgets(line, sizeof line, f)) {
-        lineno++;
-        if (!strchr(line, '\n') && !feof(f)) {
-            st = lj_error(t->env, LAJIT_ERR_INVALID_ARGUMENT, "%s:%d: line too long", path, lineno);
-            break;
-        }
-        if (*skip_ws(line) == 0)
-            continue;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 64;
-            import_row *grown = lj_realloc(t->env, list, (size_t)cap * sizeof *list);
-            if (!grown) {
-                st = lj_oom(t->env);
-                break;
-            }
-            list = grown;
-        }
-        if (!parse_row(line, j) || !to_row(j, &list[n])) {
-            st = lj_error(t->env, LAJIT_ERR_INVALID_ARGUMENT,
-                          "%s:%d: not a tuning database row", path, lineno);
-            break;
-        }
-        const lj_fingerprint *fp = &list[n].id.fp;
-        if (!force && (!local || strcmp(fp->name, local->name) != 0 || fp->cc != local->cc)) {
-            st = local ? lj_error(t->env, LAJIT_ERR_INVALID_ARGUMENT,
-                                  "%s:%d: results for %s (cc %d), this device is %s (cc %d); "
-                                  "force to import anyway", path, lineno, fp->name, fp->cc,
-                                  local->name, local->cc)
-                       : lj_error(t->env, LAJIT_ERR_INVALID_ARGUMENT,
-                                  "%s:%d: results for %s (cc %d) and no device to compare "
-                                  "with; force to import anyway", path, lineno, fp->name, fp->cc);
-            break;
-        }
-        n++;
-    }
-    if (st == LAJIT_OK && ferror(f))
-        st = lj_error(t->env, LAJIT_ERR_IO, "cannot read %s", path);
-    fclose(f);
-    lj_free(t->env, j);
-    if (st == LAJIT_OK) {
-        if (exec(t, "BEGIN IMMEDIATE") != SQLITE_OK) {
-            st = db_error(t, "importing");
-        } else {
-            int ok = 1;
-            for (int i = 0; i < n && ok; i++)
-                ok = import_one(t, &list[i]);
-            if (ok && exec(t, "COMMIT") == SQLITE_OK) {
-                *rows = n;
-            } else {
-                st = db_error(t, "importing");
-                exec(t, "ROLLBACK");
-            }
-        }
-    }
-    lj_free(t->env, list);
-    return st;
+    return rc == SQLITE_DONE ? LAJIT_OK : lj_tdb_error(t, "listing winners");
 }
