@@ -72,8 +72,13 @@ lajit_status lj_tunedb_export(lj_tunedb *t, const char *path, int *rows)
                                 : lj_error(t->env, LAJIT_ERR_IO, "cannot write %s", path);
     else if (rc != SQLITE_OK)
         st = lj_tdb_error(t, "exporting");
-    if (sqlite3_get_autocommit(t->sql.db) == 0)
-        lj_sql_exec(&t->sql, "COMMIT");
+    /* The read transaction must end whatever happened, or the handle's next write fails. */
+    if (sqlite3_get_autocommit(t->sql.db) == 0 && lj_sql_exec(&t->sql, "COMMIT") != SQLITE_OK) {
+        if (st == LAJIT_OK)
+            st = lj_tdb_error(t, "exporting");
+        if (sqlite3_get_autocommit(t->sql.db) == 0)
+            lj_sql_exec(&t->sql, "ROLLBACK");
+    }
     if (fclose(f) != 0 && st == LAJIT_OK)
         st = lj_error(t->env, LAJIT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     if (st == LAJIT_OK)
