@@ -129,7 +129,7 @@ static void free_bundle(lj_bundle *b)
     lj_free(b->env, b);
 }
 
-/* ---- Writing ---------------------------------------------------------------------------------- */
+/* ---- Writing --------------------------------------------------------------------------------- */
 
 /* Creates b->tmp_path beside the final path: a fresh name, O_EXCL | O_NOFOLLOW, mode 0600, so
  * a file or link planted in a shared directory is never written through. */
@@ -278,7 +278,7 @@ void lj_bundle_abort(lj_bundle *b)
     free_bundle(b);
 }
 
-/* ---- Reading ---------------------------------------------------------------------------------- */
+/* ---- Reading --------------------------------------------------------------------------------- */
 
 /* The file itself, before SQLite sees it: a regular file (no link, FIFO or device), of sane
  * size. NULL when fine, else why not. */

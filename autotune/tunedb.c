@@ -79,14 +79,30 @@ lajit_status lj_tdb_writable(lj_tunedb *t, const char *what)
                     t->path, what, t->readonly_why);
 }
 
+/* Short names for the wrappers of sql.h on this handle's connection. */
+static int prepare(lj_tunedb *t, const char *sql, sqlite3_stmt **s)
+{
+    return lj_sql_prepare(&t->sql, sql, s);
+}
+
+static int step(lj_tunedb *t, sqlite3_stmt *s)
+{
+    return lj_sql_step(&t->sql, s);
+}
+
+static int exec(lj_tunedb *t, const char *sql)
+{
+    return lj_sql_exec(&t->sql, sql);
+}
+
 /* One integer from a query (PRAGMA user_version). */
 static int query_int(lj_tunedb *t, const char *sql, int *out)
 {
     sqlite3_stmt *s;
-    int rc = lj_sql_prepare(&t->sql, sql, &s);
+    int rc = prepare(t, sql, &s);
     if (rc != SQLITE_OK)
         return rc;
-    rc = lj_sql_step(&t->sql, s);
+    rc = step(t, s);
     if (rc == SQLITE_ROW) {
         *out = sqlite3_column_int(s, 0);
         rc = SQLITE_OK;
@@ -97,7 +113,7 @@ static int query_int(lj_tunedb *t, const char *sql, int *out)
     return rc;
 }
 
-/* ---- Schema and migrations --------------------------------------------------------------------- */
+/* ---- Schema and migrations ------------------------------------------------------------------- */
 
 /* Each step moves a database from version i to i + 1. Steps are never edited once released: a
  * new schema is a new step, so every older file reaches the current version. */
@@ -172,7 +188,7 @@ static open_result judge_identity(int version, int app, int tables, char *why, s
  * foreign. */
 static open_result migrate(lj_tunedb *t, char *why, size_t cap)
 {
-    int rc = lj_sql_exec(&t->sql, "BEGIN IMMEDIATE");
+    int rc = exec(t, "BEGIN IMMEDIATE");
     if (rc != SQLITE_OK)
         return failed(t, rc, "BEGIN", why, cap);
     int version = 0, app = 0, tables = 0;
@@ -183,7 +199,7 @@ static open_result migrate(lj_tunedb *t, char *why, size_t cap)
     else
         res = judge_identity(version, app, tables, why, cap);
     for (int v = version; v < N_MIGRATIONS && res == OPEN_OK; v++) {
-        if ((rc = lj_sql_exec(&t->sql, migrations[v])) != SQLITE_OK) {
+        if ((rc = exec(t, migrations[v])) != SQLITE_OK) {
             char what[64];
             snprintf(what, sizeof what, "migration %d -> %d", v, v + 1);
             res = failed(t, rc, what, why, cap);
@@ -193,15 +209,15 @@ static open_result migrate(lj_tunedb *t, char *why, size_t cap)
         char sql[96];
         snprintf(sql, sizeof sql, "PRAGMA user_version = %d; PRAGMA application_id = %d",
                  N_MIGRATIONS, APPLICATION_ID);
-        if ((rc = lj_sql_exec(&t->sql, sql)) != SQLITE_OK) {
+        if ((rc = exec(t, sql)) != SQLITE_OK) {
             failed(t, rc, "", why, cap);
             res = OPEN_UNAVAILABLE;
         }
     }
-    if (res == OPEN_OK && (rc = lj_sql_exec(&t->sql, "COMMIT")) != SQLITE_OK)
+    if (res == OPEN_OK && (rc = exec(t, "COMMIT")) != SQLITE_OK)
         res = failed(t, rc, "COMMIT", why, cap);
     if (res != OPEN_OK)
-        lj_sql_exec(&t->sql, "ROLLBACK");
+        exec(t, "ROLLBACK");
     return res;
 }
 
@@ -219,7 +235,7 @@ static open_result check_readonly(lj_tunedb *t, char *why, size_t cap)
         return OPEN_UNAVAILABLE; /* never set aside what we cannot write */
     if (version < N_MIGRATIONS) {
         snprintf(why, cap, "schema version %d needs migrating to %d, and the database is "
-                 "read-only (%s)", version, N_MIGRATIONS, t->readonly_why);
+                 "read-only (%.200s)", version, N_MIGRATIONS, t->readonly_why);
         return OPEN_UNAVAILABLE;
     }
     return OPEN_OK;
@@ -230,9 +246,9 @@ static open_result check_readonly(lj_tunedb *t, char *why, size_t cap)
 static open_result quick_check(lj_tunedb *t, char *why, size_t cap)
 {
     sqlite3_stmt *s;
-    int rc = lj_sql_prepare(&t->sql, "PRAGMA quick_check", &s);
+    int rc = prepare(t, "PRAGMA quick_check", &s);
     if (rc == SQLITE_OK) {
-        rc = lj_sql_step(&t->sql, s);
+        rc = step(t, s);
         if (rc == SQLITE_ROW) {
             const char *r = (const char *)sqlite3_column_text(s, 0);
             if (!r || strcmp(r, "ok") != 0) {
@@ -256,9 +272,9 @@ static open_result try_open(lj_tunedb *t, char *why, size_t cap)
     sqlite3_busy_timeout(t->sql.db, BUSY_TIMEOUT_MS);
     /* journal_mode answers a row ("wal"); a file that is not a database fails here. */
     sqlite3_stmt *s;
-    rc = lj_sql_prepare(&t->sql, "PRAGMA journal_mode = WAL", &s);
+    rc = prepare(t, "PRAGMA journal_mode = WAL", &s);
     if (rc == SQLITE_OK) {
-        rc = lj_sql_step(&t->sql, s);
+        rc = step(t, s);
         if (rc == SQLITE_ROW) {
             const char *mode = (const char *)sqlite3_column_text(s, 0);
             rc = mode && strcmp(mode, "wal") == 0 ? SQLITE_OK : SQLITE_CANTOPEN;
@@ -266,7 +282,7 @@ static open_result try_open(lj_tunedb *t, char *why, size_t cap)
         sqlite3_finalize(s);
     }
     if (rc == SQLITE_OK)
-        rc = lj_sql_exec(&t->sql, "PRAGMA synchronous = NORMAL");
+        rc = exec(t, "PRAGMA synchronous = NORMAL");
     if (rc != SQLITE_OK) {
         if (rc == SQLITE_CANTOPEN && !damaged_code(sqlite3_errcode(t->sql.db))) {
             snprintf(why, cap, "cannot use WAL mode here");
@@ -500,7 +516,7 @@ int lj_tdb_device_id(lj_tunedb *t, const lj_fingerprint *fp, int create, sqlite3
 {
     sqlite3_stmt *s;
     *id = 0;
-    int rc = lj_sql_prepare(&t->sql, "SELECT id FROM devices WHERE name=?1 AND cc=?2 AND sms=?3 AND driver=?4"
+    int rc = prepare(t, "SELECT id FROM devices WHERE name=?1 AND cc=?2 AND sms=?3 AND driver=?4"
                         " AND nvrtc=?5", &s);
     if (rc != SQLITE_OK)
         return rc;
@@ -509,7 +525,7 @@ int lj_tdb_device_id(lj_tunedb *t, const lj_fingerprint *fp, int create, sqlite3
     sqlite3_bind_int(s, 3, fp->sms);
     sqlite3_bind_int(s, 4, fp->driver);
     sqlite3_bind_int(s, 5, fp->nvrtc);
-    rc = lj_sql_step(&t->sql, s);
+    rc = step(t, s);
     if (rc == SQLITE_ROW) {
         *id = sqlite3_column_int64(s, 0);
         rc = SQLITE_OK;
@@ -519,7 +535,7 @@ int lj_tdb_device_id(lj_tunedb *t, const lj_fingerprint *fp, int create, sqlite3
     sqlite3_finalize(s);
     if (rc != SQLITE_OK || *id || !create)
         return rc;
-    rc = lj_sql_prepare(&t->sql, "INSERT INTO devices(name, cc, sms, driver, nvrtc) VALUES(?1,?2,?3,?4,?5)", &s);
+    rc = prepare(t, "INSERT INTO devices(name, cc, sms, driver, nvrtc) VALUES(?1,?2,?3,?4,?5)", &s);
     if (rc != SQLITE_OK)
         return rc;
     sqlite3_bind_text(s, 1, fp->name, -1, SQLITE_STATIC);
@@ -527,7 +543,7 @@ int lj_tdb_device_id(lj_tunedb *t, const lj_fingerprint *fp, int create, sqlite3
     sqlite3_bind_int(s, 3, fp->sms);
     sqlite3_bind_int(s, 4, fp->driver);
     sqlite3_bind_int(s, 5, fp->nvrtc);
-    rc = lj_sql_step(&t->sql, s);
+    rc = step(t, s);
     sqlite3_finalize(s);
     if (rc != SQLITE_DONE)
         return rc;
@@ -543,7 +559,7 @@ void lj_tdb_bind_bucket(sqlite3_stmt *s, sqlite3_int64 dev, const lj_tune_id *id
     sqlite3_bind_text(s, 4, id->bucket, -1, SQLITE_STATIC);
 }
 
-/* ---- Winners and measurements ------------------------------------------------------------------ */
+/* ---- Winners and measurements ---------------------------------------------------------------- */
 
 lajit_status lj_tunedb_winner(lj_tunedb *t, const lj_tune_id *id, char *config, size_t cap,
                               double *ms, int *found)
@@ -551,7 +567,7 @@ lajit_status lj_tunedb_winner(lj_tunedb *t, const lj_tune_id *id, char *config, 
     *found = 0;
     sqlite3_stmt *s;
     /* One statement, so the read is one implicit transaction: no explicit BEGIN needed. */
-    int rc = lj_sql_prepare(&t->sql, "SELECT w.config, w.ms FROM winners w JOIN devices d ON d.id = w.device"
+    int rc = prepare(t, "SELECT w.config, w.ms FROM winners w JOIN devices d ON d.id = w.device"
                         " WHERE d.name=?1 AND d.cc=?2 AND d.sms=?3 AND d.driver=?4 AND d.nvrtc=?5"
                         " AND w.family=?6 AND w.template_hash=?7 AND w.bucket=?8", &s);
     if (rc != SQLITE_OK)
@@ -564,7 +580,7 @@ lajit_status lj_tunedb_winner(lj_tunedb *t, const lj_tune_id *id, char *config, 
     sqlite3_bind_text(s, 6, id->family, -1, SQLITE_STATIC);
     sqlite3_bind_text(s, 7, id->template_hash, -1, SQLITE_STATIC);
     sqlite3_bind_text(s, 8, id->bucket, -1, SQLITE_STATIC);
-    rc = lj_sql_step(&t->sql, s);
+    rc = step(t, s);
     if (rc == SQLITE_ROW) {
         const char *c = (const char *)sqlite3_column_text(s, 0);
         snprintf(config, cap, "%s", c ? c : "");
@@ -584,13 +600,13 @@ lajit_status lj_tunedb_winner(lj_tunedb *t, const lj_tune_id *id, char *config, 
 /* Runs body inside BEGIN IMMEDIATE ... COMMIT, rolling back on failure. */
 #define IN_TRANSACTION(t, what, body)                                  \
     do {                                                               \
-        if (lj_sql_exec(&(t)->sql, "BEGIN IMMEDIATE") != SQLITE_OK)                 \
+        if (exec((t), "BEGIN IMMEDIATE") != SQLITE_OK)                 \
             return lj_tdb_error((t), what);                                \
         int ok_ = (body);                                              \
-        if (ok_ && lj_sql_exec(&(t)->sql, "COMMIT") == SQLITE_OK)                   \
+        if (ok_ && exec((t), "COMMIT") == SQLITE_OK)                   \
             return LAJIT_OK;                                           \
         lajit_status st_ = lj_tdb_error((t), what);                        \
-        lj_sql_exec(&(t)->sql, "ROLLBACK");                                         \
+        exec((t), "ROLLBACK");                                         \
         return st_;                                                    \
     } while (0)
 
@@ -602,7 +618,8 @@ static int record_body(lj_tunedb *t, const lj_tune_id *id, const lj_tune_result 
         return 0;
     sqlite3_int64 now = (sqlite3_int64)time(NULL);
     sqlite3_stmt *s;
-    if (lj_sql_prepare(&t->sql, "INSERT OR REPLACE INTO measurements VALUES(?1,?2,?3,?4,?5,?6,?7,?8)", &s) != SQLITE_OK)
+    if (prepare(t, "INSERT OR REPLACE INTO measurements VALUES(?1,?2,?3,?4,?5,?6,?7,?8)", &s) !=
+        SQLITE_OK)
         return 0;
     int best = -1;
     for (int i = 0; i < n; i++) {
@@ -620,7 +637,7 @@ static int record_body(lj_tunedb *t, const lj_tune_id *id, const lj_tune_result 
                 best = i;
         }
         sqlite3_bind_int64(s, 8, now);
-        if (lj_sql_step(&t->sql, s) != SQLITE_DONE) {
+        if (step(t, s) != SQLITE_DONE) {
             sqlite3_finalize(s);
             return 0;
         }
@@ -628,7 +645,8 @@ static int record_body(lj_tunedb *t, const lj_tune_id *id, const lj_tune_result 
     sqlite3_finalize(s);
     if (best < 0)
         return 1;
-    if (lj_sql_prepare(&t->sql, "INSERT OR REPLACE INTO winners VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)", &s) != SQLITE_OK)
+    if (prepare(t, "INSERT OR REPLACE INTO winners VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)", &s) !=
+        SQLITE_OK)
         return 0;
     lj_tdb_bind_bucket(s, dev, id);
     sqlite3_bind_text(s, 5, r[best].config, -1, SQLITE_STATIC);
@@ -642,7 +660,7 @@ static int record_body(lj_tunedb *t, const lj_tune_id *id, const lj_tune_result 
     else
         sqlite3_bind_null(s, 8);
     sqlite3_bind_int64(s, 9, now);
-    int rc = lj_sql_step(&t->sql, s);
+    int rc = step(t, s);
     sqlite3_finalize(s);
     return rc == SQLITE_DONE;
 }
@@ -675,13 +693,13 @@ lajit_status lj_tunedb_results(lj_tunedb *t, const lj_tune_id *id, lj_tune_resul
     if (lj_tdb_device_id(t, &id->fp, 0, &dev) != SQLITE_OK)
         return lj_tdb_error(t, "reading measurements");
     sqlite3_stmt *s;
-    if (lj_sql_prepare(&t->sql, "SELECT config, ms, failure FROM measurements WHERE device=?1 AND family=?2"
+    if (prepare(t, "SELECT config, ms, failure FROM measurements WHERE device=?1 AND family=?2"
                    " AND template_hash=?3 AND bucket=?4", &s) != SQLITE_OK)
         return lj_tdb_error(t, "reading measurements");
     lj_tdb_bind_bucket(s, dev, id);
     lj_tune_result *r = NULL;
     int n = 0, cap = 0, rc;
-    while ((rc = lj_sql_step(&t->sql, s)) == SQLITE_ROW) {
+    while ((rc = step(t, s)) == SQLITE_ROW) {
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
             lj_tune_result *grown = lj_realloc(t->env, r, (size_t)cap * sizeof *r);
@@ -714,7 +732,7 @@ lajit_status lj_tunedb_results(lj_tunedb *t, const lj_tune_id *id, lj_tune_resul
     return LAJIT_OK;
 }
 
-/* ---- Leases -------------------------------------------------------------------------------------- */
+/* ---- Leases ---------------------------------------------------------------------------------- */
 
 static void lease_key(const lj_tune_id *id, char *out, size_t cap)
 {
@@ -725,10 +743,10 @@ static void lease_key(const lj_tune_id *id, char *out, size_t cap)
 static int lease_body(lj_tunedb *t, const char *key, int seconds, int *got)
 {
     sqlite3_stmt *s;
-    if (lj_sql_prepare(&t->sql, "SELECT host, pid, expires FROM leases WHERE lease_key=?1", &s) != SQLITE_OK)
+    if (prepare(t, "SELECT host, pid, expires FROM leases WHERE lease_key=?1", &s) != SQLITE_OK)
         return 0;
     sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
-    int rc = lj_sql_step(&t->sql, s);
+    int rc = step(t, s);
     long long now = (long long)time(NULL);
     int free_now = 1;
     if (rc == SQLITE_ROW) {
@@ -749,13 +767,13 @@ static int lease_body(lj_tunedb *t, const char *key, int seconds, int *got)
     *got = free_now;
     if (!free_now)
         return 1;
-    if (lj_sql_prepare(&t->sql, "INSERT OR REPLACE INTO leases VALUES(?1,?2,?3,?4)", &s) != SQLITE_OK)
+    if (prepare(t, "INSERT OR REPLACE INTO leases VALUES(?1,?2,?3,?4)", &s) != SQLITE_OK)
         return 0;
     sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
     sqlite3_bind_text(s, 2, t->host, -1, SQLITE_STATIC);
     sqlite3_bind_int(s, 3, (int)getpid());
     sqlite3_bind_int64(s, 4, now + seconds);
-    rc = lj_sql_step(&t->sql, s);
+    rc = step(t, s);
     sqlite3_finalize(s);
     return rc == SQLITE_DONE;
 }
@@ -779,17 +797,17 @@ lajit_status lj_tunedb_release(lj_tunedb *t, const lj_tune_id *id)
     if (st != LAJIT_OK)
         return st;
     sqlite3_stmt *s;
-    if (lj_sql_prepare(&t->sql, "DELETE FROM leases WHERE lease_key=?1 AND host=?2 AND pid=?3", &s) != SQLITE_OK)
+    if (prepare(t, "DELETE FROM leases WHERE lease_key=?1 AND host=?2 AND pid=?3", &s) != SQLITE_OK)
         return lj_tdb_error(t, "releasing a lease");
     sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
     sqlite3_bind_text(s, 2, t->host, -1, SQLITE_STATIC);
     sqlite3_bind_int(s, 3, (int)getpid());
-    int rc = lj_sql_step(&t->sql, s);
+    int rc = step(t, s);
     sqlite3_finalize(s);
     return rc == SQLITE_DONE ? LAJIT_OK : lj_tdb_error(t, "releasing a lease");
 }
 
-/* ---- Show, export, import ------------------------------------------------------------------------ */
+/* ---- Show, export, import -------------------------------------------------------------------- */
 
 void lj_tdb_read_fp(sqlite3_stmt *s, int col, lj_fingerprint *fp)
 {
@@ -811,7 +829,7 @@ const char *lj_tdb_text_or(sqlite3_stmt *s, int col, const char *fallback)
 lajit_status lj_tunedb_show(lj_tunedb *t, lj_tunedb_show_fn fn, void *user)
 {
     sqlite3_stmt *s;
-    if (lj_sql_prepare(&t->sql, "SELECT d.name, d.cc, d.sms, d.driver, d.nvrtc, w.family, w.template_hash,"
+    if (prepare(t, "SELECT d.name, d.cc, d.sms, d.driver, d.nvrtc, w.family, w.template_hash,"
                    " w.bucket, w.config, w.ms, w.default_config, w.default_ms,"
                    " (SELECT count(*) FROM measurements m WHERE m.device=w.device AND"
                    "  m.family=w.family AND m.template_hash=w.template_hash AND m.bucket=w.bucket)"
@@ -819,12 +837,13 @@ lajit_status lj_tunedb_show(lj_tunedb *t, lj_tunedb_show_fn fn, void *user)
                    " ORDER BY d.name, w.family, w.bucket", &s) != SQLITE_OK)
         return lj_tdb_error(t, "listing winners");
     int rc;
-    while ((rc = lj_sql_step(&t->sql, s)) == SQLITE_ROW) {
+    while ((rc = step(t, s)) == SQLITE_ROW) {
         lj_fingerprint fp;
         lj_tdb_read_fp(s, 0, &fp);
         double dms = sqlite3_column_type(s, 11) == SQLITE_NULL ? -1 : sqlite3_column_double(s, 11);
-        fn(user, &fp, lj_tdb_text_or(s, 5, ""), lj_tdb_text_or(s, 6, ""), lj_tdb_text_or(s, 7, ""), lj_tdb_text_or(s, 8, ""),
-           sqlite3_column_double(s, 9), lj_tdb_text_or(s, 10, ""), dms, sqlite3_column_int(s, 12));
+        fn(user, &fp, lj_tdb_text_or(s, 5, ""), lj_tdb_text_or(s, 6, ""),
+           lj_tdb_text_or(s, 7, ""), lj_tdb_text_or(s, 8, ""), sqlite3_column_double(s, 9),
+           lj_tdb_text_or(s, 10, ""), dms, sqlite3_column_int(s, 12));
     }
     sqlite3_finalize(s);
     return rc == SQLITE_DONE ? LAJIT_OK : lj_tdb_error(t, "listing winners");

@@ -12,7 +12,7 @@ struct lj_tunedb {
     char *path;
     char host[64];
     int readonly;       /* 1: every write is refused (readonly_why says why) */
-    char readonly_why[160];
+    char readonly_why[512];
 };
 
 /* Records "<path>: <what>: <SQLite's message>" (with the read-only reason when the handle is

@@ -15,7 +15,7 @@
 
 #include "tunedb_int.h"
 
-/* ---- Export ------------------------------------------------------------------------------------ */
+/* ---- Export ---------------------------------------------------------------------------------- */
 
 static const char export_measurements[] =
     "SELECT json_object('kind', 'measurement', 'device', d.name, 'cc', d.cc, 'sms', d.sms,"
@@ -86,7 +86,7 @@ lajit_status lj_tunedb_export(lj_tunedb *t, const char *path, int *rows)
     return st;
 }
 
-/* ---- Import ------------------------------------------------------------------------------------ */
+/* ---- Import ---------------------------------------------------------------------------------- */
 
 /* The fields of a line, in the order of the query below. */
 enum {
@@ -109,7 +109,8 @@ static const struct {
 /* Column 0: the number of keys that are not ours or repeat; then per field its JSON type, its
  * value and its JSON text as written (to see escapes json_extract hides: it stops a string at
  * \u0000). Run only on a line that json_valid accepted as an object. */
-#define FIELD(name) ", json_type(?1, '$." name "'), json_extract(?1, '$." name "'), ?1 -> '$." name "'"
+#define FIELD(name)                                                                    \
+    ", json_type(?1, '$." name "'), json_extract(?1, '$." name "'), ?1 -> '$." name "'"
 static const char line_query[] =
     "SELECT (SELECT count(*) - count(DISTINCT key) + sum(key NOT IN ('kind', 'device', 'cc',"
     "  'sms', 'driver', 'nvrtc', 'family', 'template_hash', 'bucket', 'config', 'ms', 'failure',"
@@ -400,8 +401,9 @@ lajit_status lj_tunedb_import(lj_tunedb *t, const char *path, const lj_fingerpri
     sqlite3_stmt *valid = NULL, *fields = NULL;
     if (!line)
         st = lj_oom(t->env);
-    else if (lj_sql_prepare(&t->sql, "SELECT CASE WHEN json_valid(?1) THEN json_type(?1) = 'object' ELSE 0 END",
-                            &valid) != SQLITE_OK ||
+    else if (lj_sql_prepare(&t->sql,
+                            "SELECT CASE WHEN json_valid(?1) THEN json_type(?1) = 'object'"
+                            " ELSE 0 END", &valid) != SQLITE_OK ||
              lj_sql_prepare(&t->sql, line_query, &fields) != SQLITE_OK)
         st = lj_tdb_error(t, "importing");
     while (st == LAJIT_OK) {

@@ -60,7 +60,7 @@ static int count_named(const char *dir, const char *part)
     return n;
 }
 
-/* ---- tune.db ------------------------------------------------------------------------------------ */
+/* ---- tune.db --------------------------------------------------------------------------------- */
 
 /* A whole session: open, record, winner, results, lease, release, show, export, import, close.
  * Returns the first failure's status (its message checked), LAJIT_OK when all went through. */
@@ -181,7 +181,7 @@ LJ_TEST(tunedb_alloc_fault_sweep)
     sweep_tunedb(LJ_FAULT_ALLOC, LAJIT_ERR_OUT_OF_MEMORY, "out of host memory");
 }
 
-/* ---- Bundles ----------------------------------------------------------------------------------- */
+/* ---- Bundles --------------------------------------------------------------------------------- */
 
 static const unsigned char cubin[200] = {1, 2, 3, 4, 5};
 static const lj_key bundle_key = {0x11, 0x22};
