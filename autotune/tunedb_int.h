@@ -1,5 +1,5 @@
-/* tunedb_int.h — what tunedb.c shares with tunedb_json.c (export and import): the handle and
- * the helpers both need. Not for use outside autotune/tunedb*.c. */
+/* tunedb_int.h — what tunedb.c, tunedb_open.c and tunedb_json.c (export and import) share: the
+ * handle and the helpers they all need. Not for use outside autotune/tunedb*.c. */
 #ifndef LAJIT_TUNEDB_INT_H
 #define LAJIT_TUNEDB_INT_H
 
@@ -14,6 +14,22 @@ struct lj_tunedb {
     int readonly;       /* 1: every write is refused (readonly_why says why) */
     char readonly_why[512];
 };
+
+/* Short names for the wrappers of sql.h on this handle's connection. */
+static inline int prepare(lj_tunedb *t, const char *sql, sqlite3_stmt **s)
+{
+    return lj_sql_prepare(&t->sql, sql, s);
+}
+
+static inline int step(lj_tunedb *t, sqlite3_stmt *s)
+{
+    return lj_sql_step(&t->sql, s);
+}
+
+static inline int exec(lj_tunedb *t, const char *sql)
+{
+    return lj_sql_exec(&t->sql, sql);
+}
 
 /* Records "<path>: <what>: <SQLite's message>" (with the read-only reason when the handle is
  * read-only) and returns LAJIT_ERR_DATABASE. */
