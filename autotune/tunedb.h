@@ -8,11 +8,26 @@
  * records everything in one short transaction). A lease row per bucket keeps two processes from
  * tuning the same bucket at the same time.
  *
- * A database that is not SQLite, is corrupt or truncated, belongs to another program, or has a
- * schema from a later lajit (PRAGMA user_version above this build's) is renamed aside
- * ("tune.db.corrupt-<time>-<pid>"), a warning is logged, and a fresh one is created. A directory
- * that cannot be written makes the database unavailable (lj_tunedb_open fails with
- * LAJIT_ERR_DATABASE and callers fall back to the families' defaults), never a crash.
+ * A winner chooses which kernel runs, so the database is trusted only as far as the kernel
+ * cache's directory is (core/fs.h): the directory, tune.db, its -wal/-shm/-journal files and the
+ * lock file tune.db.lock must be ours and writable by nobody else, and none may be a symbolic
+ * link (the lock is opened O_NOFOLLOW): anything else makes lj_tunedb_open fail with
+ * LAJIT_ERR_DATABASE and a message naming the file and the reason, before anything is created
+ * or read.
+ *
+ * A database that is not SQLite, is corrupt or truncated, or belongs to another program is
+ * renamed aside ("tune.db.corrupt-<time>-<pid>"), a warning is logged, and a fresh one is
+ * created. A database with a schema from a later lajit (PRAGMA user_version above this
+ * build's) is never moved: it is opened read-only (with a WARN line). So is a database this
+ * process cannot write (the file or the directory not writable). A read-only handle serves
+ * winners, results, show and export; record, lease, release and import fail with
+ * LAJIT_ERR_DATABASE saying it is read-only and why. A directory that cannot be created, or a
+ * read-only one without a database, makes the database unavailable (LAJIT_ERR_DATABASE;
+ * callers fall back to the families' defaults), never a crash.
+ *
+ * Every SQLite call goes through autotune/sql.h, so a test can fail any of them
+ * (LJ_FAULT_SQLITE); each failure becomes LAJIT_ERR_DATABASE with a message, and the file
+ * stays usable.
  *
  * A handle is used by one thread at a time (it belongs to one context or one CLI command). */
 #ifndef LAJIT_TUNEDB_H
@@ -59,9 +74,10 @@ typedef struct lj_tune_result {
 typedef struct lj_tunedb lj_tunedb;
 
 /* Opens (creating when absent) dir/tune.db. dir is created (0700, with parents) when missing.
- * A corrupt, foreign or future-version file is set aside and replaced, with a WARN log line.
- * LAJIT_ERR_DATABASE when the database cannot be used (unwritable directory, I/O error): the
- * message says why. *out is written only on success. */
+ * A corrupt or foreign file is set aside and replaced, with a WARN log line; a future-version
+ * or unwritable one is opened read-only (see above). LAJIT_ERR_DATABASE when the database
+ * cannot be used (untrusted directory or file, link, I/O error): the message says why. *out is
+ * written only on success. */
 lajit_status lj_tunedb_open(lj_env *env, const char *dir, lj_tunedb **out);
 void lj_tunedb_close(lj_tunedb *db); /* accepts NULL */
 const char *lj_tunedb_path(const lj_tunedb *db);
@@ -97,13 +113,18 @@ typedef void (*lj_tunedb_show_fn)(void *user, const lj_fingerprint *fp, const ch
                                   double default_ms, int measured);
 lajit_status lj_tunedb_show(lj_tunedb *db, lj_tunedb_show_fn fn, void *user);
 
-/* Export: every measurement and winner as JSON lines (one flat object a line, "kind" being
- * "measurement" or "winner", the fingerprint spelled out in each), to path. *rows: lines
- * written. */
+/* Export: every measurement and winner as JSON lines (one flat object a line written by
+ * SQLite's json_object, "kind" being "measurement" or "winner", the fingerprint spelled out in
+ * each), to path. *rows: lines written. */
 lajit_status lj_tunedb_export(lj_tunedb *db, const char *path, int *rows);
-/* Import of an export. Rows whose device name or compute capability differ from local's are
- * refused (LAJIT_ERR_INVALID_ARGUMENT, nothing imported) unless force; local NULL accepts any
- * device only with force. Rows keep their own fingerprint. All rows in one transaction. */
+/* Import of an export, read through SQLite's JSON functions. Every line is checked before
+ * anything is written: a JSON object with exactly export's keys, strings without NUL (no
+ * \u0000) that fit their fields, times finite and >= 0, integers (cc, sms, driver, nvrtc, at)
+ * of JSON integer type within sane ranges, lines under 4 KiB. One bad line fails the whole
+ * import with LAJIT_ERR_INVALID_ARGUMENT and a message "<path>:<line>: ..." and nothing is
+ * imported. Rows whose device name or compute capability differ from local's are refused the
+ * same way unless force; local NULL accepts any device only with force. Rows keep their own
+ * fingerprint. All rows in one transaction. */
 lajit_status lj_tunedb_import(lj_tunedb *db, const char *path, const lj_fingerprint *local,
                               int force, int *rows);
 

@@ -23,6 +23,7 @@
  * Thread safety: an lj_cache is used by one thread at a time, like the lj_env it logs to.
  * Different lj_cache objects (in one process or many) may share a directory. */
 #include "cache.h"
+#include "fs.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -152,18 +153,6 @@ static const char *decode_header(const unsigned char *h, uint64_t file_size, ent
 
 /* ---- Files ---------------------------------------------------------------------------------- */
 
-/* Why a file (or directory) may not be trusted, or NULL. */
-static const char *ownership_problem(const struct stat *st, int want_dir)
-{
-    if (want_dir ? !S_ISDIR(st->st_mode) : !S_ISREG(st->st_mode))
-        return want_dir ? "not a directory" : "not a regular file";
-    if (st->st_uid != geteuid())
-        return "owned by another user";
-    if (st->st_mode & (S_IWGRP | S_IWOTH))
-        return "writable by group or others";
-    return NULL;
-}
-
 static int read_all(int fd, void *buf, size_t n)
 {
     unsigned char *p = buf;
@@ -230,7 +219,7 @@ static read_result read_entry(lj_env *env, int dir_fd, const char *fname, int wa
         return READ_ERROR;
     }
     *file_size = (uint64_t)st.st_size;
-    if ((*reason = ownership_problem(&st, 0)) != NULL) {
+    if ((*reason = lj_fs_ownership_problem(&st, 0)) != NULL) {
         close(fd);
         return READ_REFUSED;
     }
@@ -273,28 +262,6 @@ static read_result read_entry(lj_env *env, int dir_fd, const char *fname, int wa
     return READ_OK;
 }
 
-/* Creates path and its missing parents, each 0700. */
-static int mkdir_p(lj_env *env, const char *path)
-{
-    char *p = lj_strdup(env, path);
-    if (!p)
-        return 0;
-    int ok = 1;
-    for (char *s = p + 1; ok; s++) {
-        if (*s != '/' && *s != 0)
-            continue;
-        char saved = *s;
-        *s = 0;
-        if (mkdir(p, 0700) != 0 && errno != EEXIST)
-            ok = 0;
-        *s = saved;
-        if (saved == 0)
-            break;
-    }
-    lj_free(env, p);
-    return ok;
-}
-
 /* Opens and checks the cache directory once. create: make it when absent (on writes). Returns 1
  * when dir_fd is usable. */
 static int ensure_dir(lj_cache *c, int create)
@@ -305,7 +272,7 @@ static int ensure_dir(lj_cache *c, int create)
         return 1;
     int fd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0 && errno == ENOENT && create) {
-        if (!mkdir_p(c->env, c->dir)) {
+        if (!lj_fs_mkdir_p(c->env, c->dir)) {
             lj_log(c->env, LAJIT_LOG_WARN, "cache: cannot create directory %s: %s", c->dir,
                    strerror(errno));
             return 0;
@@ -322,7 +289,7 @@ static int ensure_dir(lj_cache *c, int create)
     }
     struct stat st;
     memset(&st, 0, sizeof st);
-    const char *problem = fstat(fd, &st) != 0 ? strerror(errno) : ownership_problem(&st, 1);
+    const char *problem = fstat(fd, &st) != 0 ? strerror(errno) : lj_fs_ownership_problem(&st, 1);
     if (problem) {
         lj_log(c->env, LAJIT_LOG_WARN,
                "cache: directory %s refused (%s, mode %03o); disk cache disabled", c->dir,
@@ -662,7 +629,7 @@ static lajit_status list_dir(lj_env *env, const char *dir, int *dir_fd, char ***
     }
     struct stat st;
     memset(&st, 0, sizeof st);
-    const char *problem = fstat(fd, &st) != 0 ? strerror(errno) : ownership_problem(&st, 1);
+    const char *problem = fstat(fd, &st) != 0 ? strerror(errno) : lj_fs_ownership_problem(&st, 1);
     if (problem) {
         close(fd);
         return lj_error(env, LAJIT_ERR_CACHE, "cache: directory %s refused (%s, mode %03o)", dir,

@@ -167,7 +167,8 @@ LAJIT_API lajit_status lajit_ctx_create(const lajit_ctx_desc *desc, lajit_ctx **
 LAJIT_API void lajit_ctx_destroy(lajit_ctx *ctx);
 
 /* The detailed message of the last failed call on ctx ("" when none). Owned by ctx, valid until
- * the next call on ctx. With ctx NULL, a constant text saying so. */
+ * the next call on ctx. With ctx NULL: why the last lajit_ctx_create of the calling thread
+ * failed (e.g. which check a bundle failed), else a constant text saying there is no context. */
 LAJIT_API const char *lajit_errmsg(const lajit_ctx *ctx);
 
 /* The CUDA driver's own result (a CUresult) behind the last failed call on ctx, when that

@@ -18,8 +18,22 @@ LAJIT_API void lajit_ctx_desc_init(lajit_ctx_desc *desc)
     desc->log_level = LAJIT_LOG_WARN;
 }
 
+/* Why the last lajit_ctx_create of this thread failed (lajit_errmsg(NULL)): the context that
+ * held the message is gone, and a bundle that cannot be opened deserves more than a status.
+ * Thread-local like errno, so two threads creating contexts do not see each other's. */
+static _Thread_local char create_errmsg[sizeof(((lj_env *)0)->errmsg)];
+
+/* Keeps ctx's message for lajit_errmsg(NULL), then destroys ctx. */
+static lajit_status create_failed(lajit_ctx *ctx, lajit_status st)
+{
+    memcpy(create_errmsg, ctx->env.errmsg, sizeof create_errmsg);
+    lajit_ctx_destroy(ctx);
+    return st;
+}
+
 LAJIT_API lajit_status lajit_ctx_create(const lajit_ctx_desc *desc, lajit_ctx **out)
 {
+    create_errmsg[0] = 0;
     lajit_ctx_desc defaults;
     if (!out)
         return LAJIT_ERR_INVALID_ARGUMENT;
@@ -68,10 +82,8 @@ LAJIT_API lajit_status lajit_ctx_create(const lajit_ctx_desc *desc, lajit_ctx **
     }
 
     lajit_status st = LAJIT_OK;
-    if (bundle && (st = lj_bundle_open(&ctx->env, bundle, &ctx->bundle)) != LAJIT_OK) {
-        lajit_ctx_destroy(ctx);
-        return st;
-    }
+    if (bundle && (st = lj_bundle_open(&ctx->env, bundle, &ctx->bundle)) != LAJIT_OK)
+        return create_failed(ctx, st);
     const char *tdir = getenv("LAJIT_TEMPLATE_DIR");
     if (tdir && *tdir && !(ctx->template_dir = lj_strdup(&ctx->env, tdir)))
         st = LAJIT_ERR_OUT_OF_MEMORY;
@@ -89,10 +101,8 @@ LAJIT_API lajit_status lajit_ctx_create(const lajit_ctx_desc *desc, lajit_ctx **
             }
         }
     }
-    if (st != LAJIT_OK) {
-        lajit_ctx_destroy(ctx);
-        return st;
-    }
+    if (st != LAJIT_OK)
+        return create_failed(ctx, st);
     lj_clear_error(&ctx->env);
     *out = ctx;
     return LAJIT_OK;
@@ -128,7 +138,7 @@ LAJIT_API void lajit_ctx_destroy(lajit_ctx *ctx)
 LAJIT_API const char *lajit_errmsg(const lajit_ctx *ctx)
 {
     if (!ctx)
-        return "no context (NULL)";
+        return create_errmsg[0] ? create_errmsg : "no context (NULL)";
     return ctx->env.errmsg;
 }
 

@@ -8,6 +8,7 @@
 
 #include <sqlite3.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "bundle.h"
@@ -334,4 +335,229 @@ LJ_TEST(missing_arch_falls_back_to_ptx_or_says_why)
     lajit_ctx_destroy(ctx);
     setup_close(&w);
     ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* ---- Bundles as untrusted input -------------------------------------------------------------- */
+
+/* Writes a file with the bundle's format version and the given SQL (made by hand, as an attacker
+ * would). */
+static void hand_bundle(const char *path, const char *sql)
+{
+    unlink(path);
+    sqlite3 *db;
+    ASSERT_EQ(sqlite3_open(path, &db), SQLITE_OK);
+    char pragma[64];
+    snprintf(pragma, sizeof pragma, "PRAGMA user_version = %d", LJ_BUNDLE_FORMAT);
+    ASSERT_EQ(sqlite3_exec(db, pragma, NULL, NULL, NULL), SQLITE_OK);
+    char *err = NULL;
+    if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK)
+        lj_test_fail(__FILE__, __LINE__, "%s", err);
+    sqlite3_close(db);
+}
+
+/* The kernels table without its NOT NULL constraints, so NULLs and other types can be stored. */
+#define LOOSE_KERNELS                                                                           \
+    "CREATE TABLE kernels(source_key TEXT, arch TEXT, ptx INTEGER, family TEXT, bucket TEXT,"   \
+    " config TEXT, problem TEXT, entry TEXT, image BLOB, checksum TEXT);"
+
+/* NULL and wrong-typed values in every column are refused row by row, never dereferenced. */
+LJ_TEST(null_and_wrong_typed_columns)
+{
+    lj_env env;
+    lj_env_init(&env, NULL, NULL, capture_log, NULL, LAJIT_LOG_WARN);
+    char path[1024];
+    tmp_path(path, sizeof path, "null.lajitpack");
+    hand_bundle(path, LOOSE_KERNELS
+                "INSERT INTO kernels VALUES(NULL, NULL, 1, 'la_fwd', 'b', 'c', NULL, NULL, NULL, NULL);"
+                "INSERT INTO kernels VALUES('k', 'sm_80', 1, 'la_fwd', 'b', 'c', 'p', 'e', X'00', NULL);"
+                "INSERT INTO kernels VALUES('k', 'sm_80', 'x', NULL, 'b', 'c', 'p', 'e', 3.5, 'zz');"
+                "INSERT INTO kernels VALUES(NULL, 'sm_90a', 0, 'la_fwd', 'b', NULL, 'p', 'e', X'01', 'x');"
+                "INSERT INTO kernels VALUES(NULL, 'sm_90a', 0, 'la_fwd', 'b', 7, 'p', 'e', X'01', 'x');");
+    lj_bundle *b;
+    ASSERT_OK(lj_bundle_open(&env, path, &b));
+    const void *img = NULL;
+    size_t size;
+    int found = 1;
+    char arch[16], config[64];
+    ASSERT_OK(lj_bundle_find_ptx(b, "la_fwd", "b", "c", 90, &img, &size, arch, &found));
+    ASSERT_EQ(found, 0);
+    found = 1;
+    ASSERT_OK(lj_bundle_config(b, "la_fwd", "b", "sm_90a", config, sizeof config, &found));
+    ASSERT_EQ(found, 0);
+    lj_key key = {0, 0};
+    found = 1;
+    ASSERT_OK(lj_bundle_find(b, key, "sm_80", 1, &img, &size, &found));
+    ASSERT_EQ(found, 0);
+    int cubins, ptxs;
+    ASSERT_OK(lj_bundle_count(b, &cubins, &ptxs));
+    lj_bundle_close(b);
+}
+
+/* `kernels` as a view over an endless recursive query: refused at open, no op ever hangs (the
+ * alarm fails the test if one does). */
+LJ_TEST(kernels_view_refused_at_open)
+{
+    alarm(60);
+    lj_env env;
+    lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
+    char path[1024];
+    tmp_path(path, sizeof path, "view.lajitpack");
+    hand_bundle(path,
+                "CREATE VIEW kernels AS WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n)"
+                " SELECT 'k' AS source_key, 'sm_90a' AS arch, 0 AS ptx, 'la_fwd' AS family,"
+                " 'b' AS bucket, 'c' AS config, 'p' AS problem, 'e' AS entry, X'00' AS image,"
+                " 'x' AS checksum FROM n WHERE i < 0;");
+    lj_bundle *b = NULL;
+    lajit_status st = lj_bundle_open(&env, path, &b);
+    if (st == LAJIT_OK) {
+        char config[64];
+        int found;
+        lj_bundle_config(b, "la_fwd", "b", "sm_90a", config, sizeof config, &found);
+        lj_bundle_close(b);
+        lj_test_fail(__FILE__, __LINE__, "a view named kernels was accepted");
+    }
+    ASSERT_EQ(st, LAJIT_ERR_DATABASE);
+    ASSERT_CONTAINS(env.errmsg, "plain table");
+    /* A table with other columns is refused too. */
+    hand_bundle(path, "CREATE TABLE kernels(source_key, arch, ptx, image);");
+    ASSERT_STATUS(lj_bundle_open(&env, path, &b), LAJIT_ERR_DATABASE);
+    ASSERT_CONTAINS(env.errmsg, "other columns");
+}
+
+/* A row copied under another arch (or key, family, bucket, config) keeps its image and its old
+ * checksum: the checksum covers what selects the row, so the copy is never served. */
+LJ_TEST(row_moved_to_another_key_is_refused)
+{
+    lj_env env;
+    lj_env_init(&env, NULL, NULL, capture_log, NULL, LAJIT_LOG_WARN);
+    char path[1024];
+    tmp_path(path, sizeof path, "moved.lajitpack");
+    const char *edits[] = {
+        "UPDATE kernels SET arch = 'sm_90a'",
+        "UPDATE kernels SET source_key = 'f0000000000000000000000000000009'",
+        "UPDATE kernels SET config = 'BLOCK=128'",
+        "UPDATE kernels SET entry = 'other_entry'",
+    };
+    for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+        lj_bundle *b;
+        ASSERT_OK(lj_bundle_create(&env, path, &b));
+        unsigned char cubin[64] = {9, 8, 7};
+        lj_key key = {0, 9};
+        lj_bundle_item it = {"la_fwd", "sm_80", "bucket", "BLOCK=64", "p", "la_fwd", key, 0, cubin, sizeof cubin};
+        ASSERT_OK(lj_bundle_add(b, &it));
+        ASSERT_OK(lj_bundle_finish(b));
+        sqlite3 *db;
+        ASSERT_EQ(sqlite3_open(path, &db), SQLITE_OK);
+        ASSERT_EQ(sqlite3_exec(db, edits[i], NULL, NULL, NULL), SQLITE_OK);
+        sqlite3_close(db);
+        ASSERT_OK(lj_bundle_open(&env, path, &b));
+        const void *img = NULL;
+        size_t size;
+        int found = 0;
+        log_seen[0] = 0;
+        const char *arch = i == 0 ? "sm_90a" : "sm_80";
+        ASSERT_OK(lj_bundle_find(b, i == 1 ? (lj_key){0, 9} : key, arch, 0, &img, &size, &found));
+        if (i == 1) {
+            lj_key moved;
+            ASSERT_TRUE(lj_key_parse("f0000000000000000000000000000009", &moved));
+            ASSERT_OK(lj_bundle_find(b, moved, arch, 0, &img, &size, &found));
+        }
+        if (found)
+            lj_test_fail(__FILE__, __LINE__, "served after: %s", edits[i]);
+        char config[64];
+        ASSERT_OK(lj_bundle_config(b, "la_fwd", "bucket", arch, config, sizeof config, &found));
+        if (found)
+            lj_test_fail(__FILE__, __LINE__, "config served after: %s", edits[i]);
+        lj_bundle_close(b);
+    }
+}
+
+/* A bundle of the previous format (whose checksums covered only the image) is refused with a
+ * message that says what to do. */
+LJ_TEST(old_format_refused_with_advice)
+{
+    lj_env env;
+    lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
+    char path[1024];
+    tmp_path(path, sizeof path, "old.lajitpack");
+    lj_bundle *b;
+    ASSERT_OK(lj_bundle_create(&env, path, &b));
+    ASSERT_OK(lj_bundle_finish(b));
+    sqlite3 *db;
+    ASSERT_EQ(sqlite3_open(path, &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version = 1", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    ASSERT_STATUS(lj_bundle_open(&env, path, &b), LAJIT_ERR_DATABASE);
+    ASSERT_CONTAINS(env.errmsg, "older lajit");
+    ASSERT_CONTAINS(env.errmsg, "lajit gen");
+}
+
+/* Links and special files are refused before SQLite sees them (a FIFO would block the open). */
+LJ_TEST(links_and_special_files_refused)
+{
+    alarm(60);
+    lj_env env;
+    lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
+    char path[1024], link[1100], fifo[1100];
+    tmp_path(path, sizeof path, "real.lajitpack");
+    lj_bundle *b;
+    ASSERT_OK(lj_bundle_create(&env, path, &b));
+    ASSERT_OK(lj_bundle_finish(b));
+    ASSERT_OK(lj_bundle_open(&env, path, &b));
+    lj_bundle_close(b);
+    snprintf(link, sizeof link, "%s.link", path);
+    unlink(link);
+    ASSERT_EQ(symlink(path, link), 0);
+    ASSERT_STATUS(lj_bundle_open(&env, link, &b), LAJIT_ERR_DATABASE);
+    ASSERT_CONTAINS(env.errmsg, "symbolic link");
+    snprintf(fifo, sizeof fifo, "%s.fifo", path);
+    unlink(fifo);
+    ASSERT_EQ(mkfifo(fifo, 0600), 0);
+    ASSERT_STATUS(lj_bundle_open(&env, fifo, &b), LAJIT_ERR_DATABASE);
+    ASSERT_CONTAINS(env.errmsg, "not a regular file");
+}
+
+/* The bundle is written through a private temporary file: mode 0600, nothing left beside it. */
+LJ_TEST(written_through_a_private_temporary)
+{
+    lj_env env;
+    lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
+    char path[1024];
+    tmp_path(path, sizeof path, "w/out.lajitpack");
+    char cmd[2400];
+    snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname '%s')\" && rm -f \"$(dirname '%s')\"/*", path, path);
+    ASSERT_EQ(system(cmd), 0);
+    lj_bundle *b;
+    ASSERT_OK(lj_bundle_create(&env, path, &b));
+    ASSERT_OK(lj_bundle_finish(b));
+    struct stat st;
+    ASSERT_EQ(lstat(path, &st), 0);
+    ASSERT_TRUE(S_ISREG(st.st_mode));
+    ASSERT_EQ(st.st_mode & 0777, 0600);
+    snprintf(cmd, sizeof cmd, "test $(ls -1 \"$(dirname '%s')\" | wc -l) -eq 1", path);
+    ASSERT_EQ(system(cmd), 0);
+    /* An abort leaves nothing. */
+    ASSERT_OK(lj_bundle_create(&env, path, &b));
+    lj_bundle_abort(b);
+    ASSERT_EQ(system(cmd), 0);
+}
+
+/* A context whose bundle cannot be opened says why through lajit_errmsg(NULL). */
+LJ_TEST(failed_bundle_open_keeps_its_message)
+{
+    char path[1024];
+    tmp_path(path, sizeof path, "nothing-here.lajitpack");
+    unlink(path);
+    lajit_ctx_desc desc;
+    lajit_ctx_desc_init(&desc);
+    desc.flags = LAJIT_CTX_NO_DISK_CACHE;
+    desc.bundle = path;
+    lajit_ctx *ctx = NULL;
+    ASSERT_STATUS(lajit_ctx_create(&desc, &ctx), LAJIT_ERR_DATABASE);
+    ASSERT_CONTAINS(lajit_errmsg(NULL), "nothing-here.lajitpack");
+    /* A later successful creation clears it. */
+    desc.bundle = NULL;
+    ASSERT_OK(lajit_ctx_create(&desc, &ctx));
+    ASSERT_TRUE(strstr(lajit_errmsg(NULL), "nothing-here") == NULL);
+    lajit_ctx_destroy(ctx);
 }

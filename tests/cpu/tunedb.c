@@ -99,6 +99,13 @@ static void expect_no_winner(lj_tunedb *db, const lj_tune_id *id)
     ASSERT_EQ(found, 0);
 }
 
+static void count_shown(void *user, const lj_fingerprint *fp, const char *family,
+                        const char *template_hash, const char *bucket, const char *config,
+                        double ms, const char *default_config, double default_ms, int measured)
+{
+    (*(int *)user)++;
+}
+
 static void db_path(char *out, size_t cap)
 {
     snprintf(out, cap, "%s/tune.db", dir());
@@ -435,7 +442,9 @@ LJ_TEST(empty_file)
     lj_tunedb_close(db);
 }
 
-LJ_TEST(future_version)
+/* A database from a later lajit is read, never moved aside (the later lajit still needs it):
+ * winners are served, `lajit db show` lists them, writes are refused with a message. */
+LJ_TEST(future_version_read_only_never_moved)
 {
     env_setup();
     lj_tunedb *db;
@@ -449,11 +458,87 @@ LJ_TEST(future_version)
     ASSERT_EQ(sqlite3_open(path, &s), SQLITE_OK);
     ASSERT_EQ(sqlite3_exec(s, "PRAGMA user_version = 99", NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(s);
-    expect_recovered();
+    for (int round = 0; round < 2; round++) {
+        env_setup();
+        ASSERT_OK(lj_tunedb_open(&env, dir(), &db));
+        ASSERT_CONTAINS(logs.text, "later lajit");
+        ASSERT_EQ(count_files("tune.db.corrupt-"), 0);
+        expect_winner(db, &id, "BLOCK=64 WARPS=8");
+        int shown = 0;
+        ASSERT_OK(lj_tunedb_show(db, count_shown, &shown));
+        ASSERT_EQ(shown, 1);
+        lj_tune_result r = ok_result("BLOCK=32 WARPS=4", 0.5);
+        ASSERT_STATUS(lj_tunedb_record(db, &id, &r, 1, NULL, -1), LAJIT_ERR_DATABASE);
+        ASSERT_CONTAINS(env.errmsg, "read-only");
+        ASSERT_CONTAINS(env.errmsg, "later lajit");
+        int got = 1;
+        ASSERT_STATUS(lj_tunedb_lease(db, &id, 60, &got), LAJIT_ERR_DATABASE);
+        ASSERT_EQ(got, 0);
+        lj_tunedb_close(db);
+    }
+    ASSERT_EQ(sqlite3_open(path, &s), SQLITE_OK);
+    sqlite3_stmt *st;
+    ASSERT_EQ(sqlite3_prepare_v2(s, "PRAGMA user_version", -1, &st, NULL), SQLITE_OK);
+    ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+    ASSERT_EQ(sqlite3_column_int(st, 0), 99);
+    sqlite3_finalize(st);
+    sqlite3_close(s);
+}
+
+/* A tune.db this process cannot write (file and directory read-only) is still read. As root,
+ * the check runs in a child that gives up root for an ordinary user owning the files (root
+ * ignores permissions). */
+LJ_TEST(read_only_database_is_read)
+{
     env_setup();
+    lj_tunedb *db;
     ASSERT_OK(lj_tunedb_open(&env, dir(), &db));
-    expect_no_winner(db, &id); /* the future file's rows are not read */
+    lj_tune_id id = make_id("NVIDIA H200", 90, "ro");
+    record_three(db, &id);
     lj_tunedb_close(db);
+    char path[1024];
+    db_path(path, sizeof path);
+    uid_t user = geteuid() == 0 ? 65534 : geteuid();
+    if (geteuid() == 0) {
+        char cmd[2200];
+        snprintf(cmd, sizeof cmd, "chown -R %d:%d '%s'", (int)user, (int)user, dir());
+        ASSERT_EQ(system(cmd), 0);
+        ASSERT_EQ(chmod(lj_test_tmpdir(), 0755), 0);
+    }
+    ASSERT_EQ(chmod(path, 0400), 0);
+    ASSERT_EQ(chmod(dir(), 0500), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    ASSERT_TRUE(pid >= 0);
+    if (pid == 0) {
+        if (geteuid() == 0 && (setgid(user) != 0 || setuid(user) != 0))
+            _exit(2);
+        env_setup();
+        lj_tunedb *rdb;
+        if (lj_tunedb_open(&env, dir(), &rdb) != LAJIT_OK) {
+            fprintf(stderr, "open: %s\n", env.errmsg);
+            _exit(3);
+        }
+        char cfg[256];
+        int found = 0;
+        if (lj_tunedb_winner(rdb, &id, cfg, sizeof cfg, NULL, &found) != LAJIT_OK || !found ||
+            strcmp(cfg, "BLOCK=64 WARPS=8") != 0) {
+            fprintf(stderr, "winner: %s\n", env.errmsg);
+            _exit(4);
+        }
+        lj_tune_result r = ok_result("BLOCK=32 WARPS=4", 0.5);
+        if (lj_tunedb_record(rdb, &id, &r, 1, NULL, -1) != LAJIT_ERR_DATABASE ||
+            !strstr(env.errmsg, "read-only"))
+            _exit(5);
+        lj_tunedb_close(rdb);
+        _exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    chmod(dir(), 0700);
+    ASSERT_TRUE(WIFEXITED(status));
+    ASSERT_EQ(WEXITSTATUS(status), 0);
+    ASSERT_EQ(count_files("tune.db.corrupt-"), 0);
 }
 
 LJ_TEST(foreign_sqlite_file)
@@ -598,5 +683,153 @@ LJ_TEST(import_rejects_malformed)
     }
     int rows;
     ASSERT_STATUS(lj_tunedb_import(db, "/nonexistent/file", &local, 1, &rows), LAJIT_ERR_IO);
+    lj_tunedb_close(db);
+}
+
+/* ---- Trust: tune.db follows the kernel cache's rules ------------------------------------------ */
+
+/* A directory others can write: refused before anything is created in it. */
+LJ_TEST(shared_directory_refused)
+{
+    env_setup();
+    ASSERT_EQ(mkdir(dir(), 0700), 0);
+    ASSERT_EQ(chmod(dir(), 0777), 0);
+    lj_tunedb *db = NULL;
+    ASSERT_STATUS(lj_tunedb_open(&env, dir(), &db), LAJIT_ERR_DATABASE);
+    ASSERT_CONTAINS(env.errmsg, "writable by group or others");
+    ASSERT_EQ(count_files("tune.db"), 0);
+    chmod(dir(), 0700);
+}
+
+/* A link planted as the lock file: never followed, so no file is created where it points. */
+LJ_TEST(planted_lock_link_refused)
+{
+    env_setup();
+    ASSERT_EQ(mkdir(dir(), 0700), 0);
+    char target[1024], lock[1100];
+    snprintf(target, sizeof target, "%s/outside", lj_test_tmpdir());
+    snprintf(lock, sizeof lock, "%s/tune.db.lock", dir());
+    ASSERT_EQ(symlink(target, lock), 0);
+    lj_tunedb *db = NULL;
+    ASSERT_STATUS(lj_tunedb_open(&env, dir(), &db), LAJIT_ERR_DATABASE);
+    ASSERT_CONTAINS(env.errmsg, "symbolic link");
+    ASSERT_TRUE(access(target, F_OK) != 0);
+}
+
+/* A link planted as tune.db, to a database with a winner of the planter's choosing: refused,
+ * its winner never read, the file it points at never written. */
+LJ_TEST(planted_database_link_refused)
+{
+    env_setup();
+    char elsewhere[1024];
+    snprintf(elsewhere, sizeof elsewhere, "%s/planted", lj_test_tmpdir());
+    lj_tunedb *db;
+    ASSERT_OK(lj_tunedb_open(&env, elsewhere, &db));
+    lj_tune_id id = make_id("NVIDIA H200", 90, "planted");
+    record_three(db, &id);
+    lj_tunedb_close(db);
+    char real[1100], link[1100];
+    snprintf(real, sizeof real, "%s/tune.db", elsewhere);
+    snprintf(link, sizeof link, "%s/tune.db", dir());
+    ASSERT_EQ(mkdir(dir(), 0700), 0);
+    ASSERT_EQ(symlink(real, link), 0);
+    struct stat before, after;
+    ASSERT_EQ(stat(real, &before), 0);
+    ASSERT_STATUS(lj_tunedb_open(&env, dir(), &db), LAJIT_ERR_DATABASE);
+    ASSERT_CONTAINS(env.errmsg, "symbolic link");
+    ASSERT_EQ(stat(real, &after), 0);
+    ASSERT_EQ(before.st_mtime, after.st_mtime);
+    ASSERT_EQ(before.st_size, after.st_size);
+}
+
+/* A database file others could have written (mode 0666): refused, not read. */
+LJ_TEST(group_writable_database_refused)
+{
+    env_setup();
+    lj_tunedb *db;
+    ASSERT_OK(lj_tunedb_open(&env, dir(), &db));
+    lj_tune_id id = make_id("NVIDIA H200", 90, "b");
+    record_three(db, &id);
+    lj_tunedb_close(db);
+    char path[1024];
+    db_path(path, sizeof path);
+    ASSERT_EQ(chmod(path, 0666), 0);
+    ASSERT_STATUS(lj_tunedb_open(&env, dir(), &db), LAJIT_ERR_DATABASE);
+    ASSERT_CONTAINS(env.errmsg, "writable by group or others");
+    ASSERT_EQ(count_files("tune.db.corrupt-"), 0);
+}
+
+/* ---- Import of hostile lines ------------------------------------------------------------------ */
+
+/* Each line after a good first one must be refused, naming line 2, with nothing imported. */
+LJ_TEST(import_refuses_hostile_values)
+{
+    env_setup();
+    lj_tunedb *db;
+    ASSERT_OK(lj_tunedb_open(&env, dir(), &db));
+    char file[1024];
+    snprintf(file, sizeof file, "%s/hostile.jsonl", lj_test_tmpdir());
+#define ROW(fields)                                                                           \
+    "{\"kind\":\"measurement\",\"device\":\"NVIDIA H200\",\"cc\":90,\"sms\":132,"            \
+    "\"driver\":13000,\"nvrtc\":12080,\"family\":\"la_fwd\",\"template_hash\":"              \
+    "\"0123456789abcdef\",\"bucket\":\"b\"," fields "}\n"
+    const char *good = ROW("\"config\":\"BLOCK=64\",\"ms\":1.5,\"at\":100");
+    const char *bad[] = {
+        /* a \u escape at the very end of a line (the old parser read past the buffer) */
+        "{\"kind\":\"measurement\",\"device\":\"\\u",
+        "{\"kind\":\"measurement\",\"device\":\"\\u00",
+        ROW("\"config\":\"BLOCK=64\\u0000 WARPS=8\",\"ms\":1.5"),
+        ROW("\"config\":\"BLOCK=64\",\"ms\":1e999"),
+        ROW("\"config\":\"BLOCK=64\",\"ms\":-5"),
+        ROW("\"config\":\"BLOCK=64\",\"ms\":\"1.5\""),
+        ROW("\"config\":\"BLOCK=64\",\"ms\":1.5,\"at\":1e300"),
+        ROW("\"config\":\"BLOCK=64\",\"ms\":1.5,\"at\":-1"),
+        ROW("\"config\":\"BLOCK=64\",\"ms\":1.5,\"extra\":1"),
+        ROW("\"config\":\"BLOCK=64\",\"ms\":1.5,\"ms\":2"),
+        ROW("\"config\":\"BLOCK=64\",\"ms\":1.5,\"default_config\":\"x\""),
+        ROW("\"config\":\"\",\"ms\":1.5"),
+        ROW("\"config\":null,\"ms\":1.5"),
+        "{\"kind\":\"measurement\",\"device\":\"NVIDIA H200\",\"cc\":1e300,\"sms\":132,"
+        "\"driver\":13000,\"nvrtc\":12080,\"family\":\"la_fwd\",\"template_hash\":\"h\","
+        "\"bucket\":\"b\",\"config\":\"c\",\"ms\":1}\n",
+        "{\"kind\":\"measurement\",\"device\":\"NVIDIA H200\",\"cc\":90.5,\"sms\":132,"
+        "\"driver\":13000,\"nvrtc\":12080,\"family\":\"la_fwd\",\"template_hash\":\"h\","
+        "\"bucket\":\"b\",\"config\":\"c\",\"ms\":1}\n",
+        "{\"kind\":\"measurement\",\"device\":\"NVIDIA H200\",\"cc\":90,\"sms\":132,"
+        "\"driver\":99999999999,\"nvrtc\":12080,\"family\":\"la_fwd\",\"template_hash\":\"h\","
+        "\"bucket\":\"b\",\"config\":\"c\",\"ms\":1}\n",
+        "{\"kind\":\"measurement\",\"device\":\"NVIDIA H200\",\"cc\":90,\"sms\":132,"
+        "\"driver\":13000,\"nvrtc\":12080,\"family\":\"la_fwd\",\"template_hash\":"
+        "\"0123456789abcdef0\",\"bucket\":\"b\",\"config\":\"c\",\"ms\":1}\n",
+        "[1,2,3]\n",
+    };
+#undef ROW
+    lj_fingerprint local = make_id("NVIDIA H200", 90, "").fp;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[4096];
+        snprintf(text, sizeof text, "%s%s", good, bad[i]);
+        write_file(file, text, strlen(text));
+        int rows = -1;
+        lajit_status st = lj_tunedb_import(db, file, &local, 1, &rows);
+        if (st != LAJIT_ERR_INVALID_ARGUMENT)
+            lj_test_fail(__FILE__, __LINE__, "line %zu accepted (%s): %s", i, lajit_status_string(st), bad[i]);
+        ASSERT_EQ(rows, -1);
+        ASSERT_CONTAINS(env.errmsg, "hostile.jsonl:2:");
+    }
+    /* Nothing of any refused file was imported: not even the good first line. */
+    int shown = 0;
+    ASSERT_OK(lj_tunedb_show(db, count_shown, &shown));
+    ASSERT_EQ(shown, 0);
+    lj_tune_result *r;
+    int n = -1;
+    lj_tune_id id = make_id("NVIDIA H200", 90, "b");
+    ASSERT_OK(lj_tunedb_results(db, &id, &r, &n));
+    ASSERT_EQ(n, 0);
+    lj_free(&env, r);
+    /* The good line alone is accepted. */
+    write_file(file, good, strlen(good));
+    int rows = 0;
+    ASSERT_OK(lj_tunedb_import(db, file, &local, 1, &rows));
+    ASSERT_EQ(rows, 1);
     lj_tunedb_close(db);
 }
