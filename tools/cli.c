@@ -37,7 +37,9 @@ lajit_ctx *cli_open_ctx(int verbose, uint32_t flags)
     lajit_ctx *ctx = NULL;
     lajit_status st = lajit_ctx_create(&desc, &ctx);
     if (st != LAJIT_OK) {
-        fprintf(stderr, "%s: cannot create a context: %s\n", cli_prog, lajit_status_string(st));
+        /* No context to ask: the failed create leaves its message for the calling thread. */
+        fprintf(stderr, "%s: cannot create a context: %s: %s\n", cli_prog,
+                lajit_status_string(st), lajit_errmsg(NULL));
         return NULL;
     }
     return ctx;
