@@ -108,6 +108,7 @@ static char *read_all(const char *path, size_t *len)
     if (!text || fread(text, 1, (size_t)n, f) != (size_t)n)
         lj_fuzz_fail("cannot read %s", path);
     fclose(f);
+    text[n] = 0;
     *len = (size_t)n;
     return text;
 }
