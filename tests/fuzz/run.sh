@@ -50,9 +50,11 @@ for t in $targets; do
   rm -rf "$work"
   mkdir -p "$work/corpus" "$work/artifacts"
   echo "fuzz: $t for ${seconds}s"
+  dict=()
+  [ -f "$root/tests/fuzz/dict/$t.dict" ] && dict=(-dict="$root/tests/fuzz/dict/$t.dict")
   # The first directory collects new inputs; the committed seeds are only read.
   if ! "$build/tests/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 \
-       -max_len="$max_len" -print_final_stats=1 -artifact_prefix="$work/artifacts/" \
+       -max_len="$max_len" -print_final_stats=1 -artifact_prefix="$work/artifacts/" "${dict[@]}" \
        "$work/corpus" "$root/tests/fuzz/corpus/$t" > "$work/log" 2>&1; then
     tail -n 60 "$work/log"
     echo "fuzz: $t FAILED; input in $work/artifacts/ (see tests/fuzz/README.md)"
