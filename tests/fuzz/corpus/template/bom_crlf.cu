@@ -1,0 +1,5 @@
+﻿// bom and crlf
+int a = ${WARPS};
+//% if true then
+int b;
+//% end

@@ -1,0 +1,2 @@
+//% return 5
+after return

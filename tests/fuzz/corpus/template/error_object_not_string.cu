@@ -1,0 +1,2 @@
+//% error({})
+//% error(nil)

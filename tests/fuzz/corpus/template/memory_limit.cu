@@ -1,0 +1,2 @@
+//% local s = string.rep("x", 1 << 26)
+${#s}

@@ -1,0 +1,1 @@
+int x = ${undefined_name};

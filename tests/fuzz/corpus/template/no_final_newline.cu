@@ -1,0 +1,1 @@
+ends without a newline ${D}

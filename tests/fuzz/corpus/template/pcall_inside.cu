@@ -1,0 +1,3 @@
+//% local ok, e = pcall(error, "inner")
+${tostring(ok)} ${e}
+//% pcall(string.rep, "x", -1)
