@@ -72,6 +72,10 @@ void lj_arch_for_cc(int cc, char arch[16]);
 
 #define LJ_MAX_PARAMS 16
 #define LJ_PARAM_NAME 24
+/* The largest parameter space a spec may declare (the product of its params' value counts):
+ * every configuration is validated, and the tuner compiles each valid one. The built-in
+ * families have at most 240. */
+#define LJ_MAX_CONFIGS 4096
 
 /* One point of a family's parameter space. Names are sorted, so two equal configs compare
  * equal field by field. */

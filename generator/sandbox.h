@@ -15,6 +15,35 @@ typedef struct lj_lua lj_lua;
 #define LJ_LUA_MAX_INSTRUCTIONS 200000000LL /* counted in hook steps of 1000 */
 #define LJ_LUA_MAX_MEMORY (256u << 20)      /* bytes held by the Lua state */
 
+/* Files of a template dir are untrusted: each at most this large, and all the files one state
+ * reads together at most LJ_LUA_MAX_FILE_TOTAL (the built-in tree is under 200 KB in all). */
+#define LJ_LUA_MAX_FILE (1u << 20)
+#define LJ_LUA_MAX_FILE_TOTAL (16u << 20)
+
+/* A budget shared by many protected calls (each family keeps one): the per-call limits alone
+ * let a hostile spec take minutes by being called many times (every configuration's valid()).
+ * While a budget is set, each call draws its Lua instructions and its thread CPU time (which
+ * also sees loops inside C library functions) from it, its own limits are cut to what is left,
+ * and a call on an empty budget fails at once with LAJIT_ERR_LIMIT. The budget refills with
+ * wall-clock time, fully in LJ_LUA_BUDGET_REFILL_S seconds: a spec gets at most about
+ * LJ_LUA_BUDGET_CPU_S seconds of CPU at once, then about 1/LJ_LUA_BUDGET_REFILL_S of one core.
+ * The built-in families spend well under 1 % of it on a sweep of every configuration. */
+#define LJ_LUA_BUDGET_INSTRUCTIONS 1000000000LL
+#define LJ_LUA_BUDGET_CPU_S 5
+#define LJ_LUA_BUDGET_REFILL_S 100
+
+typedef struct lj_lua_budget {
+    long long steps;  /* hook steps (of 1000 instructions) left */
+    long long cpu_ns; /* thread CPU nanoseconds left */
+    long long last_ns; /* monotonic time of the last refill */
+} lj_lua_budget;
+
+/* A full budget. */
+void lj_lua_budget_init(lj_lua_budget *b);
+/* Makes the calls that follow draw from b (NULL: per-call limits only); returns the budget that
+ * was set, to be restored by the caller. */
+lj_lua_budget *lj_lua_set_budget(lj_lua *L, lj_lua_budget *b);
+
 /* template_dir: NULL for the embedded templates, else a development folder that replaces them
  * (LAJIT_TEMPLATE_DIR). Copied. */
 lajit_status lj_lua_open(lj_env *env, const char *template_dir, lj_lua **out);
@@ -32,7 +61,11 @@ lajit_status lj_lua_pcall(lj_lua *L, int nargs, int nresults);
 
 /* Reads a template file ("la_fwd/family.lua", "common/types.cuh") from the template dir or the
  * embedded copy. *text is borrowed (embedded) or owned by L until close; LAJIT_ERR_NOT_FOUND
- * when absent. */
+ * when absent. The path must be relative, of components made of letters, digits, '_', '-' and
+ * '.' (no "." or ".." component): LAJIT_ERR_INVALID_ARGUMENT otherwise. A template dir's file is
+ * refused with LAJIT_ERR_IO when it or a folder on its way is a symbolic link, when it is not a
+ * regular file (a FIFO is never waited on), or when it is over LJ_LUA_MAX_FILE or would take
+ * the state's files over LJ_LUA_MAX_FILE_TOTAL. */
 lajit_status lj_lua_read_template(lj_lua *L, const char *path, const char **text, size_t *len);
 
 #endif
