@@ -236,3 +236,96 @@ LJ_TEST(keys_stable_and_arch_specific)
     }
     lajit_ctx_destroy(ctx);
 }
+
+/* ---- Allocation failures: every allocation on the way from opening the sandbox to the
+ * expansion of one representative problem fails in turn, for each built-in family. Each
+ * failure must be a clear status with a message (never a panic), and nothing may leak (ASan's
+ * leak check runs at exit). */
+
+static lajit_status load_and_expand(lj_env *e, const char *name, uint64_t fail_at, int *reached)
+{
+    lj_env_init(e, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
+    e->fault_at[LJ_FAULT_ALLOC] = fail_at;
+    lj_lua *L = NULL;
+    lj_family *f = NULL;
+    lj_problem *problems = NULL;
+    char *src = NULL;
+    int np = 0, ok = 0;
+    lj_device_info dev;
+    lj_device_info_for_arch("sm_90a", &dev);
+    lj_config cfg;
+    lj_launch launch;
+    char key[256], reason[256];
+    lajit_status st = lj_lua_open(e, NULL, &L);
+    if (st == LAJIT_OK)
+        st = lj_family_load(e, L, name, &f);
+    if (st == LAJIT_OK)
+        st = lj_family_problems(f, &problems, &np);
+    if (st == LAJIT_OK)
+        st = lj_family_default(f, &problems[0], &dev, &cfg);
+    if (st == LAJIT_OK)
+        st = lj_family_valid(f, &cfg, &problems[0], &dev, &ok, reason, sizeof reason);
+    if (st == LAJIT_OK)
+        st = lj_family_key(f, &problems[0], key, sizeof key);
+    if (st == LAJIT_OK)
+        st = lj_family_launch(f, &cfg, &problems[0], &dev, &launch);
+    if (st == LAJIT_OK)
+        st = lj_family_source(f, &cfg, &problems[0], &dev, &src);
+    *reached = e->fault_count[LJ_FAULT_ALLOC] >= fail_at;
+    e->fault_at[LJ_FAULT_ALLOC] = 0;
+    lj_free(e, src);
+    lj_free(e, problems);
+    lj_family_free(f);
+    lj_lua_close(L);
+    return st;
+}
+
+static void sweep_allocations(const char *name)
+{
+    lj_env e;
+    int reached = 0, failures = 0;
+    uint64_t n;
+    for (n = 1; n < 1000000; n++) {
+        lajit_status st = load_and_expand(&e, name, n, &reached);
+        if (!reached) {
+            if (st != LAJIT_OK)
+                lj_test_fail(__FILE__, __LINE__, "%s without a fault: %s", name, e.errmsg);
+            break;
+        }
+        if (st == LAJIT_OK)
+            continue; /* a failure the path absorbs (none expected, but not wrong) */
+        failures++;
+        if (st != LAJIT_ERR_OUT_OF_MEMORY || e.errmsg[0] == 0)
+            lj_test_fail(__FILE__, __LINE__, "%s, allocation %llu failing: %s: %s", name,
+                         (unsigned long long)n, lajit_status_string(st), e.errmsg);
+    }
+    printf("%s: %llu allocations from open to expansion, %d failures injected, each reported as "
+           "out of memory\n", name, (unsigned long long)n - 1, failures);
+    ASSERT_TRUE(failures > 0);
+}
+
+LJ_TEST(fault_every_allocation_la_fwd) { sweep_allocations("la_fwd"); }
+LJ_TEST(fault_every_allocation_la_fwd_sm90) { sweep_allocations("la_fwd_sm90"); }
+LJ_TEST(fault_every_allocation_la_bwd) { sweep_allocations("la_bwd"); }
+LJ_TEST(fault_every_allocation_la_bwd_sm90) { sweep_allocations("la_bwd_sm90"); }
+LJ_TEST(fault_every_allocation_la_decode) { sweep_allocations("la_decode"); }
+LJ_TEST(fault_every_allocation_la_recurrent) { sweep_allocations("la_recurrent"); }
+
+/* Every built-in family must stay well within its limits. */
+LJ_TEST(built_in_families_fit_their_limits)
+{
+    lajit_ctx *ctx = ctx_open();
+    int n_families = 0;
+    for (const char *const *name = lajit_family_names(); *name; name++, n_families++) {
+        lj_family *f;
+        ASSERT_OK(lajit__ctx_family(ctx, *name, &f));
+        long long space = 1;
+        for (int i = 0; i < lj_family_param_count(f); i++) {
+            const long long *v;
+            space *= lj_family_param_values(f, i, &v);
+        }
+        ASSERT_TRUE(space * 8 <= LJ_MAX_CONFIGS);
+    }
+    ASSERT_EQ(n_families, 6); /* the sweeps above name each one */
+    lajit_ctx_destroy(ctx);
+}
