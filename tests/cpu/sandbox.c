@@ -327,3 +327,50 @@ LJ_TEST(fault_every_allocation_open_load_expand)
     printf("%llu allocations on the path, %d failures reported\n", (unsigned long long)n - 1, failures);
     ASSERT_TRUE(failures > 0);
 }
+
+/* Every file-system call on the way from a template dir to an expansion (each folder opened on
+ * a file's path, each read) fails in turn: each failure is LAJIT_ERR_IO with a message. */
+LJ_TEST(fault_every_file_system_call_load_expand)
+{
+    int failures = 0;
+    uint64_t n;
+    for (n = 1; n < 10000; n++) {
+        lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
+        env.fault_at[LJ_FAULT_FS] = n;
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/tests/data/templates", lj_test_source_dir());
+        lj_lua *L = NULL;
+        lj_family *f = NULL;
+        char *src = NULL;
+        lj_problem *problems = NULL;
+        int np;
+        lj_config cfg;
+        lj_device_info dev;
+        lj_device_info_for_arch("sm_90a", &dev);
+        lajit_status st = lj_lua_open(&env, dir, &L);
+        if (st == LAJIT_OK)
+            st = lj_family_load(&env, L, "toy", &f);
+        if (st == LAJIT_OK)
+            st = lj_family_problems(f, &problems, &np);
+        if (st == LAJIT_OK)
+            st = lj_family_default(f, &problems[0], &dev, &cfg);
+        if (st == LAJIT_OK)
+            st = lj_family_source(f, &cfg, &problems[0], &dev, &src);
+        int reached = env.fault_count[LJ_FAULT_FS] >= n;
+        lj_free(&env, src);
+        lj_free(&env, problems);
+        lj_family_free(f);
+        lj_lua_close(L);
+        if (!reached) {
+            ASSERT_OK(st);
+            break;
+        }
+        failures++;
+        if (st != LAJIT_ERR_IO)
+            lj_test_fail(__FILE__, __LINE__, "file-system call %llu failing: %s: %s", (unsigned long long)n,
+                         lajit_status_string(st), env.errmsg);
+        ASSERT_TRUE(env.errmsg[0] != 0);
+    }
+    printf("%llu file-system calls on the path, %d failures reported\n", (unsigned long long)n - 1, failures);
+    ASSERT_TRUE(failures > 0);
+}
