@@ -140,8 +140,8 @@ LJ_TEST(a_template_cannot_forge_its_output)
     lua_State *S = lj_lua_state(L);
     alarm(60); /* the old reader never ended: fail instead of hanging */
     static const char *const texts[] = {
-        "a\n//% return {}, math.maxinteger\nb\n",
-        "a\n//% return 5, 1\n",
+        "a\n//% do return {}, math.maxinteger end\nb\n",
+        "a\n//% do return 5, 1 end\n",
         "a\n//% __lajit_o(5)\nb\n",
         "a\n//% __lajit_o({})\n",
     };
