@@ -16,7 +16,7 @@
  *   params    { NAME = {v1, v2, ...}, ... }  the tunable space: at most LJ_MAX_PARAMS names of
  *                    capitals, digits and _, each 1 to 64 distinct integers, the product of the
  *                    counts at most LJ_MAX_CONFIGS
- *   problems  { {problem fields...}, ... }   1 to 64 representative problems (CPU sweeps,
+ *   problems  { {problem fields...}, ... }   1 to 16 representative problems (CPU sweeps,
  *                    expand/compile); integer fields from 0 to INT_MAX
  *   valid(cfg, problem, device)    -> true | false, "reason"
  *   default(problem, device)       -> cfg table (every param given)

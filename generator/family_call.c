@@ -474,21 +474,20 @@ lajit_status lj_family_source(lj_family *f, const lj_config *c, const lj_problem
 {
     lua_State *L = lj_lua_state(f->h);
     int top = lua_gettop(L);
+    /* The whole expansion draws from the family's budget: source(), reading the template, and
+     * translating, parsing and running it (a large template costs the C side time too). */
+    lj_lua_budget *prev = lj_lua_set_budget(f->h, &f->budget);
     source_out o;
     call_rec rec = {.f = f, .fn = "source", .mask = 1 | 2 | 4, .c = c, .p = p, .d = d, .read = read_source,
                     .out = &o};
     lajit_status st = call(&rec, 1);
-    if (st != LAJIT_OK)
-        return st;
     const char *text;
     size_t len;
-    st = lj_lua_read_template(f->h, o.path, &text, &len);
-    if (st == LAJIT_OK) {
-        /* The expansion runs Lua too: it draws from the same budget. */
-        lj_lua_budget *prev = lj_lua_set_budget(f->h, &f->budget);
+    if (st == LAJIT_OK)
+        st = lj_lua_read_template(f->h, o.path, &text, &len);
+    if (st == LAJIT_OK)
         st = lj_template_expand(f->h, o.path, text, len, -1, source);
-        lj_lua_set_budget(f->h, prev);
-    }
+    lj_lua_set_budget(f->h, prev);
     lua_settop(L, top);
     return st;
 }

@@ -18,8 +18,9 @@
 
 /* How many other template folders a spec's `uses` may name. */
 #define LJ_MAX_USES 6
-/* Representative problems a spec may list (they are swept over every configuration). */
-#define LJ_MAX_PROBLEMS 64
+/* Representative problems a spec may list (each is swept over every configuration; the
+ * built-in families list at most 5). */
+#define LJ_MAX_PROBLEMS 16
 /* Values one parameter may list. */
 #define LJ_MAX_PARAM_VALUES 64
 

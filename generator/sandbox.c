@@ -36,6 +36,7 @@ struct lj_lua {
     int budget_bound;     /* the budget, not the per-call limit, sets step_limit or deadline */
     struct timespec deadline; /* wall-clock end of the current call (C library loops) */
     lj_lua_budget *budget;    /* shared by the calls that follow (lj_lua_set_budget), or NULL */
+    long long budget_cpu0;    /* thread CPU time when it was set */
     read_file *files;
     size_t files_bytes;   /* text held in files, against LJ_LUA_MAX_FILE_TOTAL */
 };
@@ -331,29 +332,6 @@ const char *lj_lua_template_dir(lj_lua *h)
     return h->template_dir;
 }
 
-lajit_status lj_lua_load(lj_lua *h, const char *text, size_t len, const char *chunkname)
-{
-    h->over_memory = 0;
-    int r = luaL_loadbufferx(h->L, text, len, chunkname, "t");
-    if (r == LUA_OK)
-        return LAJIT_OK;
-    const char *msg = lua_tostring(h->L, -1);
-    lajit_status st = r == LUA_ERRMEM ? (h->over_memory ? LAJIT_ERR_LIMIT : LAJIT_ERR_OUT_OF_MEMORY)
-                                      : LAJIT_ERR_TEMPLATE;
-    st = lj_error(h->env, st, "%s", msg ? msg : "cannot load chunk (out of memory)");
-    lua_pop(h->L, 1);
-    return st;
-}
-
-static int traceback(lua_State *L)
-{
-    const char *msg = lua_tostring(L, 1);
-    if (!msg)
-        msg = "(error object is not a string)";
-    luaL_traceback(L, L, msg, 1);
-    return 1;
-}
-
 static long long clock_ns(clockid_t id)
 {
     struct timespec t;
@@ -371,7 +349,11 @@ void lj_lua_budget_init(lj_lua_budget *b)
 lj_lua_budget *lj_lua_set_budget(lj_lua *h, lj_lua_budget *b)
 {
     lj_lua_budget *prev = h->budget;
+    long long now = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    if (prev)
+        prev->cpu_ns -= now - h->budget_cpu0;
     h->budget = b;
+    h->budget_cpu0 = now;
     return prev;
 }
 
@@ -393,6 +375,52 @@ static void budget_refill(lj_lua_budget *b)
     b->cpu_ns = ns >= (double)full_ns ? full_ns : (long long)ns;
 }
 
+/* Refills the current budget and returns the CPU nanoseconds it has left, counting what was
+ * spent since it was set; sets *empty when nothing is left. */
+static long long budget_left(lj_lua *h, int *empty)
+{
+    lj_lua_budget *b = h->budget;
+    budget_refill(b);
+    long long left = b->cpu_ns - (clock_ns(CLOCK_THREAD_CPUTIME_ID) - h->budget_cpu0);
+    *empty = b->steps <= 0 || left <= 0;
+    return left;
+}
+
+static lajit_status budget_spent(lj_lua *h)
+{
+    return lj_error(h->env, LAJIT_ERR_LIMIT,
+                    "Lua budget spent (%d million instructions, %d s of CPU, refilled over %d s)",
+                    (int)(LJ_LUA_BUDGET_INSTRUCTIONS / 1000000), LJ_LUA_BUDGET_CPU_S, LJ_LUA_BUDGET_REFILL_S);
+}
+
+lajit_status lj_lua_load(lj_lua *h, const char *text, size_t len, const char *chunkname)
+{
+    h->over_memory = 0;
+    int empty = 0;
+    if (h->budget)
+        budget_left(h, &empty);
+    if (empty)
+        return budget_spent(h);
+    int r = luaL_loadbufferx(h->L, text, len, chunkname, "t");
+    if (r == LUA_OK)
+        return LAJIT_OK;
+    const char *msg = lua_tostring(h->L, -1);
+    lajit_status st = r == LUA_ERRMEM ? (h->over_memory ? LAJIT_ERR_LIMIT : LAJIT_ERR_OUT_OF_MEMORY)
+                                      : LAJIT_ERR_TEMPLATE;
+    st = lj_error(h->env, st, "%s", msg ? msg : "cannot load chunk (out of memory)");
+    lua_pop(h->L, 1);
+    return st;
+}
+
+static int traceback(lua_State *L)
+{
+    const char *msg = lua_tostring(L, 1);
+    if (!msg)
+        msg = "(error object is not a string)";
+    luaL_traceback(L, L, msg, 1);
+    return 1;
+}
+
 lajit_status lj_lua_pcall(lj_lua *h, int nargs, int nresults)
 {
     lua_State *L = h->L;
@@ -405,20 +433,18 @@ lajit_status lj_lua_pcall(lj_lua *h, int nargs, int nresults)
     long long seconds_ns = LJ_LUA_MAX_SECONDS * 1000000000LL;
     lj_lua_budget *b = h->budget;
     if (b) {
-        budget_refill(b);
-        if (b->steps <= 0 || b->cpu_ns <= 0) {
+        int empty;
+        long long left = budget_left(h, &empty);
+        if (empty) {
             lua_pop(L, nargs + 1);
-            return lj_error(h->env, LAJIT_ERR_LIMIT,
-                            "Lua budget spent (%d million instructions, %d s of CPU, refilled over %d s)",
-                            (int)(LJ_LUA_BUDGET_INSTRUCTIONS / 1000000), LJ_LUA_BUDGET_CPU_S,
-                            LJ_LUA_BUDGET_REFILL_S);
+            return budget_spent(h);
         }
         if (b->steps < h->step_limit) {
             h->step_limit = b->steps;
             h->budget_bound = 1;
         }
-        if (b->cpu_ns < seconds_ns) {
-            seconds_ns = b->cpu_ns; /* wall time is at least CPU time: a sound bound */
+        if (left < seconds_ns) {
+            seconds_ns = left; /* wall time is at least CPU time: a sound bound */
             h->budget_bound = 1;
         }
     }
@@ -433,17 +459,14 @@ lajit_status lj_lua_pcall(lj_lua *h, int nargs, int nresults)
         lua_pop(L, nargs + 1);
         return lj_oom(h->env);
     }
-    long long cpu0 = b ? clock_ns(CLOCK_THREAD_CPUTIME_ID) : 0;
     lua_pushcfunction(L, traceback);
     lua_insert(L, base);
     lua_sethook(L, count_hook, LUA_MASKCOUNT, 1000);
     int r = lua_pcall(L, nargs, nresults, base);
     lua_sethook(L, NULL, 0, 0);
     lua_remove(L, base);
-    if (b) {
-        b->steps -= h->steps;
-        b->cpu_ns -= clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
-    }
+    if (b)
+        b->steps -= h->steps; /* its CPU time is charged when the budget is unset */
     if (r == LUA_OK)
         return LAJIT_OK;
     lajit_status st;

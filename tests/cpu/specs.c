@@ -193,7 +193,7 @@ LJ_TEST(bad_declarations_are_refused_at_load)
         {"s.problems = { { B = -1 } }", "problems[1]: problem.B"},
         {"s.problems = { { D = 16 }, { dtype = 5 } }", "problems[2]: problem.dtype"},
         {"s.problems = { { D = 16 }, 7 }", "problems[2]"},
-        {"s.problems = {} for i = 1, 1000 do s.problems[i] = { D = 16 } end", "problems must be a list of 1 to 64"},
+        {"s.problems = {} for i = 1, 1000 do s.problems[i] = { D = 16 } end", "problems must be a list of 1 to 16"},
         {"s.params = { UNROLL = { 1, 'x' } }", "params.UNROLL[2]"},
         {"s.params = { UNROLL = { 1, 1 } }", "params.UNROLL[2]"},
         {"s.params = { unroll = { 1 } }", "parameter names"},
