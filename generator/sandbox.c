@@ -33,7 +33,8 @@ struct lj_lua {
     int over_budget;      /* the instruction hook stopped the call */
     long long steps;      /* hook steps (of 1000 instructions) in the current call */
     long long step_limit; /* the current call's limit: the per-call one or what its budget has */
-    int budget_bound;     /* the budget, not the per-call limit, sets step_limit or deadline */
+    int budget_steps;     /* the budget, not the per-call limit, sets step_limit */
+    int budget_time;      /* the budget, not the per-call limit, sets the deadline */
     struct timespec deadline; /* wall-clock end of the current call (C library loops) */
     lj_lua_budget *budget;    /* shared by the calls that follow (lj_lua_set_budget), or NULL */
     long long budget_cpu0;    /* thread CPU time when it was set */
@@ -80,7 +81,7 @@ static void count_hook(lua_State *L, lua_Debug *ar)
         luaL_error(L, "instruction limit exceeded");
     if (++h->steps > h->step_limit) {
         h->over_budget = 1;
-        if (h->budget_bound)
+        if (h->budget_steps)
             luaL_error(L, "Lua budget spent (%d million instructions, %d s of CPU, refilled over %d s)",
                        (int)(LJ_LUA_BUDGET_INSTRUCTIONS / 1000000), LJ_LUA_BUDGET_CPU_S, LJ_LUA_BUDGET_REFILL_S);
         luaL_error(L, "instruction limit exceeded (%d million)", (int)(LJ_LUA_MAX_INSTRUCTIONS / 1000000));
@@ -90,7 +91,7 @@ static void count_hook(lua_State *L, lua_Debug *ar)
     if (now.tv_sec > h->deadline.tv_sec ||
         (now.tv_sec == h->deadline.tv_sec && now.tv_nsec > h->deadline.tv_nsec)) {
         h->over_budget = 1;
-        if (h->budget_bound)
+        if (h->budget_time)
             luaL_error(L, "Lua budget spent (%d s of CPU, refilled over %d s)", LJ_LUA_BUDGET_CPU_S,
                        LJ_LUA_BUDGET_REFILL_S);
         luaL_error(L, "time limit exceeded (%d s)", LJ_LUA_MAX_SECONDS);
@@ -429,7 +430,8 @@ lajit_status lj_lua_pcall(lj_lua *h, int nargs, int nresults)
     h->over_budget = 0;
     h->over_memory = 0;
     h->step_limit = LJ_LUA_MAX_INSTRUCTIONS / 1000;
-    h->budget_bound = 0;
+    h->budget_steps = 0;
+    h->budget_time = 0;
     long long seconds_ns = LJ_LUA_MAX_SECONDS * 1000000000LL;
     lj_lua_budget *b = h->budget;
     if (b) {
@@ -441,11 +443,11 @@ lajit_status lj_lua_pcall(lj_lua *h, int nargs, int nresults)
         }
         if (b->steps < h->step_limit) {
             h->step_limit = b->steps;
-            h->budget_bound = 1;
+            h->budget_steps = 1;
         }
         if (left < seconds_ns) {
             seconds_ns = left; /* wall time is at least CPU time: a sound bound */
-            h->budget_bound = 1;
+            h->budget_time = 1;
         }
     }
     clock_gettime(CLOCK_MONOTONIC, &h->deadline);
