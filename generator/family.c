@@ -1,37 +1,19 @@
-/* family.c — kernel families: load a family.lua spec into the sandbox, check its shape, and call
- * its functions with problems, devices and configurations converted to and from Lua tables
- * (family.h has the contract). Also the small name tables and the offline arch table. */
-#include "family.h"
+/* family.c — kernel families: loading a family.lua spec into the sandbox and checking its
+ * shape (family.h has the contract), the configuration space it declares, and the small name
+ * tables and offline arch table. What the spec declares (params, problems, archs, uses) is read
+ * once, in a protected call, by raw access, and copied into C: a spec's functions cannot change
+ * it afterwards, and no metamethod of a hostile table runs outside the sandbox's limits.
+ * Calling the spec's functions is family_call.c; the text it is tuned under, family_text.c. */
+#include "family_impl.h"
 
-#include <dirent.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <lauxlib.h>
-#include <lua.h>
 
-#include "embedded.h"
-#include "template.h"
-
-/* How many other template folders a spec's `uses` may name. */
-#define LJ_MAX_USES 6
-
-struct lj_family {
-    lj_lua *h;
-    lj_env *env;
-    int ref; /* the spec table in the registry */
-    char name[64];
-    lj_op op;
-    int n_params;
-    char param_names[LJ_MAX_PARAMS][LJ_PARAM_NAME];
-    long long *param_values[LJ_MAX_PARAMS];
-    int param_counts[LJ_MAX_PARAMS];
-    char archs[128]; /* the archs the family serves, comma-separated; empty: every arch */
-    char uses[128];  /* up to LJ_MAX_USES other template folders its kernels come from,
-                        comma-separated (la_bwd expands la_fwd/fwd.cu): part of its template
-                        text, so of its tuning hash */
-};
+static int op_parse(const char *s, lj_op *out);
 
 /* ---- Names and the arch table ------------------------------------------------------------- */
 
@@ -138,73 +120,21 @@ void lj_config_format(const lj_config *cfg, char *out, size_t cap)
     }
 }
 
-/* ---- Conversions ---------------------------------------------------------------------------- */
+/* ---- Loading and the spec's shape ----------------------------------------------------------- */
 
-static void set_int(lua_State *L, const char *k, long long v)
+int lj_rawgetfield(lua_State *L, int t, const char *key)
 {
-    lua_pushinteger(L, (lua_Integer)v);
-    lua_setfield(L, -2, k);
+    t = lua_absindex(L, t);
+    lua_pushstring(L, key);
+    return lua_rawget(L, t);
 }
 
-static void set_bool(lua_State *L, const char *k, int v)
+/* Reads the problem table at idx. Integers must fit an int (no shape is negative), booleans are
+ * booleans or integers. */
+const char *lj_read_problem(lua_State *L, int idx, lj_op family_op, lj_problem *p, char *err,
+                            size_t cap)
 {
-    lua_pushboolean(L, v);
-    lua_setfield(L, -2, k);
-}
-
-static void set_str(lua_State *L, const char *k, const char *v)
-{
-    lua_pushstring(L, v);
-    lua_setfield(L, -2, k);
-}
-
-/* Pushers run inside protected calls (they allocate). */
-static void push_problem(lua_State *L, const lj_problem *p)
-{
-    lua_createtable(L, 0, 20);
-    set_str(L, "op", lj_op_name(p->op));
-    set_str(L, "dtype", lj_dtype_name(p->dtype));
-    set_int(L, "B", p->B);
-    set_int(L, "H", p->H);
-    set_int(L, "N", p->N);
-    set_int(L, "D", p->D);
-    set_int(L, "E", p->E);
-    set_int(L, "T", p->T);
-    set_bool(L, "decay", p->decay);
-    set_bool(L, "has_initial", p->has_initial);
-    set_bool(L, "has_final", p->has_final);
-    set_bool(L, "varlen", p->varlen);
-    set_bool(L, "vk", p->vk);
-    set_bool(L, "want_ds", p->want_ds);
-    set_bool(L, "has_dsn", p->has_dsn);
-    set_bool(L, "step_states", p->step_states);
-    set_int(L, "part", p->part);
-}
-
-static void push_device(lua_State *L, const lj_device_info *d)
-{
-    lua_createtable(L, 0, 8);
-    set_str(L, "arch", d->arch);
-    set_int(L, "cc", d->cc);
-    set_int(L, "sms", d->sms);
-    set_int(L, "smem_optin", d->smem_optin);
-    set_int(L, "smem_per_sm", d->smem_per_sm);
-    set_int(L, "regs_per_sm", d->regs_per_sm);
-    set_int(L, "l2_bytes", d->l2_bytes);
-    set_str(L, "name", d->name);
-}
-
-static void push_config(lua_State *L, const lj_config *c)
-{
-    lua_createtable(L, 0, c->n);
-    for (int i = 0; i < c->n; i++)
-        set_int(L, c->names[i], c->values[i]);
-}
-
-/* Reads the problem table at idx; missing fields take neutral values. Returns an error text or
- * NULL. */
-static const char *read_problem(lua_State *L, int idx, lj_op family_op, lj_problem *p)
-{
+    int top = lua_gettop(L);
     idx = lua_absindex(L, idx);
     if (!lua_istable(L, idx))
         return "a problem is not a table";
@@ -212,43 +142,47 @@ static const char *read_problem(lua_State *L, int idx, lj_op family_op, lj_probl
     p->op = family_op;
     p->dtype = LJ_BF16;
     p->T = 1;
-    if (lua_getfield(L, idx, "op") == LUA_TSTRING && !op_parse(lua_tostring(L, -1), &p->op)) {
-        lua_pop(L, 1);
-        return "problem.op must be fwd, bwd or decode";
-    }
-    lua_pop(L, 1);
-    if (lua_getfield(L, idx, "dtype") == LUA_TSTRING && !lj_dtype_parse(lua_tostring(L, -1), &p->dtype)) {
-        lua_pop(L, 1);
-        return "problem.dtype must be f32, f16 or bf16";
-    }
-    lua_pop(L, 1);
+    const char *msg = NULL;
+    int t = lj_rawgetfield(L, idx, "op");
+    if ((t == LUA_TSTRING && !op_parse(lua_tostring(L, -1), &p->op)) || (t != LUA_TSTRING && t != LUA_TNIL))
+        msg = "problem.op must be fwd, bwd or decode";
+    lua_settop(L, top);
+    t = msg ? LUA_TNIL : lj_rawgetfield(L, idx, "dtype");
+    if (!msg && ((t == LUA_TSTRING && !lj_dtype_parse(lua_tostring(L, -1), &p->dtype)) ||
+                 (t != LUA_TSTRING && t != LUA_TNIL)))
+        msg = "problem.dtype must be f32, f16 or bf16";
+    lua_settop(L, top);
     static const struct {
         const char *name;
         size_t off;
-        int boolean;
     } fields[] = {
-        {"B", offsetof(lj_problem, B), 0},           {"H", offsetof(lj_problem, H), 0},
-        {"N", offsetof(lj_problem, N), 0},           {"D", offsetof(lj_problem, D), 0},
-        {"E", offsetof(lj_problem, E), 0},           {"T", offsetof(lj_problem, T), 0},
-        {"decay", offsetof(lj_problem, decay), 1},   {"has_initial", offsetof(lj_problem, has_initial), 1},
-        {"has_final", offsetof(lj_problem, has_final), 1}, {"varlen", offsetof(lj_problem, varlen), 1},
-        {"vk", offsetof(lj_problem, vk), 1},         {"want_ds", offsetof(lj_problem, want_ds), 1},
-        {"has_dsn", offsetof(lj_problem, has_dsn), 1}, {"step_states", offsetof(lj_problem, step_states), 1},
-        {"part", offsetof(lj_problem, part), 0},
+        {"B", offsetof(lj_problem, B)},          {"H", offsetof(lj_problem, H)},
+        {"N", offsetof(lj_problem, N)},          {"D", offsetof(lj_problem, D)},
+        {"E", offsetof(lj_problem, E)},          {"T", offsetof(lj_problem, T)},
+        {"decay", offsetof(lj_problem, decay)},  {"has_initial", offsetof(lj_problem, has_initial)},
+        {"has_final", offsetof(lj_problem, has_final)}, {"varlen", offsetof(lj_problem, varlen)},
+        {"vk", offsetof(lj_problem, vk)},        {"want_ds", offsetof(lj_problem, want_ds)},
+        {"has_dsn", offsetof(lj_problem, has_dsn)}, {"step_states", offsetof(lj_problem, step_states)},
+        {"part", offsetof(lj_problem, part)},
     };
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-        int t = lua_getfield(L, idx, fields[i].name);
+    for (size_t i = 0; !msg && i < sizeof fields / sizeof fields[0]; i++) {
+        t = lj_rawgetfield(L, idx, fields[i].name);
         int *dst = (int *)((char *)p + fields[i].off);
-        if (t == LUA_TBOOLEAN)
+        int isnum = 0;
+        lua_Integer v = t == LUA_TNUMBER ? lua_tointegerx(L, -1, &isnum) : 0;
+        if (t == LUA_TBOOLEAN) {
             *dst = lua_toboolean(L, -1);
-        else if (t == LUA_TNUMBER && lua_isinteger(L, -1))
-            *dst = (int)lua_tointeger(L, -1);
-        else if (t != LUA_TNIL) {
-            lua_pop(L, 1);
-            return "a problem field has the wrong type";
+        } else if (t == LUA_TNUMBER && isnum && v >= 0 && v <= INT_MAX) {
+            *dst = (int)v;
+        } else if (t != LUA_TNIL) {
+            snprintf(err, cap, "problem.%s must be an integer from 0 to %d or a boolean", fields[i].name,
+                     INT_MAX);
+            msg = err;
         }
-        lua_pop(L, 1);
+        lua_settop(L, top);
     }
+    if (msg)
+        return msg;
     if (p->E == 0)
         p->E = p->D;
     if (p->B == 0)
@@ -263,222 +197,199 @@ static int compare_param(const void *a, const void *b)
     return strcmp((const char *)a, (const char *)b);
 }
 
-/* Reads a cfg table: every parameter of the family must be present with an integer value. */
-static const char *read_config(lua_State *L, int idx, const lj_family *f, lj_config *c)
+/* A parameter name: capitals, digits and '_', starting with a capital (it becomes a global of
+ * the template and a -p KEY of the CLI). */
+static int param_name_ok(const char *s, size_t n)
 {
-    idx = lua_absindex(L, idx);
-    if (!lua_istable(L, idx))
-        return "a configuration is not a table";
-    memset(c, 0, sizeof *c);
-    c->n = f->n_params;
-    for (int i = 0; i < f->n_params; i++) {
-        memcpy(c->names[i], f->param_names[i], LJ_PARAM_NAME);
-        lua_getfield(L, idx, f->param_names[i]);
-        if (!lua_isinteger(L, -1)) {
-            lua_pop(L, 1);
-            return "a configuration lacks a parameter or gives a non-integer value";
+    if (n < 1 || n >= LJ_PARAM_NAME || !(s[0] >= 'A' && s[0] <= 'Z'))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+            return 0;
+    return 1;
+}
+
+typedef struct check_args {
+    lj_family *f;
+    char err[512];
+} check_args;
+
+/* Appends a list of names (the spec's archs or uses, at t) to out, comma-separated. */
+static const char *read_names(lua_State *L, int t, check_args *a, const char *field, char *out,
+                              size_t cap, int max)
+{
+    int top = lua_gettop(L);
+    lj_family *f = a->f;
+    lua_Unsigned n = lua_rawlen(L, t);
+    if (n > (lua_Unsigned)max) {
+        snprintf(a->err, sizeof a->err, "%s/family.lua: %s names at most %d %s", f->name, field, max,
+                 strcmp(field, "uses") == 0 ? "folders" : "archs");
+        return a->err;
+    }
+    for (lua_Integer j = 1; j <= (lua_Integer)n; j++) {
+        lj_device_info info;
+        const char *s = lua_rawgeti(L, t, j) == LUA_TSTRING ? lua_tostring(L, -1) : "";
+        size_t len = strlen(s);
+        int ok = len > 0 && len == lua_rawlen(L, -1) && strlen(out) + len + 2 <= cap;
+        if (strcmp(field, "archs") == 0) {
+            ok = ok && lj_device_info_for_arch(s, &info);
+        } else {
+            for (const char *c = s; *c; c++)
+                ok &= (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_';
+            ok = ok && strcmp(s, f->name) != 0 && strcmp(s, "common") != 0;
         }
-        c->values[i] = (long long)lua_tointeger(L, -1);
-        lua_pop(L, 1);
+        if (!ok) {
+            if (strcmp(field, "archs") == 0)
+                snprintf(a->err, sizeof a->err, "%s/family.lua: archs[%d] is not a known arch", f->name, (int)j);
+            else
+                snprintf(a->err, sizeof a->err, "%s/family.lua: uses[%d] must name another family's template folder",
+                         f->name, (int)j);
+            lua_settop(L, top);
+            return a->err;
+        }
+        if (out[0])
+            strcat(out, ",");
+        strcat(out, s);
+        lua_settop(L, top);
     }
     return NULL;
 }
 
-/* ---- Calling the spec ----------------------------------------------------------------------- */
-
-/* Pushes spec[fn]; error if it is not a function. */
-static lajit_status push_fn(lj_family *f, const char *fn)
+/* The params table at t: names sorted (the config order), each a list of distinct integers;
+ * the product of the list lengths at most LJ_MAX_CONFIGS. */
+static const char *read_params(lua_State *L, int t, check_args *a)
 {
-    lua_State *L = lj_lua_state(f->h);
-    if (!lua_checkstack(L, 8))
-        return lj_oom(f->env);
-    lua_rawgeti(L, LUA_REGISTRYINDEX, f->ref);
-    lua_getfield(L, -1, fn);
-    lua_remove(L, -2);
-    if (!lua_isfunction(L, -1)) {
-        lua_pop(L, 1);
-        return lj_error(f->env, LAJIT_ERR_TEMPLATE, "%s: spec has no function %s", f->name, fn);
-    }
-    return LAJIT_OK;
-}
-
-typedef struct call_args {
-    const lj_config *c;
-    const lj_problem *p;
-    const lj_device_info *d;
-} call_args;
-
-/* A protected trampoline: spec function and its arguments are built inside the pcall so that
- * allocation failures while building tables are caught. Stack in: fn (the spec's), lightuserdata
- * call_args, integer mask (1 cfg, 2 problem, 4 device). */
-static int trampoline(lua_State *L)
-{
-    const call_args *a = lua_touserdata(L, 2);
-    int mask = (int)lua_tointeger(L, 3);
-    lua_pushvalue(L, 1);
-    int n = 0;
-    if (mask & 1) {
-        push_config(L, a->c);
-        n++;
-    }
-    if (mask & 2) {
-        push_problem(L, a->p);
-        n++;
-    }
-    if (mask & 4) {
-        push_device(L, a->d);
-        n++;
-    }
-    lua_call(L, n, 2);
-    return 2;
-}
-
-/* Calls spec[fn] with the arguments named by mask; leaves 2 results on the stack. */
-static lajit_status call(lj_family *f, const char *fn, int mask, const lj_config *c,
-                         const lj_problem *p, const lj_device_info *d)
-{
-    lua_State *L = lj_lua_state(f->h);
-    call_args a = {c, p, d};
-    lajit_status st = push_fn(f, fn);
-    if (st != LAJIT_OK)
-        return st;
-    lua_pushcfunction(L, trampoline);
-    lua_insert(L, -2);
-    lua_pushlightuserdata(L, &a);
-    lua_pushinteger(L, mask);
-    st = lj_lua_pcall(f->h, 3, 2);
-    if (st != LAJIT_OK)
-        lj_error_prefix(f->env, "%s.%s", f->name, fn);
-    return st;
-}
-
-/* ---- Loading -------------------------------------------------------------------------------- */
-
-static lajit_status check_spec(lj_family *f, const char *name)
-{
-    lua_State *L = lj_lua_state(f->h);
-    lj_env *env = f->env;
-    int spec = lua_gettop(L);
-    if (!lua_istable(L, spec))
-        return lj_error(env, LAJIT_ERR_TEMPLATE, "%s/family.lua must return a table", name);
-    if (lua_getfield(L, spec, "name") != LUA_TSTRING || strcmp(lua_tostring(L, -1), name) != 0) {
-        lua_pop(L, 1);
-        return lj_error(env, LAJIT_ERR_TEMPLATE, "%s/family.lua: name must be \"%s\"", name, name);
-    }
-    lua_pop(L, 1);
-    if (lua_getfield(L, spec, "op") != LUA_TSTRING || !op_parse(lua_tostring(L, -1), &f->op)) {
-        lua_pop(L, 1);
-        return lj_error(env, LAJIT_ERR_TEMPLATE, "%s/family.lua: op must be fwd, bwd or decode", name);
-    }
-    lua_pop(L, 1);
-    static const char *const fns[] = {"valid", "default", "key", "launch", "source"};
-    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
-        if (lua_getfield(L, spec, fns[i]) != LUA_TFUNCTION) {
-            lua_pop(L, 1);
-            return lj_error(env, LAJIT_ERR_TEMPLATE, "%s/family.lua: %s must be a function", name, fns[i]);
-        }
-        lua_pop(L, 1);
-    }
-    /* Optional: the archs the family serves (an arch-specific family such as la_fwd_sm90). */
-    int t = lua_getfield(L, spec, "archs");
-    if (t == LUA_TTABLE) {
-        lua_Integer n = (lua_Integer)lua_rawlen(L, -1);
-        for (lua_Integer j = 1; j <= n; j++) {
-            lj_device_info info;
-            if (lua_rawgeti(L, -1, j) != LUA_TSTRING || !lj_device_info_for_arch(lua_tostring(L, -1), &info) ||
-                strlen(f->archs) + lua_rawlen(L, -1) + 2 > sizeof f->archs) {
-                lua_pop(L, 2);
-                return lj_error(env, LAJIT_ERR_TEMPLATE, "%s/family.lua: archs[%d] is not a known arch", name, (int)j);
-            }
-            if (f->archs[0])
-                strcat(f->archs, ",");
-            strcat(f->archs, lua_tostring(L, -1));
-            lua_pop(L, 1);
-        }
-    } else if (t != LUA_TNIL) {
-        lua_pop(L, 1);
-        return lj_error(env, LAJIT_ERR_TEMPLATE, "%s/family.lua: archs must be a list of arch names", name);
-    }
-    lua_pop(L, 1);
-    /* Optional: template folders besides its own whose files its kernels are built from. */
-    t = lua_getfield(L, spec, "uses");
-    if (t == LUA_TTABLE) {
-        lua_Integer n = (lua_Integer)lua_rawlen(L, -1);
-        if (n > LJ_MAX_USES) {
-            lua_pop(L, 1);
-            return lj_error(env, LAJIT_ERR_TEMPLATE, "%s/family.lua: uses names at most %d folders", name,
-                            LJ_MAX_USES);
-        }
-        for (lua_Integer j = 1; j <= n; j++) {
-            const char *u = lua_rawgeti(L, -1, j) == LUA_TSTRING ? lua_tostring(L, -1) : "";
-            int simple = u[0] != 0;
-            for (const char *c = u; *c; c++)
-                simple &= (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_';
-            if (!simple || strcmp(u, name) == 0 || strcmp(u, "common") == 0 ||
-                strlen(f->uses) + strlen(u) + 2 > sizeof f->uses) {
-                lua_pop(L, 2);
-                return lj_error(env, LAJIT_ERR_TEMPLATE,
-                                "%s/family.lua: uses[%d] must name another family's template folder", name, (int)j);
-            }
-            if (f->uses[0])
-                strcat(f->uses, ",");
-            strcat(f->uses, u);
-            lua_pop(L, 1);
-        }
-    } else if (t != LUA_TNIL) {
-        lua_pop(L, 1);
-        return lj_error(env, LAJIT_ERR_TEMPLATE, "%s/family.lua: uses must be a list of folder names", name);
-    }
-    lua_pop(L, 1);
-    if (lua_getfield(L, spec, "problems") != LUA_TTABLE || lua_rawlen(L, -1) == 0) {
-        lua_pop(L, 1);
-        return lj_error(env, LAJIT_ERR_TEMPLATE, "%s/family.lua: problems must be a non-empty list", name);
-    }
-    lua_pop(L, 1);
-    if (lua_getfield(L, spec, "params") != LUA_TTABLE) {
-        lua_pop(L, 1);
-        return lj_error(env, LAJIT_ERR_TEMPLATE, "%s/family.lua: params must be a table", name);
-    }
-    /* Collect names, sort, then read each list (sorted order is the config order). */
+    lj_family *f = a->f;
+    int top = lua_gettop(L);
     lua_pushnil(L);
-    while (lua_next(L, -2)) {
+    while (lua_next(L, t)) {
         lua_pop(L, 1);
-        if (lua_type(L, -1) != LUA_TSTRING || lua_rawlen(L, -1) >= LJ_PARAM_NAME || f->n_params == LJ_MAX_PARAMS) {
-            lua_pop(L, 2);
-            return lj_error(env, LAJIT_ERR_TEMPLATE, "%s/family.lua: parameter names must be strings "
-                            "of fewer than %d characters, at most %d of them", name, LJ_PARAM_NAME, LJ_MAX_PARAMS);
+        size_t n = 0;
+        const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &n) : "";
+        if (!param_name_ok(k, n) || f->n_params == LJ_MAX_PARAMS) {
+            snprintf(a->err, sizeof a->err, "%s/family.lua: parameter names must be capitals, digits and _ "
+                     "(1 to %d characters, e.g. TILE_V), at most %d of them", f->name, LJ_PARAM_NAME - 1,
+                     LJ_MAX_PARAMS);
+            lua_settop(L, top);
+            return a->err;
         }
-        snprintf(f->param_names[f->n_params++], LJ_PARAM_NAME, "%s", lua_tostring(L, -1));
+        snprintf(f->param_names[f->n_params++], LJ_PARAM_NAME, "%s", k);
     }
     qsort(f->param_names, (size_t)f->n_params, LJ_PARAM_NAME, compare_param);
+    long long space = 1;
     for (int i = 0; i < f->n_params; i++) {
-        lua_getfield(L, -1, f->param_names[i]);
-        lua_Integer n = lua_istable(L, -1) ? (lua_Integer)lua_rawlen(L, -1) : 0;
-        if (n <= 0 || n > 64) {
-            lua_pop(L, 2);
-            return lj_error(env, LAJIT_ERR_TEMPLATE, "%s/family.lua: params.%s must be a list of 1 to 64 integers",
-                            name, f->param_names[i]);
+        const char *pn = f->param_names[i];
+        lua_Unsigned n = lj_rawgetfield(L, t, pn) == LUA_TTABLE ? lua_rawlen(L, -1) : 0;
+        if (n == 0 || n > LJ_MAX_PARAM_VALUES) {
+            snprintf(a->err, sizeof a->err, "%s/family.lua: params.%s must be a list of 1 to %d integers",
+                     f->name, pn, LJ_MAX_PARAM_VALUES);
+            lua_settop(L, top);
+            return a->err;
         }
-        f->param_values[i] = lj_malloc(env, sizeof(long long) * (size_t)n);
+        space *= (long long)n;
+        if (space > LJ_MAX_CONFIGS) {
+            snprintf(a->err, sizeof a->err, "%s/family.lua: the parameter space has over %d configurations "
+                     "(the product of the params' value counts)", f->name, LJ_MAX_CONFIGS);
+            lua_settop(L, top);
+            return a->err;
+        }
+        f->param_values[i] = lj_malloc(f->env, sizeof(long long) * (size_t)n);
         if (!f->param_values[i]) {
-            lua_pop(L, 2);
-            return lj_oom(env);
+            lua_settop(L, top);
+            return "";
         }
-        for (lua_Integer j = 1; j <= n; j++) {
-            lua_rawgeti(L, -1, j);
-            if (!lua_isinteger(L, -1)) {
-                lua_pop(L, 3);
-                return lj_error(env, LAJIT_ERR_TEMPLATE, "%s/family.lua: params.%s[%d] is not an integer",
-                                name, f->param_names[i], (int)j);
-            }
-            f->param_values[i][j - 1] = (long long)lua_tointeger(L, -1);
+        for (lua_Integer j = 1; j <= (lua_Integer)n; j++) {
+            int isnum = 0;
+            lua_Integer v = lua_rawgeti(L, -1, j) == LUA_TNUMBER ? lua_tointegerx(L, -1, &isnum) : 0;
             lua_pop(L, 1);
+            for (lua_Integer k = 1; isnum && k < j; k++)
+                isnum = f->param_values[i][k - 1] != (long long)v;
+            if (!isnum) {
+                snprintf(a->err, sizeof a->err, "%s/family.lua: params.%s[%d] is not an integer or repeats "
+                         "one before it", f->name, pn, (int)j);
+                lua_settop(L, top);
+                return a->err;
+            }
+            f->param_values[i][j - 1] = (long long)v;
         }
         f->param_counts[i] = (int)n;
-        lua_pop(L, 1);
+        lua_settop(L, top);
     }
-    lua_pop(L, 1);
-    return LAJIT_OK;
+    return NULL;
+}
+
+/* Checks the spec table (argument 1) and copies what it declares into the family (argument 2,
+ * a check_args). Protected: raises only for memory; shape errors go to check_args.err. */
+static int check_spec(lua_State *L)
+{
+    check_args *a = lua_touserdata(L, 2);
+    lj_family *f = a->f;
+    const char *name = f->name;
+    const char *err = NULL;
+    lua_settop(L, 1);
+    if (!lua_istable(L, 1)) {
+        snprintf(a->err, sizeof a->err, "%s/family.lua must return a table", name);
+        return 0;
+    }
+    if (lj_rawgetfield(L, 1, "name") != LUA_TSTRING || strcmp(lua_tostring(L, -1), name) != 0)
+        snprintf(a->err, sizeof a->err, "%s/family.lua: name must be \"%s\"", name, name);
+    else if (lj_rawgetfield(L, 1, "op") != LUA_TSTRING || !op_parse(lua_tostring(L, -1), &f->op))
+        snprintf(a->err, sizeof a->err, "%s/family.lua: op must be fwd, bwd or decode", name);
+    lua_settop(L, 1);
+    if (a->err[0])
+        return 0;
+    static const char *const fns[] = {"valid", "default", "key", "launch", "source"};
+    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+        if (lj_rawgetfield(L, 1, fns[i]) != LUA_TFUNCTION) {
+            snprintf(a->err, sizeof a->err, "%s/family.lua: %s must be a function", name, fns[i]);
+            return 0;
+        }
+        lua_settop(L, 1);
+    }
+    /* Optional: the archs the family serves (an arch-specific family such as la_fwd_sm90). */
+    int t = lj_rawgetfield(L, 1, "archs");
+    if (t == LUA_TTABLE)
+        read_names(L, 2, a, "archs", f->archs, sizeof f->archs, 16);
+    else if (t != LUA_TNIL)
+        snprintf(a->err, sizeof a->err, "%s/family.lua: archs must be a list of arch names", name);
+    lua_settop(L, 1);
+    if (a->err[0])
+        return 0;
+    /* Optional: template folders besides its own whose files its kernels are built from. */
+    t = lj_rawgetfield(L, 1, "uses");
+    if (t == LUA_TTABLE)
+        read_names(L, 2, a, "uses", f->uses, sizeof f->uses, LJ_MAX_USES);
+    else if (t != LUA_TNIL)
+        snprintf(a->err, sizeof a->err, "%s/family.lua: uses must be a list of folder names", name);
+    lua_settop(L, 1);
+    if (a->err[0])
+        return 0;
+    lua_Unsigned np = lj_rawgetfield(L, 1, "problems") == LUA_TTABLE ? lua_rawlen(L, 2) : 0;
+    if (np == 0 || np > LJ_MAX_PROBLEMS) {
+        snprintf(a->err, sizeof a->err, "%s/family.lua: problems must be a list of 1 to %d problems", name,
+                 LJ_MAX_PROBLEMS);
+        return 0;
+    }
+    for (lua_Integer i = 1; i <= (lua_Integer)np; i++) {
+        char perr[160];
+        lua_rawgeti(L, 2, i);
+        const char *e = lj_read_problem(L, 3, f->op, &f->problems[i - 1], perr, sizeof perr);
+        lua_settop(L, 2);
+        if (e) {
+            snprintf(a->err, sizeof a->err, "%s/family.lua: problems[%d]: %s", name, (int)i, e);
+            return 0;
+        }
+    }
+    f->n_problems = (int)np;
+    lua_settop(L, 1);
+    if (lj_rawgetfield(L, 1, "params") != LUA_TTABLE) {
+        snprintf(a->err, sizeof a->err, "%s/family.lua: params must be a table", name);
+        return 0;
+    }
+    err = read_params(L, 2, a);
+    if (err && !err[0])
+        return luaL_error(L, "not enough memory"); /* reported as out of memory below */
+    return 0;
 }
 
 static int ref_spec(lua_State *L)
@@ -501,38 +412,54 @@ lajit_status lj_family_load(lj_env *env, lj_lua *h, const char *name, lj_family 
             return lj_error(env, LAJIT_ERR_NOT_FOUND, "no family named \"%s\"", name);
         return st;
     }
-    char chunk[160];
-    snprintf(chunk, sizeof chunk, "@%s", path);
-    lua_State *L = lj_lua_state(h);
-    int top = lua_gettop(L);
-    if ((st = lj_lua_load(h, text, len, chunk)) != LAJIT_OK)
-        return st;
-    if ((st = lj_lua_pcall(h, 0, 1)) != LAJIT_OK)
-        return st;
     lj_family *f = lj_calloc(env, 1, sizeof *f);
-    if (!f) {
-        lua_settop(L, top);
+    if (!f)
         return lj_oom(env);
-    }
     f->h = h;
     f->env = env;
     f->ref = LUA_NOREF;
     snprintf(f->name, sizeof f->name, "%s", name);
-    st = check_spec(f, name);
+    /* The load and the shape check draw from the family's budget too. */
+    lj_lua_budget_init(&f->budget);
+    lj_lua_budget *prev = lj_lua_set_budget(h, &f->budget);
+    char chunk[160];
+    snprintf(chunk, sizeof chunk, "@%s", path);
+    lua_State *L = lj_lua_state(h);
+    int top = lua_gettop(L);
+    check_args a;
+    a.f = f;
+    a.err[0] = 0;
+    st = lj_lua_load(h, text, len, chunk);
+    if (st == LAJIT_OK)
+        st = lj_lua_pcall(h, 0, 1); /* the spec table (or whatever the chunk returned) */
     if (st == LAJIT_OK && !lua_checkstack(L, 4))
         st = lj_oom(env);
+    if (st == LAJIT_OK) {
+        lua_pushcfunction(L, check_spec);
+        lua_pushvalue(L, -2);
+        lua_pushlightuserdata(L, &a);
+        st = lj_lua_pcall(h, 2, 0);
+        if (st == LAJIT_ERR_TEMPLATE) /* check_spec raises only for memory */
+            st = lj_oom(env);
+        else if (st == LAJIT_OK && a.err[0])
+            st = lj_error(env, LAJIT_ERR_TEMPLATE, "%s", a.err);
+    }
     if (st == LAJIT_OK) {
         /* luaL_ref allocates, so it runs protected. */
         lua_pushcfunction(L, ref_spec);
         lua_insert(L, -2);
         st = lj_lua_pcall(h, 1, 1);
         if (st == LAJIT_OK) {
-            f->ref = (int)lua_tointeger(L, -1);
-            if (f->ref == LUA_REFNIL || f->ref == LUA_NOREF)
+            int isnum = 0;
+            lua_Integer ref = lua_tointegerx(L, -1, &isnum);
+            if (!isnum || ref == LUA_REFNIL || ref == LUA_NOREF || ref < INT_MIN || ref > INT_MAX)
                 st = lj_error(env, LAJIT_ERR_INTERNAL, "cannot keep the spec of %s", name);
+            else
+                f->ref = (int)ref;
         }
     }
     lua_settop(L, top);
+    lj_lua_set_budget(h, prev);
     if (st != LAJIT_OK) {
         lj_family_free(f);
         return st;
@@ -547,7 +474,7 @@ void lj_family_free(lj_family *f)
         return;
     if (f->ref != LUA_NOREF && f->ref != LUA_REFNIL)
         luaL_unref(lj_lua_state(f->h), LUA_REGISTRYINDEX, f->ref);
-    for (int i = 0; i < f->n_params; i++)
+    for (int i = 0; i < LJ_MAX_PARAMS; i++)
         lj_free(f->env, f->param_values[i]);
     lj_free(f->env, f);
 }
@@ -596,11 +523,13 @@ int lj_family_param_values(const lj_family *f, int i, const long long **values)
 
 lajit_status lj_family_all_configs(lj_family *f, lj_config **configs, int *count)
 {
+    /* The load capped the product at LJ_MAX_CONFIGS; checked again, as it sizes an array. */
     long long total = 1;
     for (int i = 0; i < f->n_params; i++) {
         total *= f->param_counts[i];
-        if (total > 100000)
-            return lj_error(f->env, LAJIT_ERR_TEMPLATE, "%s: parameter space over 100000 points", f->name);
+        if (total > LJ_MAX_CONFIGS)
+            return lj_error(f->env, LAJIT_ERR_TEMPLATE, "%s: parameter space over %d configurations",
+                            f->name, LJ_MAX_CONFIGS);
     }
     lj_config *c = lj_calloc(f->env, (size_t)total, sizeof *c);
     if (!c)
@@ -622,352 +551,11 @@ lajit_status lj_family_all_configs(lj_family *f, lj_config **configs, int *count
 
 lajit_status lj_family_problems(lj_family *f, lj_problem **problems, int *count)
 {
-    lua_State *L = lj_lua_state(f->h);
-    if (!lua_checkstack(L, 4))
+    lj_problem *p = lj_malloc(f->env, sizeof *p * (size_t)f->n_problems);
+    if (!p)
         return lj_oom(f->env);
-    lua_rawgeti(L, LUA_REGISTRYINDEX, f->ref);
-    lua_getfield(L, -1, "problems");
-    int n = (int)lua_rawlen(L, -1);
-    lj_problem *p = lj_calloc(f->env, (size_t)(n ? n : 1), sizeof *p);
-    if (!p) {
-        lua_pop(L, 2);
-        return lj_oom(f->env);
-    }
-    for (int i = 0; i < n; i++) {
-        lua_rawgeti(L, -1, i + 1);
-        const char *err = read_problem(L, -1, f->op, &p[i]);
-        lua_pop(L, 1);
-        if (err) {
-            lua_pop(L, 2);
-            lj_free(f->env, p);
-            return lj_error(f->env, LAJIT_ERR_TEMPLATE, "%s: problems[%d]: %s", f->name, i + 1, err);
-        }
-    }
-    lua_pop(L, 2);
+    memcpy(p, f->problems, sizeof *p * (size_t)f->n_problems);
     *problems = p;
-    *count = n;
-    return LAJIT_OK;
-}
-
-lajit_status lj_family_default(lj_family *f, const lj_problem *p, const lj_device_info *d,
-                               lj_config *out)
-{
-    lua_State *L = lj_lua_state(f->h);
-    lajit_status st = call(f, "default", 2 | 4, NULL, p, d);
-    if (st != LAJIT_OK)
-        return st;
-    lj_config c;
-    const char *err = read_config(L, -2, f, &c);
-    lua_pop(L, 2);
-    if (err)
-        return lj_error(f->env, LAJIT_ERR_TEMPLATE, "%s.default: %s", f->name, err);
-    *out = c;
-    return LAJIT_OK;
-}
-
-lajit_status lj_family_valid(lj_family *f, const lj_config *c, const lj_problem *p,
-                             const lj_device_info *d, int *ok, char *reason, size_t cap)
-{
-    lua_State *L = lj_lua_state(f->h);
-    lajit_status st = call(f, "valid", 1 | 2 | 4, c, p, d);
-    if (st != LAJIT_OK)
-        return st;
-    *ok = lua_toboolean(L, -2);
-    if (reason && cap) {
-        const char *r = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "";
-        if (!*ok && !*r)
-            r = "rejected by valid() without a reason";
-        snprintf(reason, cap, "%s", *ok ? "" : r);
-    }
-    lua_pop(L, 2);
-    return LAJIT_OK;
-}
-
-lajit_status lj_family_key(lj_family *f, const lj_problem *p, char *out, size_t cap)
-{
-    lua_State *L = lj_lua_state(f->h);
-    lajit_status st = call(f, "key", 2, NULL, p, NULL);
-    if (st != LAJIT_OK)
-        return st;
-    if (lua_type(L, -2) != LUA_TSTRING) {
-        lua_pop(L, 2);
-        return lj_error(f->env, LAJIT_ERR_TEMPLATE, "%s.key must return a string", f->name);
-    }
-    snprintf(out, cap, "%s", lua_tostring(L, -2));
-    lua_pop(L, 2);
-    return LAJIT_OK;
-}
-
-static const char *read_grid(lua_State *L, int idx, lj_grid_dim *g)
-{
-    static const struct {
-        const char *name;
-        lj_grid_var var;
-    } vars[] = {{"B", LJ_VAR_B}, {"H", LJ_VAR_H}, {"N", LJ_VAR_N}, {"BH", LJ_VAR_BH},
-                {"nseq", LJ_VAR_NSEQ}, {"T", LJ_VAR_T}};
-    idx = lua_absindex(L, idx);
-    g->mul = 1;
-    g->div = 1;
-    if (lua_isinteger(L, idx)) {
-        g->var = LJ_VAR_ONE;
-        g->mul = (long long)lua_tointeger(L, idx);
-        return g->mul >= 1 ? NULL : "a grid dimension is below 1";
-    }
-    const char *name = NULL;
-    if (lua_type(L, idx) == LUA_TSTRING) {
-        name = lua_tostring(L, idx);
-    } else if (lua_istable(L, idx)) {
-        lua_rawgeti(L, idx, 1);
-        lua_rawgeti(L, idx, 2);
-        name = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
-        g->div = lua_isinteger(L, -1) ? (long long)lua_tointeger(L, -1) : 0;
-        lua_pop(L, 2); /* the name string stays alive: it is interned in the table */
-        if (g->div < 1)
-            return "a grid entry {var, div} needs an integer div >= 1";
-    } else {
-        return "a grid entry must be an integer, a variable name or {var, div}";
-    }
-    for (size_t i = 0; name && i < sizeof vars / sizeof vars[0]; i++) {
-        if (strcmp(name, vars[i].name) == 0) {
-            g->var = vars[i].var;
-            return NULL;
-        }
-    }
-    return "unknown grid variable (B, H, N, BH, nseq, T)";
-}
-
-lajit_status lj_family_launch(lj_family *f, const lj_config *c, const lj_problem *p,
-                              const lj_device_info *d, lj_launch *out)
-{
-    lua_State *L = lj_lua_state(f->h);
-    lajit_status st = call(f, "launch", 1 | 2 | 4, c, p, d);
-    if (st != LAJIT_OK)
-        return st;
-    lj_launch l;
-    memset(&l, 0, sizeof l);
-    const char *err = NULL;
-    int t = lua_absindex(L, -2);
-    if (!lua_istable(L, t))
-        err = "must return a table";
-    if (!err && (lua_getfield(L, t, "grid") != LUA_TTABLE || lua_rawlen(L, -1) != 3))
-        err = "grid must be a list of 3 entries";
-    for (int i = 0; !err && i < 3; i++) {
-        lua_rawgeti(L, -1, i + 1);
-        err = read_grid(L, -1, &l.grid[i]);
-        lua_pop(L, 1);
-    }
-    lua_pop(L, 1);
-    if (!err && (lua_getfield(L, t, "block") != LUA_TTABLE || lua_rawlen(L, -1) != 3))
-        err = "block must be a list of 3 integers";
-    long long threads = 1;
-    for (int i = 0; !err && i < 3; i++) {
-        lua_rawgeti(L, -1, i + 1);
-        lua_Integer v = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0;
-        if (v < 1 || v > 1024)
-            err = "block entries must be integers from 1 to 1024";
-        l.block[i] = (unsigned)v;
-        threads *= v;
-        lua_pop(L, 1);
-    }
-    lua_pop(L, 1);
-    if (!err && threads > 1024)
-        err = "a block of more than 1024 threads";
-    if (!err) {
-        lua_getfield(L, t, "smem");
-        lua_Integer v = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : (lua_isnil(L, -1) ? 0 : -1);
-        if (v < 0 || v > (1 << 30))
-            err = "smem must be a byte count";
-        l.smem = (unsigned)v;
-        lua_pop(L, 1);
-    }
-    if (!err) {
-        if (lua_getfield(L, t, "entry") != LUA_TSTRING || lua_rawlen(L, -1) == 0 ||
-            lua_rawlen(L, -1) >= sizeof l.entry)
-            err = "entry must be the kernel's name";
-        else
-            snprintf(l.entry, sizeof l.entry, "%s", lua_tostring(L, -1));
-        lua_pop(L, 1);
-    }
-    lua_pop(L, 2);
-    if (err)
-        return lj_error(f->env, LAJIT_ERR_TEMPLATE, "%s.launch: %s", f->name, err);
-    *out = l;
-    return LAJIT_OK;
-}
-
-/* Builds the constants table of a template: cfg params, problem, device, and source().consts.
- * Stack in: source result table at 1, lightuserdata call_args at 2. Returns the table. */
-static int build_consts(lua_State *L)
-{
-    const call_args *a = lua_touserdata(L, 2);
-    lua_newtable(L);
-    for (int i = 0; i < a->c->n; i++)
-        set_int(L, a->c->names[i], a->c->values[i]);
-    push_problem(L, a->p);
-    lua_setfield(L, -2, "problem");
-    push_device(L, a->d);
-    lua_setfield(L, -2, "device");
-    if (lua_getfield(L, 1, "consts") == LUA_TTABLE) {
-        lua_pushnil(L);
-        while (lua_next(L, -2)) {
-            lua_pushvalue(L, -2);
-            lua_insert(L, -2);
-            lua_settable(L, -5);
-        }
-    }
-    lua_pop(L, 1);
-    return 1;
-}
-
-lajit_status lj_family_source(lj_family *f, const lj_config *c, const lj_problem *p,
-                              const lj_device_info *d, char **source)
-{
-    lua_State *L = lj_lua_state(f->h);
-    int top = lua_gettop(L);
-    lajit_status st = call(f, "source", 1 | 2 | 4, c, p, d);
-    if (st != LAJIT_OK)
-        return st;
-    lua_pop(L, 1); /* keep the first result */
-    if (!lua_istable(L, -1) || lua_getfield(L, -1, "template") != LUA_TSTRING) {
-        lua_settop(L, top);
-        return lj_error(f->env, LAJIT_ERR_TEMPLATE, "%s.source must return {template = \"...\", consts = {...}}",
-                        f->name);
-    }
-    char tpath[256];
-    snprintf(tpath, sizeof tpath, "%s", lua_tostring(L, -1));
-    lua_pop(L, 1);
-    const char *text;
-    size_t len;
-    st = lj_lua_read_template(f->h, tpath, &text, &len);
-    if (st != LAJIT_OK) {
-        lua_settop(L, top);
-        return st;
-    }
-    call_args a = {c, p, d};
-    lua_pushcfunction(L, build_consts);
-    lua_insert(L, -2);
-    lua_pushlightuserdata(L, &a);
-    st = lj_lua_pcall(f->h, 2, 1);
-    if (st != LAJIT_OK) {
-        lua_settop(L, top);
-        return st;
-    }
-    st = lj_template_expand(f->h, tpath, text, len, -1, source);
-    lua_settop(L, top);
-    return st;
-}
-
-static int compare_str(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* Adds dir/sub's regular file names as "sub/name" to paths (grown as needed). A missing folder
- * adds nothing: a development template dir need not have every folder. */
-static lajit_status list_folder(lj_env *env, const char *dir, const char *sub, char ***paths,
-                                size_t *n, size_t *cap)
-{
-    char folder[4096];
-    snprintf(folder, sizeof folder, "%s/%s", dir, sub);
-    DIR *d = opendir(folder);
-    if (!d)
-        return LAJIT_OK;
-    struct dirent *e;
-    lajit_status st = LAJIT_OK;
-    while (st == LAJIT_OK && (e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        if (*n == *cap) {
-            size_t grown = *cap ? 2 * *cap : 16;
-            char **p = lj_realloc(env, *paths, grown * sizeof *p);
-            if (!p) {
-                st = lj_oom(env);
-                break;
-            }
-            *paths = p;
-            *cap = grown;
-        }
-        size_t len = strlen(sub) + strlen(e->d_name) + 2;
-        char *path = lj_malloc(env, len);
-        if (!path) {
-            st = lj_oom(env);
-            break;
-        }
-        snprintf(path, len, "%s/%s", sub, e->d_name);
-        (*paths)[(*n)++] = path;
-    }
-    closedir(d);
-    return st;
-}
-
-lajit_status lj_family_template_text(lj_family *f, char **text, size_t *len)
-{
-    /* The files of common/, <family>/ and the folders of `uses`: the embedded ones, or with a
-     * template dir the files those folders hold (a development family need not be embedded). */
-    char folders[2 + LJ_MAX_USES][64];
-    size_t nf = 0;
-    snprintf(folders[nf++], sizeof folders[0], "common");
-    snprintf(folders[nf++], sizeof folders[0], "%s", f->name);
-    for (const char *u = f->uses; *u;) { /* at most LJ_MAX_USES names (check_spec) */
-        size_t ul = strcspn(u, ",");
-        snprintf(folders[nf++], sizeof folders[0], "%.*s", (int)(ul < 63 ? ul : 63), u);
-        u += ul + (u[ul] == ',');
-    }
-    lj_buf b;
-    lj_buf_init(&b, f->env);
-    const char *dir = lj_lua_template_dir(f->h);
-    char **owned = NULL; /* template dir: the listed names, freed below */
-    size_t n_owned = 0, cap_owned = 0;
-    const char **paths = NULL;
-    size_t m = 0;
-    lajit_status st = LAJIT_OK;
-    if (dir) {
-        for (size_t k = 0; k < nf && st == LAJIT_OK; k++)
-            st = list_folder(f->env, dir, folders[k], &owned, &n_owned, &cap_owned);
-        paths = (const char **)owned;
-        m = n_owned;
-    } else {
-        size_t n = lj_embedded_count;
-        paths = lj_malloc(f->env, sizeof *paths * (n ? n : 1));
-        if (!paths)
-            return lj_oom(f->env);
-        for (size_t i = 0; i < n; i++) {
-            const char *p = lj_embedded_files[i].path;
-            for (size_t k = 0; k < nf; k++) {
-                size_t fl = strlen(folders[k]);
-                if (strncmp(p, folders[k], fl) == 0 && p[fl] == '/') {
-                    paths[m++] = p;
-                    break;
-                }
-            }
-        }
-    }
-    if (st == LAJIT_OK && m > 1)
-        qsort(paths, m, sizeof *paths, compare_str);
-    for (size_t i = 0; i < m && st == LAJIT_OK; i++) {
-        const char *t;
-        size_t l;
-        st = lj_lua_read_template(f->h, paths[i], &t, &l);
-        if (st == LAJIT_OK) {
-            lj_buf_printf(&b, "== %s %zu\n", paths[i], l);
-            lj_buf_add(&b, t, l);
-        }
-    }
-    for (size_t i = 0; i < n_owned; i++)
-        lj_free(f->env, owned[i]);
-    if (dir)
-        lj_free(f->env, owned);
-    else
-        lj_free(f->env, (void *)paths);
-    if (st != LAJIT_OK) {
-        lj_buf_free(&b);
-        return st;
-    }
-    size_t total = b.len;
-    char *out = lj_buf_take(&b);
-    if (!out)
-        return lj_oom(f->env);
-    *text = out;
-    *len = total;
+    *count = f->n_problems;
     return LAJIT_OK;
 }

@@ -1,20 +1,32 @@
 /* family.h — a kernel family as the C side sees it: the problem it is asked to solve, the
  * device it targets, a configuration of its tunable parameters, and the launch geometry. The
  * family itself is Lua (templates/<name>/family.lua); this module loads the spec into a
- * sandboxed Lua state and calls its functions, converting tables to these structs.
+ * sandboxed Lua state and calls its functions, converting tables to these structs (family.c
+ * loads and checks the spec, family_call.c calls it, family_text.c gathers its tuning text).
+ *
+ * A spec is untrusted: whatever it returns, a bad shape is LAJIT_ERR_TEMPLATE with a message
+ * "<family>.<function>: <field> ...", never a crash. Its declarations (params, problems,
+ * archs, uses) are read once at load. Every call into it, its load and its template
+ * expansions draw from the family's Lua budget (sandbox.h): a spec that burns its limits call
+ * after call gets LAJIT_ERR_LIMIT within seconds.
  *
  * Spec contract (family.lua returns a table):
  *   name      string, equal to the folder name
  *   op        "fwd" | "bwd" | "decode"
- *   params    { NAME = {v1, v2, ...}, ... }  the tunable space, integer values, NAME in capitals
- *   problems  { {problem fields...}, ... }   representative problems (CPU sweeps, expand/compile)
+ *   params    { NAME = {v1, v2, ...}, ... }  the tunable space: at most LJ_MAX_PARAMS names of
+ *                    capitals, digits and _, each 1 to 64 distinct integers, the product of the
+ *                    counts at most LJ_MAX_CONFIGS
+ *   problems  { {problem fields...}, ... }   1 to 16 representative problems (CPU sweeps,
+ *                    expand/compile); integer fields from 0 to INT_MAX
  *   valid(cfg, problem, device)    -> true | false, "reason"
  *   default(problem, device)       -> cfg table (every param given)
- *   key(problem)                   -> string, the tuning bucket
+ *   key(problem)                   -> string, the tuning bucket (printable, never cut short)
  *   launch(cfg, problem, device)   -> { grid = {gx, gy, gz}, block = {bx, by, bz}, smem = bytes,
  *                                       entry = "kernel_name" }
  *                    each grid entry is an integer, a problem variable name ("B", "H", "N", "BH",
- *                    "nseq", "T"), or {var, div} meaning ceil(var / div).
+ *                    "nseq", "T"), or {var, div} meaning ceil(var / div) (integers and divs from
+ *                    1 to 2^31 - 1); block entries 1 to 1024 with at most 1024 threads; smem 0 to
+ *                    2^30; entry an identifier.
  *   source(cfg, problem, device)   -> { template = "<family>/<file>.cu", consts = {...} }
  *                    consts become globals of the template's Lua environment (besides cfg
  *                    params, the problem and device fields, which are always visible).
@@ -72,6 +84,10 @@ void lj_arch_for_cc(int cc, char arch[16]);
 
 #define LJ_MAX_PARAMS 16
 #define LJ_PARAM_NAME 24
+/* The largest parameter space a spec may declare (the product of its params' value counts):
+ * every configuration is validated, and the tuner compiles each valid one. The built-in
+ * families have at most 240. */
+#define LJ_MAX_CONFIGS 4096
 
 /* One point of a family's parameter space. Names are sorted, so two equal configs compare
  * equal field by field. */

@@ -2,6 +2,7 @@
  * a memory limit, an instruction limit per protected call, and only the harmless libraries. */
 #include "sandbox.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <time.h>
@@ -31,8 +32,14 @@ struct lj_lua {
     int over_memory;      /* the last refusal was our memory limit */
     int over_budget;      /* the instruction hook stopped the call */
     long long steps;      /* hook steps (of 1000 instructions) in the current call */
+    long long step_limit; /* the current call's limit: the per-call one or what its budget has */
+    int budget_steps;     /* the budget, not the per-call limit, sets step_limit */
+    int budget_time;      /* the budget, not the per-call limit, sets the deadline */
     struct timespec deadline; /* wall-clock end of the current call (C library loops) */
+    lj_lua_budget *budget;    /* shared by the calls that follow (lj_lua_set_budget), or NULL */
+    long long budget_cpu0;    /* thread CPU time when it was set */
     read_file *files;
+    size_t files_bytes;   /* text held in files, against LJ_LUA_MAX_FILE_TOTAL */
 };
 
 static void *lua_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
@@ -72,8 +79,11 @@ static void count_hook(lua_State *L, lua_Debug *ar)
     lj_lua *h = *(lj_lua **)lua_getextraspace(L);
     if (h->over_budget)
         luaL_error(L, "instruction limit exceeded");
-    if (++h->steps * 1000 > LJ_LUA_MAX_INSTRUCTIONS) {
+    if (++h->steps > h->step_limit) {
         h->over_budget = 1;
+        if (h->budget_steps)
+            luaL_error(L, "Lua budget spent (%d million instructions, %d s of CPU, refilled over %d s)",
+                       (int)(LJ_LUA_BUDGET_INSTRUCTIONS / 1000000), LJ_LUA_BUDGET_CPU_S, LJ_LUA_BUDGET_REFILL_S);
         luaL_error(L, "instruction limit exceeded (%d million)", (int)(LJ_LUA_MAX_INSTRUCTIONS / 1000000));
     }
     struct timespec now;
@@ -81,6 +91,9 @@ static void count_hook(lua_State *L, lua_Debug *ar)
     if (now.tv_sec > h->deadline.tv_sec ||
         (now.tv_sec == h->deadline.tv_sec && now.tv_nsec > h->deadline.tv_nsec)) {
         h->over_budget = 1;
+        if (h->budget_time)
+            luaL_error(L, "Lua budget spent (%d s of CPU, refilled over %d s)", LJ_LUA_BUDGET_CPU_S,
+                       LJ_LUA_BUDGET_REFILL_S);
         luaL_error(L, "time limit exceeded (%d s)", LJ_LUA_MAX_SECONDS);
     }
 }
@@ -320,9 +333,75 @@ const char *lj_lua_template_dir(lj_lua *h)
     return h->template_dir;
 }
 
+static long long clock_ns(clockid_t id)
+{
+    struct timespec t;
+    clock_gettime(id, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+void lj_lua_budget_init(lj_lua_budget *b)
+{
+    b->steps = LJ_LUA_BUDGET_INSTRUCTIONS / 1000;
+    b->cpu_ns = LJ_LUA_BUDGET_CPU_S * 1000000000LL;
+    b->last_ns = clock_ns(CLOCK_MONOTONIC);
+}
+
+lj_lua_budget *lj_lua_set_budget(lj_lua *h, lj_lua_budget *b)
+{
+    lj_lua_budget *prev = h->budget;
+    long long now = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    if (prev)
+        prev->cpu_ns -= now - h->budget_cpu0;
+    h->budget = b;
+    h->budget_cpu0 = now;
+    return prev;
+}
+
+/* Adds what the wall-clock time since the last refill earns, up to a full budget. */
+static void budget_refill(lj_lua_budget *b)
+{
+    long long now = clock_ns(CLOCK_MONOTONIC);
+    long long dt = now - b->last_ns;
+    if (dt <= 0)
+        return;
+    b->last_ns = now;
+    const long long full_steps = LJ_LUA_BUDGET_INSTRUCTIONS / 1000;
+    const long long full_ns = LJ_LUA_BUDGET_CPU_S * 1000000000LL;
+    /* Per second of wall time, 1/REFILL of each; in doubles, so a long idle cannot overflow. */
+    double frac = (double)dt / (1e9 * LJ_LUA_BUDGET_REFILL_S);
+    double steps = (double)b->steps + frac * (double)full_steps;
+    double ns = (double)b->cpu_ns + frac * (double)full_ns;
+    b->steps = steps >= (double)full_steps ? full_steps : (long long)steps;
+    b->cpu_ns = ns >= (double)full_ns ? full_ns : (long long)ns;
+}
+
+/* Refills the current budget and returns the CPU nanoseconds it has left, counting what was
+ * spent since it was set; sets *empty when nothing is left. */
+static long long budget_left(lj_lua *h, int *empty)
+{
+    lj_lua_budget *b = h->budget;
+    budget_refill(b);
+    long long left = b->cpu_ns - (clock_ns(CLOCK_THREAD_CPUTIME_ID) - h->budget_cpu0);
+    *empty = b->steps <= 0 || left <= 0;
+    return left;
+}
+
+static lajit_status budget_spent(lj_lua *h)
+{
+    return lj_error(h->env, LAJIT_ERR_LIMIT,
+                    "Lua budget spent (%d million instructions, %d s of CPU, refilled over %d s)",
+                    (int)(LJ_LUA_BUDGET_INSTRUCTIONS / 1000000), LJ_LUA_BUDGET_CPU_S, LJ_LUA_BUDGET_REFILL_S);
+}
+
 lajit_status lj_lua_load(lj_lua *h, const char *text, size_t len, const char *chunkname)
 {
     h->over_memory = 0;
+    int empty = 0;
+    if (h->budget)
+        budget_left(h, &empty);
+    if (empty)
+        return budget_spent(h);
     int r = luaL_loadbufferx(h->L, text, len, chunkname, "t");
     if (r == LUA_OK)
         return LAJIT_OK;
@@ -350,8 +429,34 @@ lajit_status lj_lua_pcall(lj_lua *h, int nargs, int nresults)
     h->steps = 0;
     h->over_budget = 0;
     h->over_memory = 0;
+    h->step_limit = LJ_LUA_MAX_INSTRUCTIONS / 1000;
+    h->budget_steps = 0;
+    h->budget_time = 0;
+    long long seconds_ns = LJ_LUA_MAX_SECONDS * 1000000000LL;
+    lj_lua_budget *b = h->budget;
+    if (b) {
+        int empty;
+        long long left = budget_left(h, &empty);
+        if (empty) {
+            lua_pop(L, nargs + 1);
+            return budget_spent(h);
+        }
+        if (b->steps < h->step_limit) {
+            h->step_limit = b->steps;
+            h->budget_steps = 1;
+        }
+        if (left < seconds_ns) {
+            seconds_ns = left; /* wall time is at least CPU time: a sound bound */
+            h->budget_time = 1;
+        }
+    }
     clock_gettime(CLOCK_MONOTONIC, &h->deadline);
-    h->deadline.tv_sec += LJ_LUA_MAX_SECONDS;
+    h->deadline.tv_sec += (time_t)(seconds_ns / 1000000000LL);
+    h->deadline.tv_nsec += (long)(seconds_ns % 1000000000LL);
+    if (h->deadline.tv_nsec >= 1000000000L) {
+        h->deadline.tv_sec++;
+        h->deadline.tv_nsec -= 1000000000L;
+    }
     if (!lua_checkstack(L, 2)) {
         lua_pop(L, nargs + 1);
         return lj_oom(h->env);
@@ -362,6 +467,8 @@ lajit_status lj_lua_pcall(lj_lua *h, int nargs, int nresults)
     int r = lua_pcall(L, nargs, nresults, base);
     lua_sethook(L, NULL, 0, 0);
     lua_remove(L, base);
+    if (b)
+        b->steps -= h->steps; /* its CPU time is charged when the budget is unset */
     if (r == LUA_OK)
         return LAJIT_OK;
     lajit_status st;
@@ -380,6 +487,63 @@ lajit_status lj_lua_pcall(lj_lua *h, int nargs, int nresults)
     return st;
 }
 
+/* Whether path is a plain relative path inside the template folder: components of letters,
+ * digits, '_', '-' and '.', none empty, "." or "..". */
+static int safe_template_path(const char *path)
+{
+    size_t n = strlen(path);
+    if (n == 0 || n > 255 || path[0] == '/')
+        return 0;
+    const char *c = path;
+    while (*c) {
+        size_t len = strcspn(c, "/");
+        if (len == 0 || (len == 1 && c[0] == '.') || (len == 2 && c[0] == '.' && c[1] == '.'))
+            return 0;
+        for (size_t i = 0; i < len; i++) {
+            char ch = c[i];
+            if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                  ch == '_' || ch == '-' || ch == '.'))
+                return 0;
+        }
+        c += len;
+        if (*c == '/' && *++c == 0)
+            return 0; /* a trailing slash */
+    }
+    return 1;
+}
+
+/* Opens path under the template dir without following a symbolic link anywhere below the dir
+ * (O_NOFOLLOW on every component) and without blocking on a FIFO or device (O_NONBLOCK; the
+ * caller then insists on a regular file). Returns the descriptor, or -1 with errno set. */
+static int open_below(lj_lua *h, const char *path)
+{
+    int dir = open(h->template_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0)
+        return -1;
+    const char *c = path;
+    for (;;) {
+        size_t len = strcspn(c, "/");
+        char comp[256];
+        memcpy(comp, c, len);
+        comp[len] = 0;
+        int last = c[len] == 0;
+        int flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY |
+                    (last ? O_NONBLOCK : O_DIRECTORY);
+        int fd = -1;
+        if (lj_fault_hit(h->env, LJ_FAULT_FS))
+            errno = EIO;
+        else
+            fd = openat(dir, comp, flags);
+        int saved = errno;
+        close(dir);
+        errno = saved;
+        if (fd < 0 || last)
+            return fd;
+        dir = fd;
+        c += len + 1;
+    }
+}
+
 lajit_status lj_lua_read_template(lj_lua *h, const char *path, const char **text, size_t *len)
 {
     lj_env *env = h->env;
@@ -391,8 +555,9 @@ lajit_status lj_lua_read_template(lj_lua *h, const char *path, const char **text
         *len = f->size;
         return LAJIT_OK;
     }
-    if (path[0] == '/' || strstr(path, "..") != NULL)
-        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "template path %s leaves the template folder", path);
+    if (!safe_template_path(path))
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "template path %s leaves the template folder "
+                        "or is not a plain relative path", path);
     for (read_file *f = h->files; f; f = f->next) {
         if (strcmp(f->path, path) == 0) {
             *text = f->text;
@@ -400,24 +565,32 @@ lajit_status lj_lua_read_template(lj_lua *h, const char *path, const char **text
             return LAJIT_OK;
         }
     }
-    lj_buf full;
-    lj_buf_init(&full, env);
-    lj_buf_printf(&full, "%s/%s", h->template_dir, path);
-    char *fp = lj_buf_take(&full);
-    if (!fp)
-        return lj_oom(env);
-    int fd = open(fp, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        if (fd >= 0)
-            close(fd);
-        lajit_status s = lj_error(env, LAJIT_ERR_NOT_FOUND, "no template file %s", fp);
-        lj_free(env, fp);
-        return s;
+    int fd = open_below(h, path);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return lj_error(env, LAJIT_ERR_NOT_FOUND, "no template file %s/%s", h->template_dir, path);
+        if (errno == ELOOP || errno == ENOTDIR)
+            return lj_error(env, LAJIT_ERR_IO, "template file %s/%s: a symbolic link (or a non-folder) "
+                            "on its path is refused", h->template_dir, path);
+        return lj_error(env, LAJIT_ERR_IO, "template file %s/%s: %s", h->template_dir, path, strerror(errno));
     }
-    lj_free(env, fp);
+    struct stat st;
+    const char *refused = NULL;
+    if (fstat(fd, &st) != 0)
+        refused = "cannot be examined";
+    else if (!S_ISREG(st.st_mode))
+        refused = "is not a regular file";
+    else if (st.st_size < 0 || (unsigned long long)st.st_size > LJ_LUA_MAX_FILE)
+        refused = "is larger than a template may be (1 MiB)";
+    else if (h->files_bytes + (size_t)st.st_size > LJ_LUA_MAX_FILE_TOTAL)
+        refused = "would take the template files read over 16 MiB in all";
+    if (refused) {
+        close(fd);
+        return lj_error(env, LAJIT_ERR_IO, "template file %s/%s %s: refused", h->template_dir, path, refused);
+    }
     read_file *f = lj_calloc(env, 1, sizeof *f);
-    char *data = f ? lj_malloc(env, (size_t)st.st_size + 1) : NULL;
+    size_t cap = (size_t)st.st_size; /* the file may grow after fstat: never read past this */
+    char *data = f ? lj_malloc(env, cap + 1) : NULL;
     char *p = data ? lj_strdup(env, path) : NULL;
     if (!p) {
         close(fd);
@@ -426,19 +599,37 @@ lajit_status lj_lua_read_template(lj_lua *h, const char *path, const char **text
         return lj_oom(env);
     }
     size_t got = 0;
-    while (got < (size_t)st.st_size) {
-        ssize_t n = read(fd, data + got, (size_t)st.st_size - got);
+    int failed = 0;
+    while (got < cap) {
+        ssize_t n;
+        if (lj_fault_hit(env, LJ_FAULT_FS)) {
+            n = -1;
+            errno = EIO;
+        } else {
+            n = read(fd, data + got, cap - got);
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            failed = errno;
         if (n <= 0)
             break;
         got += (size_t)n;
     }
     close(fd);
+    if (failed) {
+        lj_free(env, p);
+        lj_free(env, data);
+        lj_free(env, f);
+        return lj_error(env, LAJIT_ERR_IO, "template file %s/%s: %s", h->template_dir, path, strerror(failed));
+    }
     data[got] = 0;
     f->path = p;
     f->text = data;
     f->len = got;
     f->next = h->files;
     h->files = f;
+    h->files_bytes += got;
     *text = data;
     *len = got;
     return LAJIT_OK;

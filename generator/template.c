@@ -226,15 +226,26 @@ lajit_status lj_template_expand(lj_lua *h, const char *name, const char *text, s
     st = lj_lua_pcall(h, 0, 2);
     if (st != LAJIT_OK)
         return st;
-    lua_Integer n = lua_tointeger(L, -1);
+    /* The chunk's own return gives the pieces, but template Lua can return early or call the
+     * appender with anything: the count must be an integer within the list, and every piece a
+     * string (converting a number would allocate outside a protected call). */
+    int isnum = 0;
+    lua_Integer n = lua_tointegerx(L, -1, &isnum);
+    if (!lua_istable(L, -2) || !isnum || n < 0 || (lua_Unsigned)n > lua_rawlen(L, -2)) {
+        lua_pop(L, 2);
+        return lj_error(env, LAJIT_ERR_TEMPLATE, "%s: the template returned early or replaced its output", name);
+    }
     lj_buf b;
     lj_buf_init(&b, env);
     for (lua_Integer i = 1; i <= n; i++) {
-        lua_rawgeti(L, -2, i);
+        if (lua_rawgeti(L, -2, i) != LUA_TSTRING) {
+            lua_pop(L, 3);
+            lj_buf_free(&b);
+            return lj_error(env, LAJIT_ERR_TEMPLATE, "%s: output piece %lld is not a string", name, (long long)i);
+        }
         size_t plen;
         const char *piece = lua_tolstring(L, -1, &plen);
-        if (piece)
-            lj_buf_add(&b, piece, plen);
+        lj_buf_add(&b, piece, plen);
         lua_pop(L, 1);
     }
     lua_pop(L, 2);

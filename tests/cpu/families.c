@@ -236,3 +236,144 @@ LJ_TEST(keys_stable_and_arch_specific)
     }
     lajit_ctx_destroy(ctx);
 }
+
+/* ---- Allocation failures: every allocation on the way from opening the sandbox to the
+ * expansion of one representative problem fails in turn, for each built-in family. Each
+ * failure must be a clear status with a message (never a panic), and nothing may leak (ASan's
+ * leak check runs at exit). */
+
+/* An allocator whose allocations fail from the n-th on (0: never): Lua's emergency collection
+ * cannot absorb those, so every error path is taken at every point. */
+typedef struct failing_alloc {
+    uint64_t count, fail_from;
+} failing_alloc;
+
+static void *fail_from_alloc(void *user, void *ptr, size_t old_size, size_t new_size)
+{
+    failing_alloc *a = user;
+    (void)old_size;
+    if (new_size == 0) {
+        free(ptr);
+        return NULL;
+    }
+    if (a->fail_from && ++a->count >= a->fail_from)
+        return NULL;
+    return realloc(ptr, new_size);
+}
+
+/* fail_at: the one allocation that fails, or with persistent every one from it on. */
+static lajit_status load_and_expand(lj_env *e, const char *name, uint64_t fail_at, int persistent,
+                                    int *reached, char **expansion)
+{
+    static failing_alloc fa;
+    fa.count = 0;
+    fa.fail_from = persistent ? fail_at : 0;
+    lj_env_init(e, fail_from_alloc, &fa, NULL, NULL, LAJIT_LOG_ERROR);
+    e->fault_at[LJ_FAULT_ALLOC] = persistent ? 0 : fail_at;
+    lj_lua *L = NULL;
+    lj_family *f = NULL;
+    lj_problem *problems = NULL;
+    char *src = NULL;
+    int np = 0, ok = 0;
+    lj_device_info dev;
+    lj_device_info_for_arch("sm_90a", &dev);
+    lj_config cfg;
+    lj_launch launch;
+    char key[256], reason[256];
+    lajit_status st = lj_lua_open(e, NULL, &L);
+    if (st == LAJIT_OK)
+        st = lj_family_load(e, L, name, &f);
+    if (st == LAJIT_OK)
+        st = lj_family_problems(f, &problems, &np);
+    if (st == LAJIT_OK)
+        st = lj_family_default(f, &problems[0], &dev, &cfg);
+    if (st == LAJIT_OK)
+        st = lj_family_valid(f, &cfg, &problems[0], &dev, &ok, reason, sizeof reason);
+    if (st == LAJIT_OK)
+        st = lj_family_key(f, &problems[0], key, sizeof key);
+    if (st == LAJIT_OK)
+        st = lj_family_launch(f, &cfg, &problems[0], &dev, &launch);
+    if (st == LAJIT_OK)
+        st = lj_family_source(f, &cfg, &problems[0], &dev, &src);
+    *reached = persistent ? fa.count >= fail_at : e->fault_count[LJ_FAULT_ALLOC] >= fail_at;
+    e->fault_at[LJ_FAULT_ALLOC] = 0;
+    fa.fail_from = 0; /* the cleanup below allocates nothing, but must never fail */
+    *expansion = src ? strdup(src) : NULL;
+    lj_free(e, src);
+    lj_free(e, problems);
+    lj_family_free(f);
+    lj_lua_close(L);
+    return st;
+}
+
+static void sweep_allocations_mode(const char *name, int persistent);
+
+static void sweep_allocations(const char *name)
+{
+    for (int persistent = 0; persistent <= 1; persistent++)
+        sweep_allocations_mode(name, persistent);
+}
+
+static void sweep_allocations_mode(const char *name, int persistent)
+{
+    lj_env e;
+    int reached = 0, failures = 0, absorbed = 0;
+    char *want = NULL, *got = NULL;
+    ASSERT_OK(load_and_expand(&e, name, 0, 0, &reached, &want));
+    uint64_t n;
+    for (n = 1; n < 1000000; n++) {
+        lajit_status st = load_and_expand(&e, name, n, persistent, &reached, &got);
+        if (!reached) {
+            if (st != LAJIT_OK)
+                lj_test_fail(__FILE__, __LINE__, "%s without a fault: %s", name, e.errmsg);
+            free(got);
+            break;
+        }
+        if (st == LAJIT_OK) {
+            /* Lua absorbs most of its own failures (an emergency collection, then a retry): the
+             * expansion must then be the same text. */
+            absorbed++;
+            if (!got || strcmp(got, want) != 0)
+                lj_test_fail(__FILE__, __LINE__, "%s, allocation %llu failing: a different expansion",
+                             name, (unsigned long long)n);
+            free(got);
+            continue;
+        }
+        free(got);
+        failures++;
+        if (st != LAJIT_ERR_OUT_OF_MEMORY || e.errmsg[0] == 0)
+            lj_test_fail(__FILE__, __LINE__, "%s, allocation %llu failing: %s: %s", name,
+                         (unsigned long long)n, lajit_status_string(st), e.errmsg);
+    }
+    printf("%s: %llu allocations from open to expansion, %s: %d reported as out of memory, %d "
+           "absorbed by Lua's retry with the same expansion\n", name, (unsigned long long)n - 1,
+           persistent ? "failing every one from the n-th on" : "each failed once", failures, absorbed);
+    free(want);
+    ASSERT_TRUE(failures > 0);
+}
+
+LJ_TEST(fault_every_allocation_la_fwd) { sweep_allocations("la_fwd"); }
+LJ_TEST(fault_every_allocation_la_fwd_sm90) { sweep_allocations("la_fwd_sm90"); }
+LJ_TEST(fault_every_allocation_la_bwd) { sweep_allocations("la_bwd"); }
+LJ_TEST(fault_every_allocation_la_bwd_sm90) { sweep_allocations("la_bwd_sm90"); }
+LJ_TEST(fault_every_allocation_la_decode) { sweep_allocations("la_decode"); }
+LJ_TEST(fault_every_allocation_la_recurrent) { sweep_allocations("la_recurrent"); }
+
+/* Every built-in family must stay well within its limits. */
+LJ_TEST(built_in_families_fit_their_limits)
+{
+    lajit_ctx *ctx = ctx_open();
+    int n_families = 0;
+    for (const char *const *name = lajit_family_names(); *name; name++, n_families++) {
+        lj_family *f;
+        ASSERT_OK(lajit__ctx_family(ctx, *name, &f));
+        long long space = 1;
+        for (int i = 0; i < lj_family_param_count(f); i++) {
+            const long long *v;
+            space *= lj_family_param_values(f, i, &v);
+        }
+        ASSERT_TRUE(space * 8 <= LJ_MAX_CONFIGS);
+    }
+    ASSERT_EQ(n_families, 6); /* the sweeps above name each one */
+    lajit_ctx_destroy(ctx);
+}

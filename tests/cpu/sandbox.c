@@ -3,7 +3,11 @@
  * allocation anywhere on the open/load/expand path is reported and leaks nothing (ASan). */
 #include "test.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <lua.h>
 
@@ -153,6 +157,97 @@ LJ_TEST(template_dir_cannot_escape)
     lj_lua_close(L);
 }
 
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    ASSERT_TRUE(f != NULL);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A template dir is untrusted: `toy.cu -> /etc/passwd` was printed by `lajit expand`, a FIFO
+ * hung the expansion, and a 1 GiB sparse template was read into memory whole. */
+LJ_TEST(template_dir_refuses_links_fifos_and_huge_files)
+{
+    lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
+    alarm(60); /* a FIFO that is waited on fails the test instead of hanging it */
+    char dir[600], path[800], target[800];
+    snprintf(dir, sizeof dir, "%s/tpl", lj_test_tmpdir());
+    ASSERT_EQ(mkdir(dir, 0700), 0);
+    snprintf(path, sizeof path, "%s/toy", dir);
+    ASSERT_EQ(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/toy/ok.cu", dir);
+    write_text(path, "// fine\n");
+    snprintf(path, sizeof path, "%s/toy/passwd.cu", dir);
+    ASSERT_EQ(symlink("/etc/passwd", path), 0);
+    snprintf(target, sizeof target, "%s/toy", dir);
+    snprintf(path, sizeof path, "%s/linked", dir);
+    ASSERT_EQ(symlink(target, path), 0); /* a linked folder on the way */
+    snprintf(path, sizeof path, "%s/toy/fifo.cu", dir);
+    ASSERT_EQ(mkfifo(path, 0600), 0);
+    snprintf(path, sizeof path, "%s/toy/sub", dir);
+    ASSERT_EQ(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/toy/huge.cu", dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ASSERT_TRUE(fd >= 0);
+    ASSERT_EQ(ftruncate(fd, 1LL << 30), 0); /* sparse: 1 GiB that takes no disk */
+    close(fd);
+    lj_lua *L;
+    ASSERT_OK(lj_lua_open(&env, dir, &L));
+    const char *text;
+    size_t len;
+    ASSERT_OK(lj_lua_read_template(L, "toy/ok.cu", &text, &len));
+    ASSERT_STATUS(lj_lua_read_template(L, "toy/passwd.cu", &text, &len), LAJIT_ERR_IO);
+    ASSERT_CONTAINS(env.errmsg, "symbolic link");
+    ASSERT_STATUS(lj_lua_read_template(L, "linked/ok.cu", &text, &len), LAJIT_ERR_IO);
+    ASSERT_STATUS(lj_lua_read_template(L, "toy/fifo.cu", &text, &len), LAJIT_ERR_IO);
+    ASSERT_CONTAINS(env.errmsg, "not a regular file");
+    ASSERT_STATUS(lj_lua_read_template(L, "toy/sub", &text, &len), LAJIT_ERR_IO);
+    ASSERT_STATUS(lj_lua_read_template(L, "toy/huge.cu", &text, &len), LAJIT_ERR_IO);
+    ASSERT_CONTAINS(env.errmsg, "larger than");
+    /* Paths that are not plain relative paths never reach the file system. */
+    static const char *const odd[] = {"toy/./ok.cu", "toy//ok.cu", "toy/", "./toy/ok.cu", "toy/../toy/ok.cu",
+                                      "toy/ok.cu\n", "", "toy/o k.cu"};
+    for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++)
+        ASSERT_STATUS(lj_lua_read_template(L, odd[i], &text, &len), LAJIT_ERR_INVALID_ARGUMENT);
+    /* All the files one state reads together are capped too: 17 of 1 MiB each go over 16 MiB. */
+    lajit_status st = LAJIT_OK;
+    for (int i = 0; i < 17 && st == LAJIT_OK; i++) {
+        snprintf(path, sizeof path, "%s/toy/mib%d.cu", dir, i);
+        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        ASSERT_TRUE(fd >= 0);
+        ASSERT_EQ(ftruncate(fd, 1 << 20), 0);
+        close(fd);
+        char rel[64];
+        snprintf(rel, sizeof rel, "toy/mib%d.cu", i);
+        st = lj_lua_read_template(L, rel, &text, &len);
+    }
+    ASSERT_STATUS(st, LAJIT_ERR_IO);
+    ASSERT_CONTAINS(env.errmsg, "16 MiB in all");
+    lj_lua_close(L);
+    alarm(0);
+}
+
+/* The same rules for a family's own files: a linked family.lua is refused, not run. */
+LJ_TEST(a_linked_family_spec_is_refused)
+{
+    lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
+    char dir[600], path[800], target[800];
+    snprintf(dir, sizeof dir, "%s/tpl", lj_test_tmpdir());
+    ASSERT_EQ(mkdir(dir, 0700), 0);
+    snprintf(path, sizeof path, "%s/toy", dir);
+    ASSERT_EQ(mkdir(path, 0700), 0);
+    snprintf(target, sizeof target, "%s/tests/data/templates/toy/family.lua", lj_test_source_dir());
+    snprintf(path, sizeof path, "%s/toy/family.lua", dir);
+    ASSERT_EQ(symlink(target, path), 0);
+    lj_lua *L;
+    ASSERT_OK(lj_lua_open(&env, dir, &L));
+    lj_family *f;
+    ASSERT_STATUS(lj_family_load(&env, L, "toy", &f), LAJIT_ERR_IO);
+    ASSERT_CONTAINS(env.errmsg, "symbolic link");
+    lj_lua_close(L);
+}
+
 /* import(): another .lua file of the template folder, run once and cached; nothing else. */
 LJ_TEST(import_runs_template_lua_only)
 {
@@ -230,5 +325,52 @@ LJ_TEST(fault_every_allocation_open_load_expand)
         }
     }
     printf("%llu allocations on the path, %d failures reported\n", (unsigned long long)n - 1, failures);
+    ASSERT_TRUE(failures > 0);
+}
+
+/* Every file-system call on the way from a template dir to an expansion (each folder opened on
+ * a file's path, each read) fails in turn: each failure is LAJIT_ERR_IO with a message. */
+LJ_TEST(fault_every_file_system_call_load_expand)
+{
+    int failures = 0;
+    uint64_t n;
+    for (n = 1; n < 10000; n++) {
+        lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
+        env.fault_at[LJ_FAULT_FS] = n;
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/tests/data/templates", lj_test_source_dir());
+        lj_lua *L = NULL;
+        lj_family *f = NULL;
+        char *src = NULL;
+        lj_problem *problems = NULL;
+        int np;
+        lj_config cfg;
+        lj_device_info dev;
+        lj_device_info_for_arch("sm_90a", &dev);
+        lajit_status st = lj_lua_open(&env, dir, &L);
+        if (st == LAJIT_OK)
+            st = lj_family_load(&env, L, "toy", &f);
+        if (st == LAJIT_OK)
+            st = lj_family_problems(f, &problems, &np);
+        if (st == LAJIT_OK)
+            st = lj_family_default(f, &problems[0], &dev, &cfg);
+        if (st == LAJIT_OK)
+            st = lj_family_source(f, &cfg, &problems[0], &dev, &src);
+        int reached = env.fault_count[LJ_FAULT_FS] >= n;
+        lj_free(&env, src);
+        lj_free(&env, problems);
+        lj_family_free(f);
+        lj_lua_close(L);
+        if (!reached) {
+            ASSERT_OK(st);
+            break;
+        }
+        failures++;
+        if (st != LAJIT_ERR_IO)
+            lj_test_fail(__FILE__, __LINE__, "file-system call %llu failing: %s: %s", (unsigned long long)n,
+                         lajit_status_string(st), env.errmsg);
+        ASSERT_TRUE(env.errmsg[0] != 0);
+    }
+    printf("%llu file-system calls on the path, %d failures reported\n", (unsigned long long)n - 1, failures);
     ASSERT_TRUE(failures > 0);
 }

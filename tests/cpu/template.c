@@ -4,6 +4,8 @@
  * LAJIT_UPDATE_GOLDEN=1 rewrites tests/golden/toy_*.cu. */
 #include "test.h"
 
+#include <unistd.h>
+
 #include <lua.h>
 
 #include "family.h"
@@ -126,6 +128,36 @@ LJ_TEST(nil_substitution_names_file_line_and_expression)
     ASSERT_CONTAINS(env.errmsg, "undefined_value");
     ASSERT_CONTAINS(env.errmsg, "nil");
     ASSERT_TRUE(out == NULL);
+    lj_lua_close(L);
+}
+
+/* A template's Lua lines share the chunk with its output list: returning early with a huge count
+ * made the reader loop 2^63 times, and a number appended as a piece was converted outside a
+ * protected call. Both are errors now. */
+LJ_TEST(a_template_cannot_forge_its_output)
+{
+    lj_lua *L = open_tree();
+    lua_State *S = lj_lua_state(L);
+    alarm(60); /* the old reader never ended: fail instead of hanging */
+    static const char *const texts[] = {
+        "a\n//% do return {}, math.maxinteger end\nb\n",
+        "a\n//% do return 5, 1 end\n",
+        "a\n//% __lajit_o(5)\nb\n",
+        "a\n//% __lajit_o({})\n",
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        int top = lua_gettop(S);
+        lua_newtable(S);
+        char *out = NULL;
+        lajit_status st = lj_template_expand(L, "forge.cu", texts[i], strlen(texts[i]), -1, &out);
+        lua_pop(S, 1);
+        if (st != LAJIT_ERR_TEMPLATE)
+            lj_test_fail(__FILE__, __LINE__, "%s: got %s", texts[i], lajit_status_string(st));
+        ASSERT_CONTAINS(env.errmsg, "forge.cu");
+        ASSERT_TRUE(out == NULL);
+        ASSERT_EQ(lua_gettop(S), top);
+    }
+    alarm(0);
     lj_lua_close(L);
 }
 
