@@ -10,7 +10,7 @@ nvidia-cuda-nvrtc wheel (LAJIT_NVRTC_PATH overrides). Importing it registers the
 torch.ops.lajit.{fwd, bwd, prefill_, decode_}; nothing touches the GPU before the first call."""
 from ._native import LajitArgumentError, LajitError, find_wheel_nvrtc, library
 from ._native import library_path as _library_path
-from .api import (chunk_simple_gla, decay_alibi, decay_from_log, decay_tnl, decode,
+from .api import (bind_decode, chunk_simple_gla, decay_alibi, decay_from_log, decay_tnl, decode,
                   fused_recurrent_simple_gla, g_gamma_from_decay, lightning_attn, prefill)
 from .tools import LajitCliError, gen_bundle, tune
 from . import _torch as ops  # noqa: F401  (registers the custom ops)
@@ -18,7 +18,7 @@ from . import _torch as ops  # noqa: F401  (registers the custom ops)
 __version__ = "0.1.0"
 
 __all__ = ["lightning_attn", "chunk_simple_gla", "fused_recurrent_simple_gla", "prefill",
-           "decode", "decay_alibi", "decay_tnl", "decay_from_log", "g_gamma_from_decay",
+           "decode", "bind_decode", "decay_alibi", "decay_tnl", "decay_from_log", "g_gamma_from_decay",
            "tune", "gen_bundle", "LajitError", "LajitArgumentError", "LajitCliError",
            "version", "families", "expand", "set_bundle", "configure", "find_wheel_nvrtc"]
 

@@ -310,3 +310,48 @@ def decode_into(o, q, k, v, state_pool, state_slots, s, scale, state_vk):
     if st:
         N.raise_status("lajit_attn_decode", st, lib.errmsg(ctx))
     return o
+
+
+class DecodeBinding:
+    """Decode on fixed buffers (a serving loop's persistent q/k/v/out, pool and slot buffers,
+    as CUDA-graph serving keeps anyway): the DLTensor views and the argument struct are built
+    once here, so a call costs the current-stream lookup and the C call. The buffers' contents
+    may change between calls; their shapes and addresses must not (bind again if they do)."""
+
+    def __init__(self, q, k, v, state_pool, state_slots=None, s=None, *, scale=1.0, out=None,
+                 state_vk=False):
+        self.lib = lib = N.library()
+        if out is None:
+            out = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+        self.out = out
+        self._keep = (q, k, v, out, state_pool, state_slots, s)
+        self._views = [N.View() for _ in range(7)]
+        a = self._args = N.DecodeArgs()
+        a.struct_size = N.ctypes.sizeof(N.DecodeArgs)
+        vw = self._views
+        a.q, a.k, a.v, a.o = fill(vw[0], q), fill(vw[1], k), fill(vw[2], v), fill(vw[3], out)
+        a.state = fill(vw[4], state_pool)
+        a.state_slots = fill(vw[5], state_slots) if state_slots is not None else None
+        a.s = fill(vw[6], s) if s is not None else None
+        a.step_states = None
+        a.scale = scale
+        a.flags = N.STATE_VK if state_vk else 0
+        a.family = None
+        self._argp = N.ctypes.addressof(a)
+        self._dev = q.get_device()
+        self._fn = lib.decode
+        self._ctx_table = None
+        self._ctx = None
+
+    def __call__(self):
+        dev = self._dev
+        self._args.stream = _raw_stream(dev) if dev >= 0 and _raw_stream is not None else None
+        # The context is per thread: re-resolve it when called from another thread.
+        table = getattr(self.lib.local, "ctx", None)
+        if table is not self._ctx_table or self._ctx is None:
+            self._ctx = self.lib.ctx(max(dev, 0))
+            self._ctx_table = self.lib.local.ctx
+        st = self._fn(self._ctx, self._argp)
+        if st:
+            N.raise_status("lajit_attn_decode", st, self.lib.errmsg(self._ctx))
+        return self.out

@@ -149,6 +149,17 @@ def decode(q, k, v, state_pool, state_slots=None, s=None, *, scale=1.0, out=None
     return _ops.decode_into(out, q, k, v, state_pool, state_slots, s, scale, state_vk)
 
 
+def bind_decode(q, k, v, state_pool, state_slots=None, s=None, *, scale=1.0, out=None,
+                state_vk=False):
+    """decode() bound to fixed buffers: returns a callable that runs one decode step on the
+    buffers' current contents (writing out, updating the pool) and returns out. Everything but
+    the C call is done once here, so this is the cheapest way to call lajit from Python in a
+    serving loop; refill the buffers in place (q.copy_(...), slots.copy_(...)) between calls,
+    and bind again if a buffer's shape or address changes. Eager mode and CUDA graph capture."""
+    return _ops.DecodeBinding(q, k, v, state_pool, state_slots, s, scale=scale, out=out,
+                              state_vk=state_vk)
+
+
 # ---- Decay adapters ------------------------------------------------------------------------
 
 def _as_tensor(values, device):

@@ -208,6 +208,40 @@ def test_decode_in_a_cuda_graph():
     check("graph pool", pool[:B], ref, 6e-3)
 
 
+def test_bind_decode_eager_and_in_a_cuda_graph():
+    dtype = torch.float16
+    B, H, D, P = 4, 4, 64, 6
+    pool = torch.zeros(P, H, D, D, device=DEV)
+    slots = torch.tensor([5, -1, 1, 2], dtype=torch.int32, device=DEV)
+    q, k, v = [torch.zeros(B, H, D, device=DEV, dtype=dtype) for _ in range(3)]
+    step = lajit.bind_decode(q, k, v, pool, slots, S4, scale=0.5)
+    ref = torch.zeros(P, H, D, D, dtype=torch.float64, device=DEV)
+    lam = torch.exp(-S4.double()).view(H, 1, 1)
+    g = torch.Generator().manual_seed(5)
+    graph = None
+    for i in range(6):
+        for x in (q, k, v):
+            x.copy_(torch.randn(B, H, D, generator=g) * 0.5)
+        if i < 3:
+            out = step()                       # eager
+        else:
+            if graph is None:
+                graph = torch.cuda.CUDAGraph()
+                saved = pool.clone()
+                with torch.cuda.graph(graph):
+                    step()
+                pool.copy_(saved)              # capture does not run the kernel; be sure
+            graph.replay()
+            out = step.out
+        for b, sl in enumerate(slots.tolist()):
+            if sl < 0:
+                continue
+            ref[sl] = lam * ref[sl] + k[b].double()[:, :, None] * v[b].double()[:, None, :]
+            check(f"bound step {i} o[{b}]", out[b],
+                  0.5 * torch.einsum("hd,hde->he", q[b].double(), ref[sl]), 1e-3)
+    check("bound pool", pool, ref, 1e-3)
+
+
 class TinyLA(torch.nn.Module):
     def __init__(self, d=128, H=2, D=64):
         super().__init__()
