@@ -52,4 +52,4 @@ wheel=$(ls "$work"/dist/lajit-*.whl)
 mkdir -p "$work/home"
 cd "$work/home"
 LAJIT_CACHE_DIR="$work/home/cache" "$vpy" "$src/python/tests/run.py" \
-  "$src/python/tests/test_cpu_package.py"
+  "$src/python/tests/test_cpu_package.py" "$src/python/tests/test_cpu_mock.py"
