@@ -9,7 +9,6 @@ SQLite libraries it links) and the `lajit` program travel inside it, and NVRTC c
 nvidia-cuda-nvrtc wheel (LAJIT_NVRTC_PATH overrides). Importing it registers the torch ops
 torch.ops.lajit.{fwd, bwd, prefill_, decode_}; nothing touches the GPU before the first call."""
 from ._native import LajitArgumentError, LajitError, find_wheel_nvrtc, library
-from ._native import library_path as _library_path
 from .api import (bind_decode, chunk_simple_gla, decay_alibi, decay_from_log, decay_tnl, decode,
                   fused_recurrent_simple_gla, g_gamma_from_decay, lightning_attn, prefill)
 from .tools import LajitCliError, gen_bundle, tune
@@ -18,8 +17,9 @@ from . import _torch as ops  # noqa: F401  (registers the custom ops)
 __version__ = "0.1.0"
 
 __all__ = ["lightning_attn", "chunk_simple_gla", "fused_recurrent_simple_gla", "prefill",
-           "decode", "bind_decode", "decay_alibi", "decay_tnl", "decay_from_log", "g_gamma_from_decay",
-           "tune", "gen_bundle", "LajitError", "LajitArgumentError", "LajitCliError",
+           "decode", "bind_decode", "decay_alibi", "decay_tnl", "decay_from_log",
+           "g_gamma_from_decay", "tune", "gen_bundle", "LajitError", "LajitArgumentError",
+           "LajitCliError",
            "version", "families", "expand", "set_bundle", "configure", "find_wheel_nvrtc"]
 
 
@@ -46,7 +46,8 @@ def configure(*, checked=None, no_disk_cache=None, cache_dir=None, bundle=None):
     lib = library()
     from . import _native as N
     if checked is not None:
-        lib.ctx_flags = (lib.ctx_flags | N.CTX_CHECKED) if checked else (lib.ctx_flags & ~N.CTX_CHECKED)
+        lib.ctx_flags = ((lib.ctx_flags | N.CTX_CHECKED) if checked
+                         else (lib.ctx_flags & ~N.CTX_CHECKED))
     if no_disk_cache is not None:
         lib.ctx_flags = ((lib.ctx_flags | N.CTX_NO_DISK_CACHE) if no_disk_cache
                          else (lib.ctx_flags & ~N.CTX_NO_DISK_CACHE))

@@ -132,7 +132,8 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, s: Optional[Tensor], scale: float,
         else:
             final = torch.empty(_state_shape(nseq, H, D, E, state_vk), dtype=torch.float32,
                                 device=v.device)
-    if cu_seqlens is not None and slots is None and (initial_state is not None or final is not None):
+    if (cu_seqlens is not None and slots is None
+            and (initial_state is not None or final is not None)):
         slots = torch.arange(nseq, dtype=torch.int32, device=v.device)
     dev = _device_index(q)
     sc = _scratch(lib)

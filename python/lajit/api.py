@@ -1,11 +1,10 @@
 """api — the functions users call: lajit's native lightning_attn, FLA 0.6's simple-GLA entry
-points (drop-in: same signatures and return conventions), the serving prefill/decode on a state
-pool, and the decay adapters.
+points (drop-in: same signatures and return conventions), the serving prefill/decode on a
+state pool, and the decay adapters.
 
 Mathematics (DESIGN.md): S_t = λ_h S_{t−1} + k_tᵀ v_t, o_t = σ q_t S_t, λ_h = exp(−s_h), S in
 fp32. FLA's g_gamma is log λ, so s = −g_gamma; FLA's default σ is 1/√D, lajit's is 1."""
 import math
-from typing import Optional
 
 import torch
 

@@ -63,7 +63,8 @@ def main(wheel):
                     if lib not in dyn:
                         failures.append(f"{n}: does not link {lib} (NEEDED entries changed?)")
             syms = subprocess.run(["objdump", "-T", path], capture_output=True, text=True).stdout
-            versions = {tuple(map(int, v.split("."))) for v in re.findall(r"GLIBC_(\d+\.\d+(?:\.\d+)?)", syms)}
+            versions = {tuple(map(int, v.split(".")))
+                        for v in re.findall(r"GLIBC_(\d+\.\d+(?:\.\d+)?)", syms)}
             top = max(versions, default=(0, 0))
             if top[:2] > glibc_max:
                 failures.append(f"{n}: needs GLIBC_{'.'.join(map(str, top))}, above the tag's "

@@ -4,7 +4,6 @@ pinned schemas, their fake implementations give the right shapes under FakeTenso
 torch.compile(fullgraph=True) on meta tensors (forward and backward), and bad arguments come back
 as Python exceptions naming the argument. Run by cpu_package.sh inside a throwaway venv, or with
 pytest / run.py against any install."""
-import math
 import os
 import subprocess
 import sys
@@ -16,9 +15,9 @@ import lajit
 from lajit import _native
 
 SCHEMAS = {
-    "fwd": "lajit::fwd(Tensor q, Tensor k, Tensor v, Tensor? s, float scale, Tensor? initial_state, "
-           "Tensor? cu_seqlens, Tensor? state_slots, bool output_final_state, bool head_first, "
-           "bool state_vk) -> (Tensor, Tensor)",
+    "fwd": "lajit::fwd(Tensor q, Tensor k, Tensor v, Tensor? s, float scale, "
+           "Tensor? initial_state, Tensor? cu_seqlens, Tensor? state_slots, "
+           "bool output_final_state, bool head_first, bool state_vk) -> (Tensor, Tensor)",
     "bwd": "lajit::bwd(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor? s, float scale, "
            "Tensor? initial_state, Tensor? d_final_state, Tensor? cu_seqlens, "
            "Tensor? state_slots, bool want_ds, bool want_d_initial, bool head_first, "
