@@ -277,7 +277,10 @@ class Library:
         ctx = _P()
         st = self.lib.lajit_ctx_create(ctypes.byref(desc), ctypes.byref(ctx))
         if st != 0:
-            raise_status("lajit_ctx_create", st, self.lib.lajit_status_string(st).decode())
+            # No context, so no lajit_errmsg: say what was asked for instead.
+            detail = self.lib.lajit_status_string(st).decode()
+            detail += f" (device {device}, bundle {bundle!r}, cache_dir {cache_dir!r})"
+            raise_status("lajit_ctx_create", st, detail)
         return ctx.value
 
     def ctx(self, device):

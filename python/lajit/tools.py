@@ -83,7 +83,7 @@ def gen_bundle(out, *, arch=None, families=None, db=None, params=None, jobs=None
         args += ["-j", jobs]
     for k, v in (params or {}).items():
         args += ["-p", f"{k}={v}"]
-    run(*args)
+    run(*args, capture=True)
     return out
 
 

@@ -256,6 +256,27 @@ def test_cli_console_script():
         raise AssertionError("a bad command succeeded")
 
 
+def test_gen_bundle_and_open_it():
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "decode.bundle")
+        try:
+            lajit.gen_bundle(path, arch="sm_90a", families="la_decode")
+        except lajit.LajitCliError as e:
+            if "NVRTC" in e.stderr or "compiler" in e.stderr:
+                raise unittest.SkipTest(f"no NVRTC here: {e.stderr.strip()}")
+            raise
+        assert os.path.getsize(path) > 0
+        lib = _native.library()
+        lib.lib.lajit_ctx_destroy(lib.create_ctx(0, bundle=path))
+        try:
+            lib.create_ctx(0, bundle=os.path.join(tmp, "missing.bundle"))
+        except lajit.LajitError as e:
+            assert e.status == 13 and "missing.bundle" in str(e), str(e)
+        else:
+            raise AssertionError("a missing bundle was accepted")
+
+
 def test_tune_without_gpu_fails_cleanly():
     if torch.cuda.is_available():
         raise unittest.SkipTest("this machine has a GPU (tuning would run)")
