@@ -12,6 +12,7 @@ CUDA op on the current stream."""
 import ctypes
 import importlib.util
 import os
+import sys
 import threading
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -174,16 +175,20 @@ _NVRTC_IN_WHEELS = ("cu13/lib/libnvrtc.so.13", "cuda_nvrtc/lib/libnvrtc.so.13",
 
 
 def find_wheel_nvrtc():
-    """The path of libnvrtc from an installed nvidia-cuda-nvrtc wheel, or None."""
+    """The path of libnvrtc from an installed nvidia-cuda-nvrtc wheel, or None. Looks in every
+    sys.path entry's nvidia/ (in path order), then wherever the `nvidia` package resolves: some
+    NVIDIA wheels make `nvidia` a namespace package, older ones a regular one."""
+    bases = [os.path.join(p, "nvidia") for p in sys.path if isinstance(p, str) and p]
     try:
         spec = importlib.util.find_spec("nvidia")
+        bases += list(spec.submodule_search_locations or []) if spec else []
     except (ImportError, ValueError):
-        return None
-    for base in (spec.submodule_search_locations or []) if spec else []:
+        pass
+    for base in bases:
         for rel in _NVRTC_IN_WHEELS:
             path = os.path.join(base, rel)
             if os.path.isfile(path):
-                return path
+                return os.path.abspath(path)
     return None
 
 

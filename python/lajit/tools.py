@@ -4,7 +4,8 @@ The C API has no entry point for the tuner or for writing bundles (they live in 
 program: `lajit tune`, `lajit gen`), so lajit.tune() and lajit.gen_bundle() run the program
 the wheel carries (_bin/lajit, linked with static Lua and SQLite) with NVRTC pointed at the
 nvidia-cuda-nvrtc wheel, and return what it wrote. The console script `lajit` is main() below:
-it sets up NVRTC the same way and replaces itself with the program."""
+it sets up NVRTC the same way and replaces itself with the program. The console script itself
+is lajit_cli.main, which does the same without importing this package (and torch)."""
 import json
 import os
 import subprocess

@@ -248,6 +248,13 @@ def test_cli_console_script():
     assert out.strip() == f"lajit {lajit.__version__}", out
     p = lajit.tools.run("families", capture=True)
     assert "la_decode" in p.stdout
+    # The console script points the program at the wheel's NVRTC when one is installed (the
+    # torch this test runs with brings nvidia-cuda-nvrtc along).
+    info = subprocess.run([exe, "info"], capture_output=True, text=True).stdout
+    nvrtc = lajit.find_wheel_nvrtc()
+    if nvrtc and "LAJIT_NVRTC_PATH" not in os.environ:
+        major = nvrtc.rsplit(".so.", 1)[1]
+        assert f"NVRTC     {major}." in info, info
     try:
         lajit.tools.run("no-such-command", capture=True)
     except lajit.LajitCliError as e:
