@@ -41,7 +41,7 @@ def _stream(device_index):
 def fill(view, t):
     """Points `view` at tensor t (zero copy). Rewrites shape and strides only when they changed
     since the view's last tensor, so a steady-state call costs a data pointer store."""
-    key = (t.shape, t.stride(), t.dtype, t.get_device())
+    key = (t.size(), t.stride(), t.dtype, t.get_device())  # size(): faster than .shape
     if view.key != key:
         try:
             code, bits = _DTYPES[t.dtype]

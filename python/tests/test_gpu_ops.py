@@ -255,6 +255,31 @@ def test_bind_decode_eager_and_in_a_cuda_graph():
     check("bound pool", pool, ref, 1e-3)
 
 
+def test_tune_and_bundle_from_python():
+    """lajit.tune on one small decode bucket (a private cache, so the shared tuning database
+    is untouched), then a bundle of that family written with the tuned database and used."""
+    needs_gpu()
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        old = os.environ.get("LAJIT_CACHE_DIR")
+        os.environ["LAJIT_CACHE_DIR"] = tmp
+        try:
+            summary = lajit.tune("la_decode", dtype="bf16", B=[4], H=[4], D=64, runs=2,
+                                 warmup=1, jobs=8)
+        finally:
+            if old is None:
+                del os.environ["LAJIT_CACHE_DIR"]
+            else:
+                os.environ["LAJIT_CACHE_DIR"] = old
+        assert summary["rows"], summary
+        assert os.path.exists(os.path.join(tmp, "tune.db"))
+        major, minor = torch.cuda.get_device_capability()
+        arch = f"sm_{major}{minor}" + ("a" if (major, minor) in ((9, 0), (10, 0)) else "")
+        bundle = lajit.gen_bundle(os.path.join(tmp, "k.bundle"), arch=arch,
+                                  families="la_decode", db=os.path.join(tmp, "tune.db"))
+        assert os.path.getsize(bundle) > 0
+
+
 class TinyLA(torch.nn.Module):
     """x -> silu(q), silu(k), v (bf16) -> chunk_simple_gla with a learnable decay -> out."""
 
