@@ -64,6 +64,10 @@ class _Scratch:
         self.fwd = N.FwdArgs()
         self.bwd = N.BwdArgs()
         self.dec = N.DecodeArgs()
+        # Fields the lean decode never changes (only decode_into uses self.dec).
+        self.dec.struct_size = N.ctypes.sizeof(N.DecodeArgs)
+        self.dec.step_states = None
+        self.dec.family = None
         self.fwd_ptr = N.ctypes.addressof(self.fwd)
         self.bwd_ptr = N.ctypes.addressof(self.bwd)
         self.dec_ptr = N.ctypes.addressof(self.dec)
@@ -289,7 +293,6 @@ def decode_into(o, q, k, v, state_pool, state_slots, s, scale, state_vk):
     sc = getattr(lib.local, "scratch", None) or _scratch(lib)
     vw = sc.views
     a = sc.dec
-    a.struct_size = N.ctypes.sizeof(N.DecodeArgs)
     a.q = fill(vw[0], q)
     a.k = fill(vw[1], k)
     a.v = fill(vw[2], v)
@@ -297,10 +300,8 @@ def decode_into(o, q, k, v, state_pool, state_slots, s, scale, state_vk):
     a.s = fill(vw[4], s) if s is not None else None
     a.state = fill(vw[5], state_pool)
     a.state_slots = fill(vw[6], state_slots) if state_slots is not None else None
-    a.step_states = None
     a.scale = scale
     a.flags = 1 if state_vk else 0
-    a.family = None
     dev = q.get_device()
     a.stream = _raw_stream(dev) if dev >= 0 and _raw_stream is not None else None
     table = getattr(lib.local, "ctx", None)
