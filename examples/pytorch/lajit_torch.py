@@ -1,5 +1,8 @@
 """lajit_torch — Lightning Attention for PyTorch from liblajit, with no build step.
 
+(The minimal example. The lajit package — `pip install .`, README "Python package" — is the
+supported way: torch.compile, CUDA graphs, FLA's entry points, serving decode.)
+
 The library is loaded with ctypes (LAJIT_LIBRARY, else liblajit.so on the loader's path);
 tensors go to it zero-copy as DLPack views (torch.utils.dlpack.to_dlpack gives a capsule
 whose DLManagedTensor starts with the DLTensor the C API takes); calls run on PyTorch's

@@ -6,13 +6,21 @@
 2. The same gradients against FLA's chunk_simple_gla (g_gamma = -s), when FLA is installed.
 3. A tiny linear-attention layer with a learnable decay trained for a few hundred steps to
    imitate a fixed teacher; the loss must fall and stay finite.
-Exits 1 when a check fails. Usage: LAJIT_LIBRARY=/path/liblajit.so python3 train_tiny.py"""
+Exits 1 when a check fails. Uses the installed lajit package when there is one (pip install .),
+else lajit_torch.py beside it: LAJIT_LIBRARY=/path/liblajit.so python3 train_tiny.py"""
 import math
 import sys
 
 import torch
 
-from lajit_torch import lightning_attention
+try:
+    import lajit
+
+    def lightning_attention(q, k, v, s=None, scale=1.0):
+        return lajit.lightning_attn(q, k, v, s, scale=scale)
+    print(f"lajit package {lajit.version()} from {lajit.__file__}")
+except ImportError:
+    from lajit_torch import lightning_attention
 
 torch.manual_seed(0)
 dev = torch.device("cuda")

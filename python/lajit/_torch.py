@@ -1,0 +1,359 @@
+"""_torch — lajit's ops registered with PyTorch (torch.library.custom_op), and the lean decode.
+
+Ops (namespace lajit; torch.ops.lajit.*):
+  fwd      (q, k, v, s?, scale, initial_state?, cu_seqlens?, state_slots?, output_final_state,
+            head_first, state_vk) -> (o, final_state)       autograd through lajit::bwd
+  bwd      the gradients of fwd's inputs (dq, dk, dv, ds, d_initial_state)
+  prefill_ varlen prefill on a state pool, updated in place (serving)
+  decode_  1..8 recurrent steps per row on a state pool, updated in place (serving)
+Each has a fake implementation (shapes only) so torch.compile(fullgraph=True) traces through it,
+and each runs on torch.cuda.current_stream() with zero copies: the C API gets DLTensor views of
+the tensors' own memory (strided views with a unit last stride are passed as they are).
+Outputs that an op may not produce are returned as empty tensors (custom ops cannot return
+None); the public wrappers (api.py) turn them back into None.
+
+Layouts: head_first=True means lajit's own [B, H, N, D]; False means FLA's [B, N, H, D], which
+the C API takes as a permuted view (no copy). Varlen inputs are packed [T, H, D]."""
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _native as N
+
+_DTYPES = {torch.float32: (N.DL_FLOAT, 32), torch.float16: (N.DL_FLOAT, 16),
+           torch.bfloat16: (N.DL_BFLOAT, 16), torch.int32: (N.DL_INT, 32),
+           torch.int64: (N.DL_INT, 64), torch.uint8: (N.DL_UINT, 8),
+           torch.float64: (N.DL_FLOAT, 64)}
+
+try:
+    _raw_stream = torch._C._cuda_getCurrentRawStream  # the cheap form of current_stream()
+except AttributeError:  # a CPU-only build of torch
+    _raw_stream = None
+
+
+def _stream(device_index):
+    if device_index < 0 or _raw_stream is None:
+        return None
+    return _raw_stream(device_index)
+
+
+def fill(view, t):
+    """Points `view` at tensor t (zero copy). Rewrites shape and strides only when they changed
+    since the view's last tensor, so a steady-state call costs a data pointer store."""
+    key = (t.size(), t.stride(), t.dtype, t.get_device())  # size(): faster than .shape
+    if view.key != key:
+        try:
+            code, bits = _DTYPES[t.dtype]
+        except KeyError:
+            raise TypeError(f"lajit does not take {t.dtype} tensors") from None
+        dev = key[3]
+        view.fill(0, key[0], key[1], code, bits, N.K_DL_CUDA if dev >= 0 else N.K_DL_CPU,
+                  max(dev, 0))
+        view.key = key
+    view.dl.data = t.data_ptr()
+    return view.ptr
+
+
+class _Scratch:
+    """Per-thread views and argument structs, reused by every call of that thread (a call is
+    not re-entered on one thread, and the C API reads them only during the call)."""
+
+    def __init__(self):
+        self.views = [N.View() for _ in range(14)]
+        self.fwd = N.FwdArgs()
+        self.bwd = N.BwdArgs()
+        self.dec = N.DecodeArgs()
+        # Fields the lean decode never changes (only decode_into uses self.dec).
+        self.dec.struct_size = N.ctypes.sizeof(N.DecodeArgs)
+        self.dec.step_states = None
+        self.dec.family = None
+        self.fwd_ptr = N.ctypes.addressof(self.fwd)
+        self.bwd_ptr = N.ctypes.addressof(self.bwd)
+        self.dec_ptr = N.ctypes.addressof(self.dec)
+
+
+def _scratch(lib):
+    s = getattr(lib.local, "scratch", None)
+    if s is None:
+        s = lib.local.scratch = _Scratch()
+    return s
+
+
+def _views(sc, *tensors):
+    return [fill(sc.views[i], t) if t is not None else None for i, t in enumerate(tensors)]
+
+
+def _bhnd(t, head_first):
+    """FLA's [B, N, H, D] as lajit's [B, H, N, D] view; packed or head-first as is."""
+    if t is None or head_first or t.dim() != 4:
+        return t
+    return t.transpose(1, 2)
+
+
+def _unit_last(t):
+    return t if t is None or t.stride(-1) == 1 or t.numel() <= 1 else t.contiguous()
+
+
+def _device_index(t):
+    d = t.get_device()
+    return d if d >= 0 else 0
+
+
+def _state_shape(nseq, H, D, E, state_vk):
+    return (nseq, H, E, D) if state_vk else (nseq, H, D, E)
+
+
+def _empty(like):
+    return torch.empty(0, dtype=torch.float32, device=like.device)
+
+
+def _fwd_shapes(q, v, head_first, cu_seqlens):
+    """(output shape, nseq, H, D, E) of a forward call."""
+    D, E = q.shape[-1], v.shape[-1]
+    if cu_seqlens is not None:
+        return tuple(v.shape), cu_seqlens.shape[0] - 1, q.shape[-2], D, E
+    H = q.shape[1] if head_first else q.shape[2]
+    return tuple(v.shape), q.shape[0], H, D, E
+
+
+# ---- Forward ---------------------------------------------------------------------------------
+
+@torch.library.custom_op("lajit::fwd", mutates_args=())
+def fwd(q: Tensor, k: Tensor, v: Tensor, s: Optional[Tensor], scale: float,
+        initial_state: Optional[Tensor], cu_seqlens: Optional[Tensor],
+        state_slots: Optional[Tensor], output_final_state: bool, head_first: bool,
+        state_vk: bool) -> Tuple[Tensor, Tensor]:
+    lib = N.library()
+    q, k, v = _unit_last(q), _unit_last(k), _unit_last(v)
+    oshape, nseq, H, D, E = _fwd_shapes(q, v, head_first, cu_seqlens)
+    o = torch.empty(oshape, dtype=v.dtype, device=v.device)
+    final = None
+    slots = state_slots
+    if output_final_state:
+        if cu_seqlens is not None and initial_state is not None and state_slots is not None:
+            final = initial_state.clone()  # a pool: slots not named keep their states
+        else:
+            final = torch.empty(_state_shape(nseq, H, D, E, state_vk), dtype=torch.float32,
+                                device=v.device)
+    if (cu_seqlens is not None and slots is None
+            and (initial_state is not None or final is not None)):
+        slots = torch.arange(nseq, dtype=torch.int32, device=v.device)
+    dev = _device_index(q)
+    sc = _scratch(lib)
+    a = sc.fwd
+    p = _views(sc, _bhnd(q, head_first), _bhnd(k, head_first), _bhnd(v, head_first),
+               _bhnd(o, head_first), s, initial_state, final, cu_seqlens, slots)
+    a.struct_size = N.ctypes.sizeof(N.FwdArgs)
+    a.q, a.k, a.v, a.o, a.s, a.initial_state, a.final_state, a.cu_seqlens, a.state_slots = p
+    a.scale = scale
+    a.flags = N.STATE_VK if state_vk else 0
+    a.family = None
+    a.stream = _stream(q.get_device())
+    ctx = lib.ctx(dev)
+    lib.check("lajit_attn_fwd", ctx, lib.fwd(ctx, sc.fwd_ptr))
+    return o, (final if final is not None else _empty(v))
+
+
+@fwd.register_fake
+def _(q, k, v, s, scale, initial_state, cu_seqlens, state_slots, output_final_state,
+      head_first, state_vk):
+    oshape, nseq, H, D, E = _fwd_shapes(q, v, head_first, cu_seqlens)
+    o = v.new_empty(oshape)
+    if not output_final_state:
+        return o, v.new_empty(0, dtype=torch.float32)
+    if cu_seqlens is not None and initial_state is not None and state_slots is not None:
+        return o, torch.empty_like(initial_state)
+    return o, v.new_empty(_state_shape(nseq, H, D, E, state_vk), dtype=torch.float32)
+
+
+# ---- Backward --------------------------------------------------------------------------------
+
+@torch.library.custom_op("lajit::bwd", mutates_args=())
+def bwd(q: Tensor, k: Tensor, v: Tensor, dout: Tensor, s: Optional[Tensor], scale: float,
+        initial_state: Optional[Tensor], d_final_state: Optional[Tensor],
+        cu_seqlens: Optional[Tensor], state_slots: Optional[Tensor], want_ds: bool,
+        want_d_initial: bool, head_first: bool, state_vk: bool
+        ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    lib = N.library()
+    q, k, v, dout = _unit_last(q), _unit_last(k), _unit_last(v), _unit_last(dout)
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    ds = torch.empty_like(s) if (want_ds and s is not None) else None
+    dh0 = None
+    if want_d_initial and initial_state is not None:
+        # Slots of -1 leave their rows unwritten: start from zeros there.
+        dh0 = (torch.zeros_like(initial_state) if state_slots is not None
+               else torch.empty_like(initial_state))
+    slots = state_slots
+    if (cu_seqlens is not None and slots is None
+            and (initial_state is not None or d_final_state is not None)):
+        slots = torch.arange(cu_seqlens.shape[0] - 1, dtype=torch.int32, device=q.device)
+    dev = _device_index(q)
+    sc = _scratch(lib)
+    a = sc.bwd
+    hf = head_first
+    p = _views(sc, _bhnd(q, hf), _bhnd(k, hf), _bhnd(v, hf), _bhnd(dout, hf), _bhnd(dq, hf),
+               _bhnd(dk, hf), _bhnd(dv, hf), s, ds, initial_state, dh0, d_final_state,
+               cu_seqlens, slots)
+    a.struct_size = N.ctypes.sizeof(N.BwdArgs)
+    (a.q, a.k, a.v, a.dout, a.dq, a.dk, a.dv, a.s, a.ds, a.initial_state, a.d_initial_state,
+     a.d_final_state, a.cu_seqlens, a.state_slots) = p
+    a.workspace = None
+    a.scale = scale
+    a.flags = N.STATE_VK if state_vk else 0
+    a.family = None
+    a.stream = _stream(q.get_device())
+    ctx = lib.ctx(dev)
+    lib.check("lajit_attn_bwd", ctx, lib.bwd(ctx, sc.bwd_ptr))
+    return (dq, dk, dv, ds if ds is not None else _empty(q),
+            dh0 if dh0 is not None else _empty(q))
+
+
+@bwd.register_fake
+def _(q, k, v, dout, s, scale, initial_state, d_final_state, cu_seqlens, state_slots, want_ds,
+      want_d_initial, head_first, state_vk):
+    ds = torch.empty_like(s) if (want_ds and s is not None) else q.new_empty(0, dtype=torch.float32)
+    dh0 = (torch.empty_like(initial_state) if (want_d_initial and initial_state is not None)
+           else q.new_empty(0, dtype=torch.float32))
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), ds, dh0
+
+
+def _fwd_setup(ctx, inputs, output):
+    (q, k, v, s, scale, initial_state, cu_seqlens, state_slots, output_final_state,
+     head_first, state_vk) = inputs
+    ctx.save_for_backward(q, k, v, s, initial_state, cu_seqlens, state_slots)
+    ctx.scale = scale
+    ctx.head_first = head_first
+    ctx.state_vk = state_vk
+    ctx.output_final_state = output_final_state
+
+
+def _fwd_backward(ctx, do, dfinal):
+    q, k, v, s, initial_state, cu_seqlens, state_slots = ctx.saved_tensors
+    want_ds = s is not None and ctx.needs_input_grad[3]
+    want_dh0 = initial_state is not None and ctx.needs_input_grad[5]
+    dht = dfinal if (ctx.output_final_state and dfinal is not None) else None
+    dq, dk, dv, ds, dh0 = bwd(q, k, v, do, s, ctx.scale, initial_state, dht, cu_seqlens,
+                              state_slots, want_ds, want_dh0, ctx.head_first, ctx.state_vk)
+    return (dq, dk, dv, ds if want_ds else None, None, dh0 if want_dh0 else None, None, None,
+            None, None, None)
+
+
+fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup)
+
+
+# ---- Serving: varlen prefill and decode on a state pool ---------------------------------------
+
+@torch.library.custom_op("lajit::prefill_", mutates_args=("state_pool",))
+def prefill_(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, state_pool: Tensor,
+             state_slots: Tensor, s: Optional[Tensor], scale: float, state_vk: bool) -> Tensor:
+    lib = N.library()
+    q, k, v = _unit_last(q), _unit_last(k), _unit_last(v)
+    o = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    sc = _scratch(lib)
+    a = sc.fwd
+    # The pool is both the initial and the final state (the C API allows the alias).
+    p = _views(sc, q, k, v, o, s, state_pool, cu_seqlens, state_slots)
+    a.struct_size = N.ctypes.sizeof(N.FwdArgs)
+    a.q, a.k, a.v, a.o, a.s, a.initial_state, a.cu_seqlens, a.state_slots = p
+    a.final_state = a.initial_state
+    a.scale = scale
+    a.flags = N.STATE_VK if state_vk else 0
+    a.family = None
+    a.stream = _stream(q.get_device())
+    ctx = lib.ctx(_device_index(q))
+    lib.check("lajit_attn_fwd", ctx, lib.fwd(ctx, sc.fwd_ptr))
+    return o
+
+
+@prefill_.register_fake
+def _(q, k, v, cu_seqlens, state_pool, state_slots, s, scale, state_vk):
+    return v.new_empty(v.shape)
+
+
+@torch.library.custom_op("lajit::decode_", mutates_args=("state_pool",))
+def decode_(q: Tensor, k: Tensor, v: Tensor, state_pool: Tensor, state_slots: Optional[Tensor],
+            s: Optional[Tensor], scale: float, state_vk: bool) -> Tensor:
+    o = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    decode_into(o, q, k, v, state_pool, state_slots, s, scale, state_vk)
+    return o
+
+
+@decode_.register_fake
+def _(q, k, v, state_pool, state_slots, s, scale, state_vk):
+    return v.new_empty(v.shape)
+
+
+def decode_into(o, q, k, v, state_pool, state_slots, s, scale, state_vk):
+    """The lean decode: one lajit_attn_decode call with the per-thread views refilled in place
+    (data pointers only, in steady state) and the raw current stream. No dispatcher."""
+    lib = N._library or N.library()
+    sc = getattr(lib.local, "scratch", None) or _scratch(lib)
+    vw = sc.views
+    a = sc.dec
+    a.q = fill(vw[0], q)
+    a.k = fill(vw[1], k)
+    a.v = fill(vw[2], v)
+    a.o = fill(vw[3], o)
+    a.s = fill(vw[4], s) if s is not None else None
+    a.state = fill(vw[5], state_pool)
+    a.state_slots = fill(vw[6], state_slots) if state_slots is not None else None
+    a.scale = scale
+    a.flags = 1 if state_vk else 0
+    dev = q.get_device()
+    a.stream = _raw_stream(dev) if dev >= 0 and _raw_stream is not None else None
+    table = getattr(lib.local, "ctx", None)
+    ctx = table.get(max(dev, 0)) if table else None
+    if ctx is None:
+        ctx = lib.ctx(max(dev, 0))
+    st = lib.decode(ctx, sc.dec_ptr)
+    if st:
+        N.raise_status("lajit_attn_decode", st, lib.errmsg(ctx))
+    return o
+
+
+class DecodeBinding:
+    """Decode on fixed buffers (a serving loop's persistent q/k/v/out, pool and slot buffers,
+    as CUDA-graph serving keeps anyway): the DLTensor views and the argument struct are built
+    once here, so a call costs the current-stream lookup and the C call. The buffers' contents
+    may change between calls; their shapes and addresses must not (bind again if they do)."""
+
+    def __init__(self, q, k, v, state_pool, state_slots=None, s=None, *, scale=1.0, out=None,
+                 state_vk=False):
+        self.lib = lib = N.library()
+        if out is None:
+            out = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+        self.out = out
+        self._keep = (q, k, v, out, state_pool, state_slots, s)
+        self._views = [N.View() for _ in range(7)]
+        a = self._args = N.DecodeArgs()
+        a.struct_size = N.ctypes.sizeof(N.DecodeArgs)
+        vw = self._views
+        a.q, a.k, a.v, a.o = fill(vw[0], q), fill(vw[1], k), fill(vw[2], v), fill(vw[3], out)
+        a.state = fill(vw[4], state_pool)
+        a.state_slots = fill(vw[5], state_slots) if state_slots is not None else None
+        a.s = fill(vw[6], s) if s is not None else None
+        a.step_states = None
+        a.scale = scale
+        a.flags = N.STATE_VK if state_vk else 0
+        a.family = None
+        self._argp = N.ctypes.addressof(a)
+        self._dev = q.get_device()
+        self._fn = lib.decode
+        self._ctx_table = None
+        self._ctx = None
+
+    def __call__(self):
+        dev = self._dev
+        self._args.stream = _raw_stream(dev) if dev >= 0 and _raw_stream is not None else None
+        # The context is per thread: re-resolve it when called from another thread.
+        table = getattr(self.lib.local, "ctx", None)
+        if table is not self._ctx_table or self._ctx is None:
+            self._ctx = self.lib.ctx(max(dev, 0))
+            self._ctx_table = self.lib.local.ctx
+        st = self._fn(self._ctx, self._argp)
+        if st:
+            N.raise_status("lajit_attn_decode", st, self.lib.errmsg(self._ctx))
+        return self.out

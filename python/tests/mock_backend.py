@@ -1,0 +1,172 @@
+"""mock_backend.py — a stand-in for liblajit's three op entry points, computing the reference
+recurrence in float64 on CPU tensors, so the package's Python side (layouts, varlen and pool
+plumbing, autograd wiring, return conventions) and the GPU test file itself can be exercised on
+a machine with no GPU. It replaces the ctypes function pointers of the loaded Library and reads
+the argument structs the package fills, mapping each DLTensor back to the tensor that filled it.
+
+Not a test of the kernels: the C library is not called. install() patches; nothing else does."""
+import threading
+
+import torch
+
+from lajit import _native, _torch
+
+_by_view = {}
+
+
+def _tensor(ptr):
+    return None if not ptr else _by_view[ptr]
+
+
+def _recur(q, k, v, s, scale, h0, vk):
+    """One sequence, [H, N, D] float64: (o [H, N, E], S_N [H, D, E])."""
+    H, N, D = q.shape
+    E = v.shape[-1]
+    lam = torch.exp(-s).view(H, 1, 1) if s is not None else q.new_ones(H, 1, 1)
+    S = q.new_zeros(H, D, E) if h0 is None else (h0.transpose(-1, -2) if vk else h0)
+    out = []
+    for t in range(N):
+        S = lam * S + k[:, t, :, None] * v[:, t, None, :]
+        out.append(scale * torch.einsum("hd,hde->he", q[:, t], S))
+    o = torch.stack(out, 1) if out else q.new_zeros(H, 0, E)
+    return o, (S.transpose(-1, -2) if vk else S)
+
+
+def _sequences(q, cu):
+    """[(batch or None, start, end)] and whether q is packed."""
+    if cu is None:
+        return [(b, None, None) for b in range(q.shape[0])]
+    c = cu.tolist()
+    return [(i, c[i], c[i + 1]) for i in range(len(c) - 1)]
+
+
+def _seq(t, b, a, e, packed):
+    """The [H, N, *] float64 slice of sequence b."""
+    if t is None:
+        return None
+    x = t[a:e].transpose(0, 1) if packed else t[b]
+    return x.double()
+
+
+def _put(dst, b, a, e, packed, val):
+    if packed:
+        dst[a:e].copy_(val.transpose(0, 1))
+    else:
+        dst[b].copy_(val)
+
+
+def _state_index(b, slots):
+    if slots is None:
+        return b
+    sl = int(slots[b])
+    return None if sl < 0 else sl
+
+
+def fwd(ctx, argp):
+    a = _native.FwdArgs.from_address(argp)
+    q, k, v, o = (_tensor(a.q), _tensor(a.k), _tensor(a.v), _tensor(a.o))
+    s, h0, hn = _tensor(a.s), _tensor(a.initial_state), _tensor(a.final_state)
+    cu, slots = _tensor(a.cu_seqlens), _tensor(a.state_slots)
+    packed = cu is not None
+    vk = bool(a.flags & _native.STATE_VK)
+    s64 = s.double() if s is not None else None
+    finals = []
+    for b, st, en in _sequences(q, cu):
+        i = _state_index(b, slots)
+        init = h0[i].double() if (h0 is not None and i is not None) else None
+        ob, Sb = _recur(_seq(q, b, st, en, packed), _seq(k, b, st, en, packed),
+                        _seq(v, b, st, en, packed), s64, a.scale, init, vk)
+        _put(o, b, st, en, packed, ob.to(o.dtype))
+        finals.append((i, Sb))
+    if hn is not None:  # written after every read: final_state may alias initial_state
+        for i, Sb in finals:
+            if i is not None:
+                hn[i].copy_(Sb)
+    return 0
+
+
+def bwd(ctx, argp):
+    # A custom op's kernel runs below the autograd dispatch key (thread-local state): the
+    # reference's own autograd runs on a fresh thread.
+    result = []
+
+    def work():
+        with torch.enable_grad():
+            result.append(_bwd(argp))
+    th = threading.Thread(target=work)
+    th.start()
+    th.join()
+    if not result:
+        raise RuntimeError("mock bwd failed (see the thread's traceback above)")
+    return result[0]
+
+
+def _bwd(argp):
+    a = _native.BwdArgs.from_address(argp)
+    q, k, v, do = (_tensor(a.q), _tensor(a.k), _tensor(a.v), _tensor(a.dout))
+    dq, dk, dv = _tensor(a.dq), _tensor(a.dk), _tensor(a.dv)
+    s, ds = _tensor(a.s), _tensor(a.ds)
+    h0, dh0, dhn = (_tensor(a.initial_state), _tensor(a.d_initial_state),
+                    _tensor(a.d_final_state))
+    cu, slots = _tensor(a.cu_seqlens), _tensor(a.state_slots)
+    packed = cu is not None
+    vk = bool(a.flags & _native.STATE_VK)
+    s64 = s.double().requires_grad_() if s is not None else None
+    for b, st, en in _sequences(q, cu):
+        i = _state_index(b, slots)
+        xs = [_seq(t, b, st, en, packed).requires_grad_() for t in (q, k, v)]
+        init = (h0[i].double().requires_grad_() if (h0 is not None and i is not None) else None)
+        ob, Sb = _recur(*xs, s64, a.scale, init, vk)
+        loss = (ob * _seq(do, b, st, en, packed)).sum()
+        if dhn is not None and i is not None:
+            loss = loss + (Sb * dhn[i].double()).sum()
+        wrt = xs + ([init] if init is not None else [])
+        grads = torch.autograd.grad(loss, wrt, retain_graph=s64 is not None, allow_unused=True)
+        for dst, g in zip((dq, dk, dv), grads[:3]):
+            _put(dst, b, st, en, packed, g.to(dst.dtype))
+        if init is not None and dh0 is not None:
+            dh0[i].copy_(grads[3])
+        if s64 is not None:
+            (g_s,) = torch.autograd.grad(loss, [s64], allow_unused=True)
+            if g_s is not None and ds is not None:
+                ds.add_(g_s.float()) if b != 0 else ds.copy_(g_s.float())
+    return 0
+
+
+def decode(ctx, argp):
+    a = _native.DecodeArgs.from_address(argp)
+    q, k, v, o = (_tensor(a.q), _tensor(a.k), _tensor(a.v), _tensor(a.o))
+    s, pool, slots = _tensor(a.s), _tensor(a.state), _tensor(a.state_slots)
+    vk = bool(a.flags & _native.STATE_VK)
+    steps = q.dim() == 4
+    for b in range(q.shape[0]):
+        i = _state_index(b, slots)
+        if i is None:
+            continue
+        qb, kb, vb = (x[b].double() for x in (q, k, v))
+        if not steps:
+            qb, kb, vb = qb[:, None], kb[:, None], vb[:, None]
+        else:
+            qb, kb, vb = qb.transpose(0, 1), kb.transpose(0, 1), vb.transpose(0, 1)
+        ob, Sb = _recur(qb, kb, vb, s.double() if s is not None else None, a.scale,
+                        pool[i].double(), vk)
+        o[b].copy_((ob.transpose(0, 1) if steps else ob[:, 0]).to(o.dtype))
+        pool[i].copy_(Sb)
+    return 0
+
+
+def install():
+    """Routes the package's C calls to the reference above (CPU tensors only)."""
+    real_fill = _torch.fill
+
+    def fill(view, t):
+        ptr = real_fill(view, t)
+        _by_view[ptr] = t
+        return ptr
+
+    _torch.fill = fill
+    lib = _native.library()
+    lib.fwd = fwd
+    lib.bwd = bwd
+    lib.decode = decode
+    return lib
