@@ -290,8 +290,16 @@ static int to_row(sqlite3_stmt *s, import_row *r, char *why, size_t wcap)
     if ((r->has_failure = get_string(s, F_FAILURE, 1, r->failure, sizeof r->failure, why,
                                      wcap)) < 0)
         return 0;
-    if (!r->has_ms && !r->has_failure) {
-        snprintf(why, wcap, "a measurement needs \"ms\" or \"failure\"");
+    /* Exactly one result, as lj_tunedb_record stores it: a time, or a failure that says what
+     * failed. An empty failure with no time would be stored as neither and exported as a line
+     * this importer refuses; with a time it would drop the time. */
+    if (r->has_failure && !r->failure[0]) {
+        snprintf(why, wcap, "\"failure\" is empty (a failed measurement says what failed)");
+        return 0;
+    }
+    if (r->has_ms == r->has_failure) {
+        snprintf(why, wcap, "a measurement needs either \"ms\" or \"failure\"%s",
+                 r->has_ms ? ", not both" : "");
         return 0;
     }
     return 1;
@@ -346,7 +354,7 @@ static int import_one(lj_tunedb *t, const import_row *r)
             return 0;
         lj_tdb_bind_bucket(s, dev, &r->id);
         sqlite3_bind_text(s, 5, r->config, -1, SQLITE_STATIC);
-        if (r->has_ms && !r->has_failure)
+        if (r->has_ms)
             sqlite3_bind_double(s, 6, r->ms);
         if (r->has_failure)
             sqlite3_bind_text(s, 7, r->failure, -1, SQLITE_STATIC);

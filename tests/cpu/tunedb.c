@@ -833,3 +833,57 @@ LJ_TEST(import_refuses_hostile_values)
     ASSERT_EQ(rows, 1);
     lj_tunedb_close(db);
 }
+
+/* A measurement holds exactly one result: a time (finite, >= 0) or a non-empty failure text.
+ * The importer once took `"failure":""` with no time, stored NULL/NULL and exported it as
+ * `"ms":null,"failure":null`, which it then refused: `lajit db export` wrote a file `lajit db
+ * import` rejects (tests/fuzz: measurement_without_result). Both at once lost the time. */
+LJ_TEST(import_measurement_needs_one_result)
+{
+    env_setup();
+    lj_tunedb *db;
+    ASSERT_OK(lj_tunedb_open(&env, dir(), &db));
+    char file[1024];
+    snprintf(file, sizeof file, "%s/results.jsonl", lj_test_tmpdir());
+#define ROW(fields)                                                                           \
+    "{\"kind\":\"measurement\",\"device\":\"NVIDIA H200\",\"cc\":90,\"sms\":132,"            \
+    "\"driver\":13000,\"nvrtc\":12080,\"family\":\"la_fwd\",\"template_hash\":"              \
+    "\"0123456789abcdef\",\"bucket\":\"b\",\"config\":\"BLOCK=64\"," fields "}\n"
+    const char *bad[] = {
+        ROW("\"failure\":\"\""),
+        ROW("\"ms\":null,\"failure\":\"\""),
+        ROW("\"ms\":1.5,\"failure\":\"\""),
+        ROW("\"ms\":1.5,\"failure\":\"CUDA_ERROR_ILLEGAL_ADDRESS\""),
+        ROW("\"ms\":null,\"failure\":null"),
+        ROW("\"at\":100"),
+    };
+    const char *good[] = {
+        ROW("\"ms\":1.5"),
+        ROW("\"ms\":0,\"failure\":null"),
+        ROW("\"failure\":\"CUDA_ERROR_ILLEGAL_ADDRESS\""),
+        ROW("\"ms\":null,\"failure\":\"too many registers\""),
+    };
+#undef ROW
+    lj_fingerprint local = make_id("NVIDIA H200", 90, "").fp;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_file(file, bad[i], strlen(bad[i]));
+        int rows = -1;
+        lajit_status st = lj_tunedb_import(db, file, &local, 1, &rows);
+        if (st != LAJIT_ERR_INVALID_ARGUMENT)
+            lj_test_fail(__FILE__, __LINE__, "line accepted (%s): %s", lajit_status_string(st),
+                         bad[i]);
+        ASSERT_CONTAINS(env.errmsg, "results.jsonl:1:");
+    }
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        write_file(file, good[i], strlen(good[i]));
+        int rows = -1;
+        ASSERT_OK(lj_tunedb_import(db, file, &local, 1, &rows));
+        ASSERT_EQ(rows, 1);
+        /* What was accepted exports to a file that imports again. */
+        char out[1024];
+        snprintf(out, sizeof out, "%s/export.jsonl", lj_test_tmpdir());
+        ASSERT_OK(lj_tunedb_export(db, out, &rows));
+        ASSERT_OK(lj_tunedb_import(db, out, &local, 1, &rows));
+    }
+    lj_tunedb_close(db);
+}

@@ -1,7 +1,13 @@
 /* fuzz_bundle.c — the bundle reader (autotune/bundle.h) on hostile files: the input is written
  * as a bundle file, opened, and asked every question a context asks (counts, the configuration
  * of a bucket, images by key, the PTX fallback). Any status is fine; a crash, a hang, a leak or
- * an image handed out whose bytes cannot be read is not. Seeds: corpus/bundle (make_seeds.c). */
+ * an image handed out whose bytes cannot be read is not. Seeds: corpus/bundle (make_seeds.c).
+ *
+ * With LAJIT_FUZZ_EXPECT_KERNELS=n in the environment (CTest's fuzz.bundle.valid_* cases) the
+ * input must also open, count n kernels and serve each of them by key with the configuration of
+ * its bucket: so a format change cannot quietly turn the valid seeds into files the reader
+ * refuses, which would pass the plain replay as well. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "bundle.h"
@@ -16,10 +22,14 @@ static void touch(const void *image, size_t size)
     (void)lj_hash64(image, size);
 }
 
-static void ask(lj_bundle *b)
+/* Asks everything; returns the kernels counted, the images served by the seed key and the
+ * bucket configurations found. */
+static void ask(lj_bundle *b, int *counted, int *served, int *configs)
 {
-    int cubins, ptxs, found;
+    int cubins = 0, ptxs = 0, found;
+    *served = *configs = 0;
     lj_bundle_count(b, &cubins, &ptxs);
+    *counted = cubins + ptxs;
     lj_key key = {SEED_KEY_HI, SEED_KEY_LO}, other = {1, 2};
     static const struct {
         const char *arch;
@@ -29,8 +39,10 @@ static void ask(lj_bundle *b)
         const void *image = NULL;
         size_t size = 0;
         if (lj_bundle_find(b, key, finds[i].arch, finds[i].ptx, &image, &size, &found) ==
-                LAJIT_OK && found)
+                LAJIT_OK && found) {
             touch(image, size);
+            ++*served;
+        }
     }
     const void *image;
     size_t size;
@@ -39,8 +51,11 @@ static void ask(lj_bundle *b)
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
         char config[256];
         if (lj_bundle_config(b, SEED_FAMILY, SEED_BUCKET, archs[i], config, sizeof config,
-                             &found) == LAJIT_OK && found && !memchr(config, 0, sizeof config))
-            lj_fuzz_fail("configuration not terminated");
+                             &found) == LAJIT_OK && found) {
+            if (!memchr(config, 0, sizeof config))
+                lj_fuzz_fail("configuration not terminated");
+            *configs += strcmp(config, SEED_CONFIG) == 0;
+        }
     }
     static const int ccs[] = {70, 86, 90, 120};
     for (size_t i = 0; i < sizeof ccs / sizeof ccs[0]; i++) {
@@ -61,10 +76,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     lj_env env;
     lj_fuzz_heap heap;
     lj_fuzz_env(&env, &heap, 64u << 20);
+    const char *expect = getenv("LAJIT_FUZZ_EXPECT_KERNELS");
     lj_bundle *b = NULL;
     if (lj_bundle_open(&env, path, &b) == LAJIT_OK) {
-        ask(b);
+        int counted, served, configs;
+        ask(b, &counted, &served, &configs);
         lj_bundle_close(b);
+        int n = expect ? atoi(expect) : -1;
+        if (expect && (counted != n || served != n || (n > 0 && configs == 0)))
+            lj_fuzz_fail("a valid seed holds %d kernels, serves %d by key and %d bucket "
+                         "configurations; expected %d (rerun make_seeds?)", counted, served,
+                         configs, n);
+    } else if (expect) {
+        lj_fuzz_fail("a valid seed does not open (rerun make_seeds?): %s", env.errmsg);
     }
     if (heap.held)
         lj_fuzz_fail("%zu bytes still held after the bundle was closed", heap.held);

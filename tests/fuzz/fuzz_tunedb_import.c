@@ -3,65 +3,12 @@
  * device, and the database is listed (lj_tunedb_show). What an import accepts must survive a
  * round trip: its export imports into another fresh database and exports to the same bytes.
  * Seeds: corpus/tunedb_import (a real export from make_seeds.c plus hand-written near misses). */
-#include <ctype.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fuzz.h"
 #include "tunedb.h"
-
-/* PENDING — known bugs of the importer at 58bc063 (issue 22, item 3; README.md lists their
- * reproducers in crashes/tunedb_import), being fixed in the importer's rewrite. Until it lands,
- * inputs that reach them are skipped, so that `make fuzz` stays green on main and keeps looking
- * for new bugs; LAJIT_FUZZ_PENDING=0 in the environment turns the skipping off (to reproduce
- * them). Whoever lands the fix deletes this block and its two uses, and moves the reproducers
- * into the corpus. */
-static int skip_pending(void)
-{
-    const char *v = getenv("LAJIT_FUZZ_PENDING");
-    return !v || strcmp(v, "0") != 0;
-}
-
-/* A number the importer converts to int or accepts without a range check (cc_1e300, ms_1e999):
- * any numeric token of magnitude beyond 2^31 or not finite. A line long enough to fill the
- * importer's 4,096-byte buffer that holds a \u escape (u_escape_at_line_end). */
-static int pending_input(const uint8_t *data, size_t size)
-{
-    char num[64];
-    size_t line = 0;
-    int escape = 0;
-    for (size_t i = 0; i < size; i++) {
-        if (data[i] == '\n') {
-            line = 0;
-            escape = 0;
-            continue;
-        }
-        escape |= data[i] == 'u' && i > 0 && data[i - 1] == '\\';
-        if (++line >= 4000 && escape)
-            return 1;
-        if (!isdigit(data[i]) || (i > 0 && (isalnum(data[i - 1]) || data[i - 1] == '_')))
-            continue;
-        size_t n = 0;
-        while (i + n < size && n < sizeof num - 1 && strchr("0123456789+-.eE", data[i + n]))
-            n++;
-        memcpy(num, data + i, n);
-        num[n] = 0;
-        double v = strtod(num, NULL);
-        if (!isfinite(v) || fabs(v) > 2147483647.0)
-            return 1;
-    }
-    return 0;
-}
-
-/* An export the importer refuses because it accepted a measurement with neither a time nor a
- * failure (measurement_without_result), or an infinite time (ms_1e999). */
-static int pending_export(const char *text)
-{
-    return strstr(text, "\"ms\":null,\"failure\":null") || strstr(text, ":inf") ||
-           strstr(text, ":-inf") || strstr(text, ":nan") || strstr(text, ":-nan");
-}
 
 static void check_text(const char *s, size_t cap, const char *what)
 {
@@ -124,10 +71,6 @@ static void round_trip(lj_env *env, lj_tunedb *db)
         lj_fuzz_fail("cannot export what was imported: %s", env->errmsg);
     size_t n1, n2;
     char *a = read_all(first, &n1);
-    if (skip_pending() && pending_export(a)) {
-        free(a);
-        return;
-    }
     lj_tunedb *other = open_db(env, "other");
     if (lj_tunedb_import(other, first, NULL, 1, &again) != LAJIT_OK)
         lj_fuzz_fail("an export of imported rows does not import: %s", env->errmsg);
@@ -144,8 +87,6 @@ static void round_trip(lj_env *env, lj_tunedb *db)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (skip_pending() && pending_input(data, size))
-        return 0;
     lj_env env;
     lj_fuzz_heap heap;
     lj_fuzz_env(&env, &heap, 64u << 20);
