@@ -27,7 +27,9 @@ run_one() {
     "$san" --tool "$tool" --error-exitcode 86 --print-limit 20 \
         "$build/tests/test_gpu_$area" "$name" >"$log" 2>&1
     rc=$?
-    errs=$(grep -Eo 'ERROR SUMMARY: [0-9]+ error' "$log" | tail -1 | grep -Eo '[0-9]+' || echo "?")
+    # memcheck and initcheck end with "ERROR SUMMARY: N errors", racecheck with
+    # "RACECHECK SUMMARY: H hazards displayed (N errors, W warnings)".
+    errs=$(grep -Eo '(ERROR SUMMARY: [0-9]+ error|\([0-9]+ errors)' "$log" | tail -1 | grep -Eo '[0-9]+' || echo "?")
     case $rc in
         0) verdict=ok ;;
         77) verdict=skipped ;;
