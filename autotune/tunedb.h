@@ -25,7 +25,7 @@
  * read-only one without a database, makes the database unavailable (LAJIT_ERR_DATABASE;
  * callers fall back to the families' defaults), never a crash.
  *
- * Every SQLite call goes through autotune/sql.h, so a test can fail any of them
+ * Every SQLite call goes through core/sql.h, so a test can fail any of them
  * (LJ_FAULT_SQLITE); each failure becomes LAJIT_ERR_DATABASE with a message, and the file
  * stays usable.
  *

@@ -1,9 +1,10 @@
 /* core.h — what every stage of lajit's data path shares: the allocator, the error sink, the
  * log, a growable text buffer and fault injection.
  *
- * Each stage (generator/, runtime/, autotune/) receives an lj_env from its caller instead of a
- * context, so the stages stay independent of one another and testable alone. A context owns
- * exactly one lj_env. Nothing here is global: two contexts never share an lj_env. */
+ * Each stage (generator/, device/, autotune/, runtime/) receives an lj_env from its caller
+ * instead of a context, so the stages stay independent of one another and testable alone. A
+ * context owns exactly one lj_env. Nothing here is global: two contexts never share an lj_env.
+ * The stages are the build's layers (CMakeLists.txt): each includes only the ones beneath it. */
 #ifndef LAJIT_CORE_H
 #define LAJIT_CORE_H
 

@@ -1,16 +1,16 @@
 /* plan_build.c — the slow path of every op and the plan table's one door: which family serves
  * a problem (the named one, or the op's defaults in order), which configuration it runs (the
- * default, a bundle's or the tuning database's, each checked by the family's valid()), where its
- * kernel comes from (memory, disk cache, bundle, NVRTC: build_kernel, in that order), and the
- * module load that makes a plan. lj_op_launch is the hot path's entry: a plan-table probe and one
- * cuLaunchKernel once the bucket has its plan (see ops.c for the argument checks before it). */
+ * default, a bundle's or the tuning database's, each checked by the family's valid()), its
+ * kernel from the first cache level that has it (memory, disk cache, bundle, NVRTC, in that
+ * order: lj_kernel_fetch, generator/levels.h), and the module load that makes a plan.
+ * lj_op_launch is the hot path's entry: a plan-table probe and one cuLaunchKernel once the
+ * bucket has its plan (see ops.c for the argument checks before it). */
 #include <stdio.h>
 #include <string.h>
 
 #include "config.h"
 #include "context.h"
-#include "kernel.h"
-#include "nvrtc.h"
+#include "levels.h"
 #include "plan_build.h"
 #include "problem.h"
 #include "search.h"
@@ -163,99 +163,6 @@ static void bundle_config(lajit_ctx *ctx, lj_family *f, const lj_device *dev, co
     *from_bundle = 1;
 }
 
-/* ---- The kernel: one function decides which cache level serves it ------------------------- */
-
-/* The image of (f, cfg, p) for this device from the first level that has it, in DESIGN.md's
- * order: the context's memory cache, its disk cache (one lj_cache_get), the bundle, NVRTC (whose
- * image is then stored in the cache). The template is expanded once, here. Without NVRTC there
- * is no cache key (it includes the compiler's version), so the bundle is the only level: its
- * cubin for this arch, else the PTX of an older plain arch for the driver to compile. *image is
- * borrowed from the cache or the bundle; *source names the level for the plan's log line. */
-static lajit_status build_kernel(lajit_ctx *ctx, lj_family *f, lj_lua *L, lj_cache *cache,
-                                 const lj_device *dev, const lj_problem *p, const lj_config *cfg,
-                                 const void **image, const char **source)
-{
-    lj_env *env = &ctx->env;
-    lj_kernel_job job;
-    lajit_status st = lj_kernel_prepare_ex(L, f, cfg, p, &dev->info, 0, 0, &job);
-    if (st != LAJIT_OK)
-        return st;
-    const int have_nvrtc = job.nvrtc_major >= 0;
-    int found = 0;
-    size_t size;
-    char cfgtext[256];
-    lj_config_format(cfg, cfgtext, sizeof cfgtext);
-    *image = NULL;
-    if (have_nvrtc) {
-        lj_cache_entry e;
-        if ((st = lj_cache_get(cache, job.key, 0, &e, &found)) != LAJIT_OK)
-            goto done;
-        if (found) {
-            *image = e.image;
-            *source = e.from_disk ? "disk cache" : "memory";
-            goto done;
-        }
-    }
-    if (ctx->bundle) {
-        st = lj_bundle_find(ctx->bundle, job.source_key, dev->info.arch, 0, image, &size, &found);
-        if (st != LAJIT_OK || found) {
-            *source = "bundle";
-            goto done;
-        }
-        *image = NULL;
-        if (have_nvrtc) {
-            lj_log(env, LAJIT_LOG_INFO, "bundle %s has no %s kernel of %s [%s]: compiling with NVRTC",
-                   lj_bundle_path(ctx->bundle), dev->info.arch, lj_family_name(f), cfgtext);
-        } else {
-            char bucket[256], arch[16];
-            if ((st = lj_family_key(f, p, bucket, sizeof bucket)) != LAJIT_OK)
-                goto done;
-            st = lj_bundle_find_ptx(ctx->bundle, lj_family_name(f), bucket, cfgtext, dev->info.cc,
-                                    image, &size, arch, &found);
-            if (st != LAJIT_OK)
-                goto done;
-            if (found) {
-                lj_log(env, LAJIT_LOG_WARN,
-                       "bundle %s has no %s kernel of %s [%s] and NVRTC is not available: loading "
-                       "its %s PTX (the driver compiles it)",
-                       lj_bundle_path(ctx->bundle), dev->info.arch, lj_family_name(f), cfgtext, arch);
-                *source = "bundle PTX";
-                goto done;
-            }
-            int major, minor;
-            st = lj_nvrtc_version(env, &major, &minor);
-            lj_error_prefix(env, "bundle %s has no %s kernel of %s [%s] for %s, and no PTX to fall back on",
-                            lj_bundle_path(ctx->bundle), dev->info.arch, lj_family_name(f), cfgtext,
-                            bucket);
-            st = st != LAJIT_OK ? st : LAJIT_ERR_INTERNAL;
-            goto done;
-        }
-    }
-    if (!have_nvrtc) {
-        int major, minor; /* the compiler's own message, recorded again */
-        st = lj_nvrtc_version(env, &major, &minor);
-        st = st != LAJIT_OK ? st : lj_error(env, LAJIT_ERR_INTERNAL, "NVRTC came back during a build");
-        goto done;
-    }
-    lj_compiled c;
-    if ((st = lj_kernel_compile(env, &job, &c)) != LAJIT_OK) {
-        lj_error_prefix(env, "%s [%s] for %s", lj_family_name(f), cfgtext, dev->info.arch);
-        goto done;
-    }
-    st = lj_cache_put(cache, job.key, 0, &c);
-    lj_compiled_free(env, &c);
-    lj_cache_entry e;
-    if (st == LAJIT_OK && (st = lj_cache_get(cache, job.key, 0, &e, &found)) == LAJIT_OK) {
-        if (!found)
-            st = lj_error(env, LAJIT_ERR_INTERNAL, "a kernel just stored is not in the cache");
-        *image = e.image;
-        *source = "compiled";
-    }
-done:
-    lj_kernel_job_free(L, &job);
-    return st;
-}
-
 static lajit_status build_plan(lajit_ctx *ctx, const char *requested, const lj_problem *p,
                                const lj_plan **out)
 {
@@ -321,7 +228,9 @@ static lajit_status build_plan(lajit_ctx *ctx, const char *requested, const lj_p
         return st;
     const void *image = NULL;
     const char *source = NULL;
-    if ((st = build_kernel(ctx, f, L, cache, dev, p, &plan.config, &image, &source)) != LAJIT_OK)
+    st = lj_kernel_fetch(env, L, f, cache, ctx->bundle, &dev->info, p, &plan.config, &image,
+                         &source);
+    if (st != LAJIT_OK)
         return st;
     if ((st = lj_device_make_current(env, dev)) != LAJIT_OK)
         return st;

@@ -1,4 +1,4 @@
-/* bundle.c — offline kernel sets (autotune/bundle.h): the file round trip, checksums that keep a
+/* bundle.c — offline kernel sets (generator/bundle.h): the file round trip, checksums that keep a
  * damaged kernel from being launched, damaged or foreign files refused when a context opens
  * them, and the point of it all — a context with a bundle builds its plan and launches (through
  * the fake driver) with NVRTC made unloadable, while the same call without the bundle fails for

@@ -1,5 +1,5 @@
 /* dbfault.c — fault injection over the tuning database and bundles (autotune/tunedb.h,
- * autotune/bundle.h): every SQLite call (LJ_FAULT_SQLITE) and every host allocation
+ * generator/bundle.h): every SQLite call (LJ_FAULT_SQLITE) and every host allocation
  * (LJ_FAULT_ALLOC) that a whole working session makes is failed in turn, one per run. Each run
  * must end in a clear status with a message (or succeed, where the failure is harmless), leak
  * nothing (the sanitizer build checks at exit), and leave the files usable: the database opens

@@ -1,4 +1,4 @@
-/* gpu.h — helpers for gpu tests: the real driver through runtime/driver.h, device memory that
+/* gpu.h — helpers for gpu tests: the real driver through device/driver.h, device memory that
  * fails the test on any error, DLTensor views of device buffers, and host conversions between
  * float and the 16-bit storage types.
  *

@@ -19,7 +19,7 @@
  * so a row copied under another key or arch is refused like a damaged one.
  *
  * A bundle is read-only once written. A handle is used by one thread at a time. Every SQLite
- * call goes through autotune/sql.h (fault injection: LJ_FAULT_SQLITE). */
+ * call goes through core/sql.h (fault injection: LJ_FAULT_SQLITE). */
 #ifndef LAJIT_BUNDLE_H
 #define LAJIT_BUNDLE_H
 
