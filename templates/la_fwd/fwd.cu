@@ -26,6 +26,7 @@
 // λ^{L−1} where a forward uses λ^{i+1} and λ^L), and the final state written is σλ·state = dS_0.
 #include "common/la_params.h"
 #include "common/types.cuh"
+#include "common/seq.cuh"
 #include "common/mma.cuh"
 
 using T = ${ELEM};
@@ -51,28 +52,18 @@ constexpr int LDQ = D + VE;                  // padded rows: conflict-free ldmat
 constexpr int LDV = TILE_V + VE;
 constexpr int LDS = TILE_V + VE;
 
+// The warp geometry and shared memory size come from the spec (common/scan.lua computes them
+// once: geometry(), smem()); the kernel derives the rest and checks that its layout fits them.
+constexpr unsigned SMEM = ${SMEM};  // dynamic shared memory the launch provides, bytes
 // Output work split.
 constexpr int RT = BLOCK / 16;                       // 16-row tiles per chunk
-constexpr int OM = WARPS < RT ? WARPS : RT;          // warp rows
+constexpr int OM = ${OM};                            // warp rows
 constexpr int ON = WARPS / OM;                       // warp columns
 constexpr int ORT = RT / OM;                         // row tiles per warp
 constexpr int ONT = TILE_V / 8 / ON;                 // n8 output tiles per warp
-// State work split.
-// Each k-step a warp loads one A fragment (16 rows of Kᵀ) per m-tile and one B fragment per
-// pair of n-tiles; SN is chosen to minimise these shared-memory loads (ties: larger SN, fewer
-// decay weightings of B).
-constexpr int sn_cost(int sn)
-{
-    return (D / 16 + WARPS / sn - 1) / (WARPS / sn) + (TILE_V / 8 / sn + 1) / 2;
-}
-constexpr int pick_sn()
-{
-    int best = 1;
-    for (int sn = 2; sn <= WARPS && sn <= TILE_V / 8; sn *= 2)
-        if (sn_cost(sn) <= sn_cost(best)) best = sn;
-    return best;
-}
-constexpr int SN = pick_sn();
+// State work split: SN warp columns by SMW warp rows (the spec picks SN to minimise the
+// fragment loads of a k-step: one A fragment of Kᵀ per m-tile, one B per pair of n-tiles).
+constexpr int SN = ${SN};
 constexpr int SMW = WARPS / SN;
 constexpr int SNT = TILE_V / 8 / SN;
 constexpr int DT = D / 16;
@@ -81,11 +72,15 @@ constexpr int SMT = (DT + SMW - 1) / SMW;
 static_assert(D % 16 == 0 && E % 16 == 0 && TILE_V % 16 == 0 && E % TILE_V == 0, "shape");
 static_assert(BLOCK % 16 == 0 && RT % OM == 0 && WARPS % OM == 0, "output split");
 static_assert((TILE_V / 8) % ON == 0 && ONT >= 1, "output columns");
-static_assert(WARPS % SN == 0 && (TILE_V / 8) % SN == 0, "state split");
+static_assert(OM >= 1 && OM <= RT, "output split: OM warp rows of 16-row tiles");
+static_assert(SN >= 1 && WARPS % SN == 0 && (TILE_V / 8) % SN == 0, "state split");
 static_assert(STAGES >= 2, "ring");
 
 constexpr int SQ_ELEMS = BLOCK * LDQ;
 constexpr int SV_ELEMS = BLOCK * LDV;
+// The layout of the kernel's dynamic shared memory (below) fits what the launch provides.
+static_assert((STAGES * (2 * SQ_ELEMS + SV_ELEMS) + D * LDS) * sizeof(T) + (BLOCK + 1) * sizeof(float) <= SMEM,
+              "shared memory: Q, K, V ring + state copy + λ^k table exceed the spec's SMEM");
 
 // Issues the cp.async copies of one sequence tensor's chunk (BLOCK x W elements starting at
 // src, row stride rs in elements) into a shared tile with row stride LD; rows at or past `valid`
@@ -182,26 +177,13 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
     const int e0 = blockIdx.x * TILE_V, h = blockIdx.y, b = blockIdx.z;
 
     // Sequence extent and the per-(b, h) bases of q, k, v, o.
-    int n, slot;
-    long long tok0 = 0;
-    if constexpr (VARLEN) {
-        const int *cu = reinterpret_cast<const int *>(p.cu_seqlens);
-        tok0 = cu[b];
-        n = cu[b + 1] - cu[b];
-        slot = p.slots ? reinterpret_cast<const int *>(p.slots)[b] : b;
-    } else {
-        n = p.N;
-        slot = b;
-    }
-    const long long bq = VARLEN ? 0 : (long long)b;
-    // Walking backwards is walking forwards over a view that starts at the last token with
-    // negated token strides.
-    if constexpr (REVERSE) tok0 += n > 0 ? n - 1 : 0;
+    const lj_seq seq = lj_seq_of<VARLEN, REVERSE>(p.cu_seqlens, p.slots, p.N, b);
+    const int n = seq.n, slot = seq.slot;
     const long long dir = REVERSE ? -1 : 1;
-    const T *q = reinterpret_cast<const T *>(p.q.ptr) + bq * p.q.s0 + h * p.q.s1 + tok0 * p.q.s2;
-    const T *k = reinterpret_cast<const T *>(p.k.ptr) + bq * p.k.s0 + h * p.k.s1 + tok0 * p.k.s2;
-    const T *v = reinterpret_cast<const T *>(p.v.ptr) + bq * p.v.s0 + h * p.v.s1 + tok0 * p.v.s2 + e0;
-    T *o = reinterpret_cast<T *>(p.o.ptr) + bq * p.o.s0 + h * p.o.s1 + tok0 * p.o.s2 + e0;
+    const T *q = reinterpret_cast<const T *>(p.q.ptr) + seq.bq * p.q.s0 + h * p.q.s1 + seq.tok0 * p.q.s2;
+    const T *k = reinterpret_cast<const T *>(p.k.ptr) + seq.bq * p.k.s0 + h * p.k.s1 + seq.tok0 * p.k.s2;
+    const T *v = reinterpret_cast<const T *>(p.v.ptr) + seq.bq * p.v.s0 + h * p.v.s1 + seq.tok0 * p.v.s2 + e0;
+    T *o = reinterpret_cast<T *>(p.o.ptr) + seq.bq * p.o.s0 + h * p.o.s1 + seq.tok0 * p.o.s2 + e0;
     const long long qs = dir * p.q.s2, ks = dir * p.k.s2, vs = dir * p.v.s2, os = dir * p.o.s2;
     const int nchunks = (n + BLOCK - 1) / BLOCK;
 

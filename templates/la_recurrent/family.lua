@@ -2,12 +2,19 @@
 -- The oracle of the fast families and the first family of the data path: simple, fp32
 -- throughout, any D, E multiple of 16 up to 256, every dtype, layout and state option.
 
-local ELEM = { f32 = "float", f16 = "lj_f16", bf16 = "lj_bf16" }
+local spec = import("common/spec.lua")
+local ELEM = spec.ELEM
 
 local function split(cfg, problem)
     local threads = cfg.WARPS * 32
     local rows = threads // cfg.TILE_V -- row groups
     return threads, rows
+end
+
+-- Static shared memory of recurrent.cu: q, k and the v tile of one token, and the partial sums.
+local function smem(cfg, problem)
+    local _, rows = split(cfg, problem)
+    return 4 * (2 * problem.D + cfg.TILE_V + rows * cfg.TILE_V)
 end
 
 return {
@@ -29,14 +36,11 @@ return {
     },
 
     valid = function(cfg, problem, device)
-        if ELEM[problem.dtype] == nil then return false, "dtype must be f32, f16 or bf16" end
-        local D, E = problem.D, problem.E
-        if D % 16 ~= 0 or E % 16 ~= 0 or D < 16 or E < 16 or D > 256 or E > 256 then
-            return false, "D and E must be multiples of 16 from 16 to 256"
-        end
-        if cfg.TILE_V > E or E % cfg.TILE_V ~= 0 then
-            return false, string.format("TILE_V=%d does not divide E=%d", cfg.TILE_V, E)
-        end
+        local ok, why = spec.check_dtype(problem)
+        if ok then ok, why = spec.check_dims(problem) end
+        if ok then ok, why = spec.check_tile(cfg.TILE_V, problem.E) end
+        if not ok then return false, why end
+        local D = problem.D
         local threads, rows = split(cfg, problem)
         if threads < cfg.TILE_V or threads % cfg.TILE_V ~= 0 then
             return false, string.format("%d threads cannot cover %d columns", threads, cfg.TILE_V)
@@ -50,9 +54,9 @@ return {
         if D // rows < 2 then
             return false, string.format("%d row groups for D=%d leave threads idle", rows, D)
         end
-        local smem = 4 * (2 * D + cfg.TILE_V + rows * cfg.TILE_V)
-        if smem > 48 * 1024 then
-            return false, string.format("%d bytes of static shared memory (limit 48 KiB)", smem)
+        local bytes = smem(cfg, problem)
+        if bytes > 48 * 1024 then
+            return false, string.format("%d bytes of static shared memory (limit 48 KiB)", bytes)
         end
         return true
     end,
@@ -86,7 +90,17 @@ return {
         }
     end,
 
+    -- What a compile may use (the compile sweep checks it): the launch bounds' registers and the
+    -- static shared memory counted above.
+    resources = function(cfg, problem, device)
+        return { regs = spec.reg_cap(device, cfg.WARPS * 32, 1), smem = smem(cfg, problem) }
+    end,
+
     source = function(cfg, problem, device)
-        return { template = "la_recurrent/recurrent.cu", consts = { ELEM = ELEM[problem.dtype] } }
+        local _, rows = split(cfg, problem)
+        return {
+            template = "la_recurrent/recurrent.cu",
+            consts = { ELEM = ELEM[problem.dtype], R = rows, SMEM = smem(cfg, problem) },
+        }
     end,
 }
