@@ -966,3 +966,45 @@ lajit_status lj_family_template_text(lj_family *f, char **text, size_t *len)
     *len = total;
     return LAJIT_OK;
 }
+
+/* ---- Resource claims (the compile sweep's check, generator/resources.c) --------------------- */
+
+/* Reads one optional non-negative integer field of the table at t; NULL or the error. */
+static const char *read_claim(lua_State *L, int t, const char *field, long long *out)
+{
+    int type = lua_getfield(L, t, field);
+    const char *err = NULL;
+    if (type == LUA_TNUMBER && lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 0)
+        *out = (long long)lua_tointeger(L, -1);
+    else if (type != LUA_TNIL)
+        err = "fields regs and smem must be non-negative integers";
+    lua_pop(L, 1);
+    return err;
+}
+
+lajit_status lj_family_resources(lj_family *f, const lj_config *c, const lj_problem *p,
+                                 const lj_device_info *d, lj_resources *out)
+{
+    lua_State *L = lj_lua_state(f->h);
+    lj_resources r = {255, d->smem_optin};
+    /* Optional: a spec without resources() claims what the hardware allows. */
+    lua_rawgeti(L, LUA_REGISTRYINDEX, f->ref);
+    int has = lua_getfield(L, -1, "resources") == LUA_TFUNCTION;
+    lua_pop(L, 2);
+    if (has) {
+        lajit_status st = call(f, "resources", 1 | 2 | 4, c, p, d);
+        if (st != LAJIT_OK)
+            return st;
+        int t = lua_absindex(L, -2);
+        const char *err = lua_istable(L, t) ? NULL : "must return a table";
+        if (!err)
+            err = read_claim(L, t, "regs", &r.regs);
+        if (!err)
+            err = read_claim(L, t, "smem", &r.smem);
+        lua_pop(L, 2);
+        if (err)
+            return lj_error(f->env, LAJIT_ERR_TEMPLATE, "%s.resources: %s", f->name, err);
+    }
+    *out = r;
+    return LAJIT_OK;
+}

@@ -13,6 +13,7 @@
 
 #include "context.h"
 #include "kernel.h"
+#include "resources.h"
 #include "problem.h"
 #include "bundle.h"
 #include "search.h"
@@ -262,7 +263,9 @@ static int cmd_compile(int argc, char **argv)
                "(invalid ones are listed with the reason; parameters given with -p keep the ones\n"
                "that match). Prints cubin size, registers, spills,\n"
                "static + dynamic shared memory and where the cubin came from (nvrtc or cache).\n"
-               "Exits non-zero when any compile fails. -j: compile threads (default: CPUs).\n", prog);
+               "Exits non-zero when any compile fails, or when a valid configuration spills or\n"
+               "uses more registers or shared memory than its spec claims (OVER CLAIM lines).\n"
+               "-j: compile threads (default: CPUs).\n", prog);
         return argc < 1 ? 2 : 0;
     }
     char *families[32];
@@ -427,6 +430,20 @@ static int cmd_compile(int argc, char **argv)
                        it->arch, what, cfg, it->cached ? "cache" : "nvrtc", it->entry.size,
                        it->entry.regs, spills, (unsigned)it->entry.smem_static + it->smem_dynamic,
                        tasks[i].seconds);
+                /* A valid config must not spill nor exceed its spec's claim (resources.h). */
+                int fits = 1;
+                char why[512];
+                lj_device_info dev;
+                if (lj_device_info_for_arch(it->arch, &dev) &&
+                    lj_resources_check_config(f, &it->config, &it->problem, &dev, &it->entry,
+                                              it->smem_dynamic, &fits, why, sizeof why) != LAJIT_OK) {
+                    snprintf(why, sizeof why, "%s", lajit_errmsg(ctx));
+                    fits = 0;
+                }
+                if (!fits) {
+                    printf("%-13s %-8s %-44s %-36s OVER CLAIM: %s\n", families[fi], it->arch, what, cfg, why);
+                    rc = 1;
+                }
             }
             if (it->have_job)
                 lj_kernel_job_free(L, &it->job);

@@ -31,7 +31,9 @@ local function geometry(cfg, problem)
     -- Registers a thread holds across the chunk loop: the state tiles, one row tile's output
     -- and score accumulators, plus addressing and fragments (64, 96 for tf32, from ptxas
     -- reports: f16 D = 256 with 128 state floats per thread spilled at 255 registers).
-    g.regs = 4 * g.smt * g.snt + 4 * g.ont + 4 * (cfg.BLOCK // 8)
+    -- A warp with two row tiles (2 warps, BLOCK = 64) keeps both tiles' accumulators live: it
+    -- spilled at 255 registers (la_bwd's dv pass, D = E = 64, compile sweep of this change).
+    g.regs = 4 * g.smt * g.snt + g.ort * (4 * g.ont + 4 * (cfg.BLOCK // 8))
         + (problem.dtype == "f32" and 96 or 64)
     return g
 end

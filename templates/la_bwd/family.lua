@@ -190,7 +190,7 @@ return {
     resources = function(cfg, problem, device)
         if problem.part == 3 then
             return { regs = spec.reg_cap(device, cfg.WARPS * 32, 1),
-                     smem = ds_smem(cfg, problem) + 4 * math.max(cfg.WARPS, 1) + 4 }
+                     smem = ds_smem(cfg, problem) + 4 * cfg.WARPS + 32 }
         end
         return scan.resources(cfg, scan_problem(problem), device)
     end,
