@@ -66,6 +66,9 @@ local function valid(cfg, problem, device)
         return false, "MINB=2 is for CTAs of at most 256 threads"
     end
     local cap = reg_cap(cfg, device)
+    -- The model undercounts 2-warp CTAs: every one the compile sweep saw spill at 255 registers
+    -- (f32 D = 96, f16 D = 256, bf16 D = 64 with two row tiles) modelled 200-256; keep 64 spare.
+    if cfg.WARPS == 2 then cap = math.min(cap, 192) end
     if g.regs > cap then
         return false, string.format("about %d registers per thread needed, %d allowed (spills)",
                                     g.regs, cap)
