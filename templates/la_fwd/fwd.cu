@@ -142,6 +142,30 @@ __device__ __forceinline__ void store2(float *dst, float x0, float x1)
     *reinterpret_cast<float2 *>(dst) = make_float2(x0, x1);
 }
 
+// acc[j] += a · B_j for a warp's ONT n8 output tiles: B is the k-step's KS rows of a row-major
+// shared tile (rows ld elements apart) from the warp's first output column; two tiles per
+// ldmatrix where the type and the tile count allow.
+__device__ __forceinline__ void mma_kn(float (&acc)[ONT][4], const unsigned (&a)[4], const T *b, int ld, int j0,
+                                       int lane)
+{
+    if constexpr (KS == 16 && ONT % 2 == 0) {
+#pragma unroll
+        for (int j = 0; j < ONT; j += 2) {
+            unsigned bb[4];
+            F::b_kn2(bb, b + (j0 + j) * 8, ld, lane);
+            F::mma(acc[j], a, bb);
+            F::mma(acc[j + 1], a, bb + 2);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < ONT; j++) {
+            unsigned bb[2];
+            F::b_kn(bb, b + (j0 + j) * 8, ld, lane);
+            F::mma(acc[j], a, bb);
+        }
+    }
+}
+
 // Writes the register state into the shared copy used as the q·S operand (16-bit, or fp32 that
 // the tf32 gather rounds).
 __device__ __forceinline__ void state_to_smem(T *sS, const float (&st)[SMT][SNT][4], int wsm,
@@ -332,22 +356,6 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
                             F::mma(pm[nt + 1], a, bb + 2);
                         }
                     }
-                    if constexpr (ONT % 2 == 0) {
-#pragma unroll
-                        for (int j = 0; j < ONT; j += 2) {
-                            unsigned bb[4];
-                            F::b_kn2(bb, sS + kk * KS * LDS + (won * ONT + j) * 8, LDS, lane);
-                            F::mma(acc[j], a, bb);
-                            F::mma(acc[j + 1], a, bb + 2);
-                        }
-                    } else {
-#pragma unroll
-                        for (int j = 0; j < ONT; j++) {
-                            unsigned bb[2];
-                            F::b_kn(bb, sS + kk * KS * LDS + (won * ONT + j) * 8, LDS, lane);
-                            F::mma(acc[j], a, bb);
-                        }
-                    }
                 } else {
 #pragma unroll
                     for (int nt = 0; nt < BLOCK / 8; nt++) {
@@ -357,13 +365,8 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
                             F::mma(pm[nt], a, bb);
                         }
                     }
-#pragma unroll
-                    for (int j = 0; j < ONT; j++) {
-                        unsigned bb[2];
-                        F::b_kn(bb, sS + kk * KS * LDS + (won * ONT + j) * 8, LDS, lane);
-                        F::mma(acc[j], a, bb);
-                    }
                 }
+                mma_kn(acc, a, sS + kk * KS * LDS, LDS, won * ONT, lane);
                 if (rr == 0 && kk < BLOCK / KS) state_step(kk);
 #pragma unroll
                 for (int r = 0; r < 4; r++) a[r] = an[r];
@@ -406,22 +409,7 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
                 if (kk * KS <= row0 + 15) {
                     unsigned a[4];
                     F::a_from_acc(a, pm, kk, lane);
-                    if constexpr (KS == 16 && ONT % 2 == 0) {
-#pragma unroll
-                        for (int j = 0; j < ONT; j += 2) {
-                            unsigned bb[4];
-                            F::b_kn2(bb, cV + kk * KS * LDV + (won * ONT + j) * 8, LDV, lane);
-                            F::mma(acc[j], a, bb);
-                            F::mma(acc[j + 1], a, bb + 2);
-                        }
-                    } else {
-#pragma unroll
-                        for (int j = 0; j < ONT; j++) {
-                            unsigned bb[2];
-                            F::b_kn(bb, cV + kk * KS * LDV + (won * ONT + j) * 8, LDV, lane);
-                            F::mma(acc[j], a, bb);
-                        }
-                    }
+                    mma_kn(acc, a, cV + kk * KS * LDV, LDV, won * ONT, lane);
                 }
             }
 
