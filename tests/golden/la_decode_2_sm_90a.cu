@@ -285,6 +285,8 @@ __device__ __forceinline__ void finish_job(const la_params &p, const Job &j, con
 
 } // namespace
 
+// On sm_120 ptxas held an 8-warp CTA to 64 registers and spilled (f16 D = 256, TILE_V = 32);
+// naming one CTA per SM as the minimum lets it take what it needs (82, no spills).
 extern "C" __global__ void __launch_bounds__(NT) la_decode(const __grid_constant__ la_params p)
 {
     extern __shared__ float smem[]; // [NSTAGE] staged inputs, then the reduction buffer
