@@ -28,11 +28,11 @@ local function geometry(cfg, problem)
     g.smw = W // sn
     g.snt = (TV // 8) // sn
     g.smt = (D // 16 + g.smw - 1) // g.smw
-    -- Registers a thread holds across the chunk loop: the state tiles, one row tile's output
-    -- and score accumulators, plus addressing and fragments (64, 96 for tf32, from ptxas
-    -- reports: f16 D = 256 with 128 state floats per thread spilled at 255 registers).
-    -- A warp with two row tiles (2 warps, BLOCK = 64) keeps both tiles' accumulators live: it
-    -- spilled at 255 registers (la_bwd's dv pass, D = E = 64, compile sweep of this change).
+    -- Registers a thread holds across the chunk loop: the state tiles, the output and score
+    -- accumulators of each of its ORT row tiles (2 for 2 warps at BLOCK = 64: both stay live; a
+    -- count of one spilled la_bwd's dv pass at D = E = 64 at 255 registers), plus addressing and
+    -- fragments (64, 96 for tf32, from ptxas reports: f16 D = 256 with 128 state floats per thread
+    -- spilled at 255 registers).
     g.regs = 4 * g.smt * g.snt + g.ort * (4 * g.ont + 4 * (cfg.BLOCK // 8))
         + (problem.dtype == "f32" and 96 or 64)
     return g
