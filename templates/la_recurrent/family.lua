@@ -17,6 +17,15 @@ local function smem(cfg, problem)
     return 4 * (2 * problem.D + cfg.TILE_V + rows * cfg.TILE_V)
 end
 
+-- The minimum CTAs per SM of __launch_bounds__ (empty: none named). On sm_120 ptxas held a 4-warp
+-- CTA with 32 state values per thread to 72 registers and spilled (bf16 D = E = 128, TILE_V = 32,
+-- compile sweep); naming one CTA lets it take 154. With 128 state values per thread the same
+-- hint made it spill instead, so only up to 64.
+local function min_ctas(cfg, problem, device)
+    local _, rows = split(cfg, problem)
+    return (device.cc >= 120 and problem.D // rows <= 64) and ", 1" or ""
+end
+
 return {
     name = "la_recurrent",
     op = "fwd",
@@ -100,7 +109,8 @@ return {
         local _, rows = split(cfg, problem)
         return {
             template = "la_recurrent/recurrent.cu",
-            consts = { ELEM = ELEM[problem.dtype], R = rows, SMEM = smem(cfg, problem) },
+            consts = { ELEM = ELEM[problem.dtype], R = rows, SMEM = smem(cfg, problem),
+                       MIN_CTAS = min_ctas(cfg, problem, device) },
         }
     end,
 }

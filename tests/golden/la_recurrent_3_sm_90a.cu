@@ -40,6 +40,7 @@ __device__ __forceinline__ const float *state_at(const la_tensor4 &s, long long 
 
 } // namespace
 
+// MIN_CTAS (family.lua): on sm_120 ptxas held some CTAs to 72 registers and spilled.
 extern "C" __global__ void __launch_bounds__(THREADS) la_recurrent_fwd(const __grid_constant__ la_params p)
 {
     __shared__ float q_s[D], k_s[D], v_s[TILE_V];
