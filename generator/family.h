@@ -157,6 +157,17 @@ lajit_status lj_family_source(lj_family *f, const lj_config *c, const lj_problem
  * roles). The caller pops it; read it with raw accesses inside a protected call. */
 void lj_family_push_spec(const lj_family *f);
 
+/* What a compile of (c, p, d) may use, as the spec claims it: at most `regs` registers per thread
+ * and `smem` bytes of shared memory (static + dynamic). From the spec's optional
+ * resources(cfg, problem, device) -> { regs = n, smem = bytes }; a field (or the function) left
+ * out claims the hardware's limit (255, d->smem_optin). generator/resources.h checks a compile's
+ * resource report against it. */
+typedef struct lj_resources {
+    long long regs, smem;
+} lj_resources;
+lajit_status lj_family_resources(lj_family *f, const lj_config *c, const lj_problem *p,
+                                 const lj_device_info *d, lj_resources *out);
+
 /* The text of the family file's template hash input: every file of the family folder and of
  * templates/common, concatenated in a fixed order (for the tuning database's template hash). */
 lajit_status lj_family_template_text(lj_family *f, char **text, size_t *len);

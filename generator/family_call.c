@@ -491,3 +491,52 @@ lajit_status lj_family_source(lj_family *f, const lj_config *c, const lj_problem
     lua_settop(L, top);
     return st;
 }
+
+/* ---- resources ------------------------------------------------------------------------------ */
+
+/* { regs = n, smem = bytes }: each field optional, a non-negative integer when given. */
+static int read_resources(lua_State *L, int r, call_rec *rec)
+{
+    lj_resources *out = rec->out;
+    int top = lua_gettop(L);
+    if (!lua_istable(L, r)) {
+        snprintf(rec->err, sizeof rec->err, "must return a table, not a %s",
+                 lua_typename(L, lua_type(L, r)));
+        return 0;
+    }
+    static const char *const fields[2] = {"regs", "smem"};
+    long long *slots[2] = {&out->regs, &out->smem};
+    for (int i = 0; i < 2; i++) {
+        int type = lj_rawgetfield(L, r, fields[i]);
+        int ok = type == LUA_TNIL || get_int(L, -1, 0, LLONG_MAX, slots[i]);
+        lua_settop(L, top);
+        if (!ok) {
+            snprintf(rec->err, sizeof rec->err, "%s must be a non-negative integer", fields[i]);
+            return 0;
+        }
+    }
+    return 0;
+}
+
+lajit_status lj_family_resources(lj_family *f, const lj_config *c, const lj_problem *p,
+                                 const lj_device_info *d, lj_resources *out)
+{
+    lj_resources r = {255, d->smem_optin};
+    /* Optional: a spec without resources() claims what the hardware allows. The spec table is
+     * the one check_spec accepted at load; a raw read runs no code of the spec. */
+    lua_State *L = lj_lua_state(f->h);
+    if (!lua_checkstack(L, 2))
+        return lj_oom(f->env);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, f->ref);
+    int has = lj_rawgetfield(L, -1, "resources") == LUA_TFUNCTION;
+    lua_pop(L, 2);
+    if (has) {
+        call_rec rec = {.f = f, .fn = "resources", .mask = 1 | 2 | 4, .c = c, .p = p, .d = d,
+                        .read = read_resources, .out = &r};
+        lajit_status st = call(&rec, 0);
+        if (st != LAJIT_OK)
+            return st;
+    }
+    *out = r;
+    return LAJIT_OK;
+}

@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "kernel.h"
 #include "problem.h"
+#include "resources.h"
 
 typedef struct compile_opts {
     char **families; /* the FAMILY argument, or every built-in family for "all" */
@@ -61,8 +62,10 @@ static int compile_usage(int rc)
            "(invalid ones are listed with the reason; parameters given with -p keep the ones\n"
            "that match). Prints cubin size, registers, spills,\n"
            "static + dynamic shared memory and where the cubin came from (nvrtc or cache).\n"
-           "Exits non-zero when any compile fails. -j: compile threads, 1 to %d (default: the\n"
-           "compiler's, at most 16 run).\n", cli_prog, CLI_MAX_JOBS);
+           "Exits non-zero when any compile fails, or when a valid configuration spills or\n"
+           "uses more registers or shared memory than its spec claims (OVER CLAIM lines).\n"
+           "-j: compile threads, 1 to %d (default: the compiler's, at most 16 run).\n",
+           cli_prog, CLI_MAX_JOBS);
     return rc;
 }
 
@@ -269,6 +272,20 @@ static int compile_family(lajit_ctx *ctx, lj_lua *L, lj_cache *cache, const comp
             printf("%-13s %-8s %-44s %-36s %-7s %8zu %5d %7s %8u %.2f\n", family, it->arch, what,
                    cfg, it->cached ? "cache" : "nvrtc", it->entry.size, it->entry.regs, spills,
                    (unsigned)it->entry.smem_static + it->smem_dynamic, tasks[i].seconds);
+            /* A valid config must not spill nor exceed its spec's claim (resources.h). */
+            int fits = 1;
+            char why[512];
+            lj_device_info dev;
+            if (lj_device_info_for_arch(it->arch, &dev) &&
+                lj_resources_check_config(f, &it->config, &it->problem, &dev, &it->entry,
+                                          it->smem_dynamic, &fits, why, sizeof why) != LAJIT_OK) {
+                snprintf(why, sizeof why, "%s", lajit_errmsg(ctx));
+                fits = 0;
+            }
+            if (!fits) {
+                printf("%-13s %-8s %-44s %-36s OVER CLAIM: %s\n", family, it->arch, what, cfg, why);
+                rc = 1;
+            }
         }
         if (it->have_job)
             lj_kernel_job_free(L, &it->job);

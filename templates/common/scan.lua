@@ -3,16 +3,11 @@
 -- scan over permuted inputs). `problem` here is the scan's own shape: dtype, D (width of the
 -- "q" and "k" rows), E (width of the "v" rows and of the output).
 
-local ELEM = { f32 = "float", f16 = "lj_f16", bf16 = "lj_bf16" }
-local ESIZE = { f32 = 4, f16 = 2, bf16 = 2 }
+local spec = import("common/spec.lua")
+local ELEM, ESIZE, log2_bucket = spec.ELEM, spec.ESIZE, spec.log2_bucket
 
-local function log2_bucket(x)
-    local b = 0
-    while (1 << (b + 1)) <= x do b = b + 1 end
-    return b
-end
-
--- Warp geometry, mirroring the constants at the top of fwd.cu (keep the two in step).
+-- Warp geometry: computed here once and handed to fwd.cu as constants (geometry_consts below),
+-- which the kernel checks with static_asserts instead of recomputing.
 local function geometry(cfg, problem)
     local D, TV, W = problem.D, cfg.TILE_V, cfg.WARPS
     local rt = cfg.BLOCK // 16
@@ -33,10 +28,12 @@ local function geometry(cfg, problem)
     g.smw = W // sn
     g.snt = (TV // 8) // sn
     g.smt = (D // 16 + g.smw - 1) // g.smw
-    -- Registers a thread holds across the chunk loop: the state tiles, one row tile's output
-    -- and score accumulators, plus addressing and fragments (64, 96 for tf32, from ptxas
-    -- reports: f16 D = 256 with 128 state floats per thread spilled at 255 registers).
-    g.regs = 4 * g.smt * g.snt + 4 * g.ont + 4 * (cfg.BLOCK // 8)
+    -- Registers a thread holds across the chunk loop: the state tiles, the output and score
+    -- accumulators of each of its ORT row tiles (2 for 2 warps at BLOCK = 64: both stay live; a
+    -- count of one spilled la_bwd's dv pass at D = E = 64 at 255 registers), plus addressing and
+    -- fragments (64, 96 for tf32, from ptxas reports: f16 D = 256 with 128 state floats per thread
+    -- spilled at 255 registers).
+    g.regs = 4 * g.smt * g.snt + g.ort * (4 * g.ont + 4 * (cfg.BLOCK // 8))
         + (problem.dtype == "f32" and 96 or 64)
     return g
 end
@@ -50,15 +47,16 @@ local function smem(cfg, problem)
         + (cfg.BLOCK + 1) * 4
 end
 
+-- The registers a thread may use: what __launch_bounds__(threads, MINB) gives ptxas.
+local function reg_cap(cfg, device)
+    return spec.reg_cap(device, cfg.WARPS * 32, cfg.MINB)
+end
+
 local function valid(cfg, problem, device)
-    local D, E = problem.D, problem.E
-    if ELEM[problem.dtype] == nil then return false, "dtype must be f32, f16 or bf16" end
-    if D % 16 ~= 0 or E % 16 ~= 0 or D < 16 or E < 16 or D > 256 or E > 256 then
-        return false, "D and E must be multiples of 16 from 16 to 256"
-    end
-    if cfg.TILE_V > E or E % cfg.TILE_V ~= 0 then
-        return false, string.format("TILE_V=%d does not divide E=%d", cfg.TILE_V, E)
-    end
+    local ok, why = spec.check_dtype(problem)
+    if ok then ok, why = spec.check_dims(problem) end
+    if ok then ok, why = spec.check_tile(cfg.TILE_V, problem.E) end
+    if not ok then return false, why end
     local g = geometry(cfg, problem)
     if g.ont < 1 or (cfg.TILE_V // 8) % g.on ~= 0 then
         return false, string.format("%d warp columns cannot split TILE_V=%d into 8-column tiles",
@@ -67,16 +65,17 @@ local function valid(cfg, problem, device)
     if cfg.MINB > 1 and cfg.WARPS * 32 * cfg.MINB > 512 then
         return false, "MINB=2 is for CTAs of at most 256 threads"
     end
-    local cap = math.min(255, device.regs_per_sm // (cfg.WARPS * 32 * cfg.MINB))
+    local cap = reg_cap(cfg, device)
+    -- The model undercounts 2-warp CTAs: every one the compile sweep saw spill at 255 registers
+    -- (f32 D = 96, f16 D = 256, bf16 D = 64 with two row tiles) modelled 200-256; keep 64 spare.
+    if cfg.WARPS == 2 then cap = math.min(cap, 192) end
     if g.regs > cap then
         return false, string.format("about %d registers per thread needed, %d allowed (spills)",
                                     g.regs, cap)
     end
     local bytes = smem(cfg, problem)
-    if bytes > device.smem_optin then
-        return false, string.format("%d bytes of shared memory (device allows %d)", bytes,
-                                    device.smem_optin)
-    end
+    ok, why = spec.check_smem(bytes, device)
+    if not ok then return false, why end
     -- 1 KiB per CTA is reserved by the hardware.
     if cfg.MINB * (bytes + 1024) > device.smem_per_sm then
         return false, string.format("MINB=%d CTAs of %d bytes exceed %d bytes per SM", cfg.MINB,
@@ -134,8 +133,27 @@ local function default(problem, device)
     return fit(cfg, problem, device)
 end
 
+-- The derived geometry fwd.cu takes as constants: the output split (OM warp rows), the state
+-- split (SN warp columns) and the dynamic shared memory its layout must fit in (SMEM).
+local function geometry_consts(cfg, problem, consts)
+    local g = geometry(cfg, problem)
+    consts.OM = g.om
+    consts.SN = g.sn
+    consts.SMEM = smem(cfg, problem)
+    return consts
+end
+
+-- What a compile of the scan may use (the compile sweep checks the report against it): no more
+-- registers than the launch bounds allow, no more shared memory than launch() asks for (the
+-- kernel has no static shared memory).
+local function resources(cfg, problem, device)
+    return { regs = reg_cap(cfg, device), smem = smem(cfg, problem) }
+end
+
 return {
     ELEM = ELEM,
+    geometry_consts = geometry_consts,
+    resources = resources,
     default = default,
     ESIZE = ESIZE,
     log2_bucket = log2_bucket,

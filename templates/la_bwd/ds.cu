@@ -19,6 +19,7 @@
 // partials from byte 16, indexed ((sequence · H) + h) · (E / TILE_V) + slice.
 #include "common/la_params.h"
 #include "common/types.cuh"
+#include "common/seq.cuh"
 
 using T = ${ELEM};
 constexpr int D = ${D};
@@ -26,7 +27,8 @@ constexpr int E = ${E};
 constexpr int TILE_V = ${TILE_V};   // value columns per CTA
 constexpr int BLOCK = ${BLOCK};     // tokens staged in shared memory at a time
 constexpr int NT = ${WARPS} * 32;
-constexpr int RD = ${RD};           // state rows per thread
+constexpr int RD = ${RD};           // state rows per thread (la_bwd/family.lua's ds_geometry)
+constexpr unsigned SMEM = ${SMEM};  // dynamic shared memory the launch provides, bytes
 constexpr bool HAS_INITIAL = ${HAS_INITIAL};
 constexpr bool HAS_DSN = ${HAS_DSN};
 constexpr bool VARLEN = ${VARLEN};
@@ -35,6 +37,8 @@ constexpr int CG = TILE_V / 4;      // groups of 4 columns
 constexpr int RG = NT / CG;         // groups of RD rows
 constexpr int NSLICE = E / TILE_V;
 static_assert(NT % CG == 0 && RG * RD == D && E % TILE_V == 0, "ds geometry");
+static_assert(BLOCK * (2 * D + 2 * TILE_V) * sizeof(float) <= SMEM,
+              "shared memory: the staged q, k, v, dO exceed the spec's SMEM");
 
 extern "C" __global__ void __launch_bounds__(NT) la_bwd_ds(const __grid_constant__ la_params p)
 {
@@ -48,23 +52,13 @@ extern "C" __global__ void __launch_bounds__(NT) la_bwd_ds(const __grid_constant
     const int e0 = blockIdx.x * TILE_V, h = blockIdx.y, b = blockIdx.z;
     const int d0 = ry * RD, c0 = cx * 4;
 
-    int n, slot;
-    long long tok0 = 0;
-    if constexpr (VARLEN) {
-        const int *cu = reinterpret_cast<const int *>(p.cu_seqlens);
-        tok0 = cu[b];
-        n = cu[b + 1] - cu[b];
-        slot = p.slots ? reinterpret_cast<const int *>(p.slots)[b] : b;
-    } else {
-        n = p.N;
-        slot = b;
-    }
-    const long long bq = VARLEN ? 0 : (long long)b;
-    const T *q = reinterpret_cast<const T *>(p.q.ptr) + bq * p.q.s0 + h * p.q.s1 + tok0 * p.q.s2;
-    const T *k = reinterpret_cast<const T *>(p.k.ptr) + bq * p.k.s0 + h * p.k.s1 + tok0 * p.k.s2;
-    const T *v = reinterpret_cast<const T *>(p.v.ptr) + bq * p.v.s0 + h * p.v.s1 + tok0 * p.v.s2 + e0;
-    const T *g = reinterpret_cast<const T *>(p.dout.ptr) + bq * p.dout.s0 + h * p.dout.s1 +
-                 tok0 * p.dout.s2 + e0;
+    const lj_seq seq = lj_seq_of<VARLEN, false>(p.cu_seqlens, p.slots, p.N, b);
+    const int n = seq.n, slot = seq.slot;
+    const T *q = reinterpret_cast<const T *>(p.q.ptr) + seq.bq * p.q.s0 + h * p.q.s1 + seq.tok0 * p.q.s2;
+    const T *k = reinterpret_cast<const T *>(p.k.ptr) + seq.bq * p.k.s0 + h * p.k.s1 + seq.tok0 * p.k.s2;
+    const T *v = reinterpret_cast<const T *>(p.v.ptr) + seq.bq * p.v.s0 + h * p.v.s1 + seq.tok0 * p.v.s2 + e0;
+    const T *g = reinterpret_cast<const T *>(p.dout.ptr) + seq.bq * p.dout.s0 + h * p.dout.s1 +
+                 seq.tok0 * p.dout.s2 + e0;
     const float lambda = expf(-reinterpret_cast<const float *>(p.decay)[h]);
 
     float S[RD][4], Y[RD][4];

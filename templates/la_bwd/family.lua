@@ -11,8 +11,9 @@
 -- Nothing is stored between the parts: each recomputes what it needs from q, k, v and dO, so the
 -- memory a training step needs beyond its inputs is dq, dk, dv (and a few bytes for ds).
 
+local spec = import("common/spec.lua")
 local scan = import("common/scan.lua")
-local ELEM, log2_bucket = scan.ELEM, scan.log2_bucket
+local ELEM, log2_bucket = spec.ELEM, spec.log2_bucket
 
 local PARTS = { [0] = "dq", [1] = "dv", [2] = "dk", [3] = "ds" }
 
@@ -48,18 +49,14 @@ end
 
 local function ds_valid(cfg, problem, device)
     if not problem.decay then return false, "ds needs the decay path" end
-    if cfg.TILE_V > problem.E or problem.E % cfg.TILE_V ~= 0 then
-        return false, string.format("TILE_V=%d does not divide E=%d", cfg.TILE_V, problem.E)
-    end
+    local ok, why = spec.check_tile(cfg.TILE_V, problem.E)
+    if not ok then return false, why end
     if cfg.STAGES ~= 2 or cfg.MINB ~= 1 then
         return false, "ds does not pipeline (STAGES=2, MINB=1 only)"
     end
     local g, why = ds_geometry(cfg, problem)
     if not g then return false, why end
-    if ds_smem(cfg, problem) > device.smem_optin then
-        return false, string.format("%d bytes of shared memory", ds_smem(cfg, problem))
-    end
-    return true
+    return spec.check_smem(ds_smem(cfg, problem), device)
 end
 
 local function ds_default(problem, device)
@@ -73,11 +70,9 @@ local function ds_default(problem, device)
 end
 
 local function check_common(problem)
-    if ELEM[problem.dtype] == nil then return false, "dtype must be f32, f16 or bf16" end
-    if problem.D % 16 ~= 0 or problem.E % 16 ~= 0 or problem.D < 16 or problem.E < 16
-        or problem.D > 256 or problem.E > 256 then
-        return false, "D and E must be multiples of 16 from 16 to 256"
-    end
+    local ok, why = spec.check_dtype(problem)
+    if ok then ok, why = spec.check_dims(problem) end
+    if not ok then return false, why end
     if PARTS[problem.part] == nil then return false, "part must be 0 (dq), 1 (dv), 2 (dk) or 3 (ds)" end
     return true
 end
@@ -172,7 +167,7 @@ return {
     end,
 
     source = function(cfg, problem, device)
-        local b = function(x) return x and "true" or "false" end
+        local b = spec.b
         if problem.part == 3 then
             local g = ds_geometry(cfg, problem)
             return {
@@ -182,6 +177,7 @@ return {
                     D = problem.D,
                     E = problem.E,
                     RD = g.rd,
+                    SMEM = ds_smem(cfg, problem),
                     HAS_INITIAL = b(problem.has_initial),
                     HAS_DSN = b(problem.has_dsn),
                     VARLEN = b(problem.varlen),
@@ -192,7 +188,7 @@ return {
         local part = problem.part
         return {
             template = "la_fwd/fwd.cu",
-            consts = {
+            consts = scan.geometry_consts(cfg, sp, {
                 ELEM = ELEM[problem.dtype],
                 D = sp.D,
                 E = sp.E,
@@ -203,7 +199,18 @@ return {
                 VARLEN = b(problem.varlen),
                 REVERSE = b(part ~= 0),
                 GRAD_STATE = b(part ~= 0),
-            },
+            }),
         }
+    end,
+
+    -- What a compile may use (checked by the compile sweep): the scan's claim, or for ds its
+    -- launch bounds and dynamic shared memory plus the static reduction slots (NT / 32 floats and
+    -- a flag).
+    resources = function(cfg, problem, device)
+        if problem.part == 3 then
+            return { regs = spec.reg_cap(device, cfg.WARPS * 32, 1),
+                     smem = ds_smem(cfg, problem) + 4 * cfg.WARPS + 32 }
+        end
+        return scan.resources(cfg, scan_problem(problem), device)
     end,
 }

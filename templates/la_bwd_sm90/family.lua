@@ -57,6 +57,10 @@ return {
         return fwd.launch(cfg, scan_problem(problem), device)
     end,
 
+    resources = function(cfg, problem, device)
+        return fwd.resources(cfg, scan_problem(problem), device)
+    end,
+
     source = function(cfg, problem, device)
         local src = fwd.source(cfg, scan_problem(problem), device)
         src.consts.REVERSE = problem.part ~= 0 and "true" or "false"

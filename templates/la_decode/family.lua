@@ -5,19 +5,11 @@
 -- A tile is TILE_V columns of E by all D rows of one (row, head) state; one CTA per tile, grid
 -- {E / TILE_V, H, B}. The state slice of a thread lives in registers for all T steps.
 
-local function pow2ceil(x)
-    local r = 1
-    while r < x do r = r * 2 end
-    return r
-end
+local spec = import("common/spec.lua")
+local ELEM, pow2ceil, log2_bucket = spec.ELEM, spec.pow2ceil, spec.log2_bucket
 
-local function log2_bucket(x)
-    local b = 0
-    while (1 << (b + 1)) <= x do b = b + 1 end
-    return b
-end
-
--- Geometry of a config, mirroring the constants at the top of decode.cu.
+-- Geometry of a config: computed here once and handed to decode.cu as constants (LPR, RS, NR,
+-- NSLOT, SMEM), which the kernel checks with static_asserts instead of recomputing.
 local function geometry(cfg, problem)
     local nt = cfg.WARPS * 32
     local cw = problem.vk and problem.D or cfg.TILE_V -- contiguous width of the tile
@@ -50,8 +42,6 @@ local function smem(cfg, problem)
     return 4 * (stage + problem.T * g.nslot * cfg.TILE_V)
 end
 
-local ELEM = { f32 = "float", f16 = "lj_f16", bf16 = "lj_bf16" }
-
 return {
     name = "la_decode",
     op = "decode",
@@ -76,15 +66,12 @@ return {
     },
 
     valid = function(cfg, problem, device)
-        local D, E, T = problem.D, problem.E, problem.T
-        if ELEM[problem.dtype] == nil then return false, "dtype must be f32, f16 or bf16" end
-        if D % 16 ~= 0 or E % 16 ~= 0 or D < 16 or E < 16 or D > 256 or E > 256 then
-            return false, "D and E must be multiples of 16 from 16 to 256"
-        end
-        if T < 1 or T > 8 then return false, "T must be 1..8" end
-        if cfg.TILE_V > E or E % cfg.TILE_V ~= 0 then
-            return false, string.format("TILE_V=%d does not divide E=%d", cfg.TILE_V, E)
-        end
+        local ok, why = spec.check_dtype(problem)
+        if ok then ok, why = spec.check_dims(problem) end
+        if not ok then return false, why end
+        if problem.T < 1 or problem.T > 8 then return false, "T must be 1..8" end
+        ok, why = spec.check_tile(cfg.TILE_V, problem.E)
+        if not ok then return false, why end
         local g = geometry(cfg, problem)
         if g.lpr > g.nt then
             return false, string.format("a row of %d floats needs %d threads, the CTA has %d",
@@ -101,11 +88,8 @@ return {
             return false, string.format("%d of %d thread rows would hold no state",
                                         g.nr * g.rs - g.rd, g.nr * g.rs)
         end
-        local bytes = smem(cfg, problem)
-        if bytes > device.smem_optin then
-            return false, string.format("%d bytes of shared memory (device allows %d)", bytes,
-                                        device.smem_optin)
-        end
+        ok, why = spec.check_smem(smem(cfg, problem), device)
+        if not ok then return false, why end
         if cfg.CACHE >= 2 and device.cc < 80 then
             return false, "CACHE=2,3 need sm_80 or newer"
         end
@@ -184,7 +168,14 @@ return {
         }
     end,
 
+    -- What a compile may use (the compile sweep checks it): the launch bounds' registers, and
+    -- the dynamic shared memory launch() asks for (no static).
+    resources = function(cfg, problem, device)
+        return { regs = spec.reg_cap(device, cfg.WARPS * 32, 1), smem = smem(cfg, problem) }
+    end,
+
     source = function(cfg, problem, device)
+        local g = geometry(cfg, problem)
         return {
             template = "la_decode/decode.cu",
             consts = {
@@ -192,9 +183,14 @@ return {
                 D = problem.D,
                 E = problem.E,
                 T = problem.T,
-                VK = problem.vk and "true" or "false",
-                DECAY = problem.decay and "true" or "false",
-                STEP_STATES = problem.step_states and "true" or "false",
+                VK = spec.b(problem.vk),
+                DECAY = spec.b(problem.decay),
+                STEP_STATES = spec.b(problem.step_states),
+                LPR = g.lpr,
+                RS = g.rs,
+                NR = g.nr,
+                NSLOT = g.nslot,
+                SMEM = smem(cfg, problem),
             },
         }
     end,

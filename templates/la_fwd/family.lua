@@ -5,8 +5,9 @@
 -- state slice lives in registers for the whole sequence; Q, K, V chunks of BLOCK tokens stream
 -- through a STAGES-deep cp.async ring in shared memory.
 
+local spec = import("common/spec.lua")
 local scan = import("common/scan.lua")
-local ELEM, log2_bucket, smem, valid, fit = scan.ELEM, scan.log2_bucket, scan.smem, scan.valid, scan.fit
+local smem, valid = scan.smem, scan.valid
 
 return {
     name = "la_fwd",
@@ -39,14 +40,7 @@ return {
     -- The heuristic is the scan's (common/scan.lua), shared with la_bwd's passes.
     default = scan.default,
 
-    key = function(problem)
-        return string.format("%s_D%d_E%d_%s%s%s%s%s_n%d_bh%d", problem.dtype, problem.D, problem.E,
-                             problem.decay and "decay" or "nodecay",
-                             problem.has_initial and "_s0" or "", problem.has_final and "_sn" or "",
-                             problem.varlen and "_varlen" or "", problem.vk and "_vk" or "",
-                             log2_bucket(math.max(problem.N, 1)),
-                             log2_bucket(problem.B * problem.H))
-    end,
+    key = spec.fwd_key,
 
     launch = function(cfg, problem, device)
         return {
@@ -57,21 +51,12 @@ return {
         }
     end,
 
+    resources = scan.resources,
+
     source = function(cfg, problem, device)
-        local b = function(x) return x and "true" or "false" end
         return {
             template = "la_fwd/fwd.cu",
-            consts = {
-                ELEM = ELEM[problem.dtype],
-                D = problem.D,
-                E = problem.E,
-                DECAY = b(problem.decay),
-                HAS_INITIAL = b(problem.has_initial),
-                HAS_FINAL = b(problem.has_final),
-                VARLEN = b(problem.varlen),
-                REVERSE = "false",
-                GRAD_STATE = "false",
-            },
+            consts = scan.geometry_consts(cfg, problem, spec.scan_consts(problem)),
         }
     end,
 }

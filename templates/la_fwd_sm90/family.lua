@@ -7,8 +7,8 @@
 -- (mma.sync) for the rest (fp32 inputs: tf32 wgmma reads K-major operands only, and this kernel
 -- reads K and V transposed).
 
-local scan = import("common/scan.lua")
-local log2_bucket = scan.log2_bucket
+local spec = import("common/spec.lua")
+local log2_bucket, with = spec.log2_bucket, spec.with
 
 local ELEM = { f16 = "lj_f16", bf16 = "lj_bf16" }
 
@@ -29,8 +29,13 @@ end
 -- Fitted to ptxas -v over the whole space (sm_90a, CUDA 13.0, bf16, docs/notes/la_fwd.md): every
 -- configuration with state + accumulators ≤ 128 (64 x 128, 128 x 64, 192 x 64, 256 x 32) compiles
 -- without spills at ≤ 237 registers; the next ones (128 x 128: 192, 256 x 64: 160) spill.
+-- D = 192 (three 16-byte pieces per row and thread in the loads) with a state read or written
+-- or varlen addressing takes ~8 more: 192 x 64 with all three spilled 220 bytes at 255 registers
+-- (la_fwd_sm90's varlen problem, f16, WGS = 2).
 local function regs(cfg, problem)
-    return problem.D * cfg.TILE_V // 128 + cfg.TILE_V // 2 + 120
+    local extra = (problem.D % 128 ~= 0
+                   and (problem.has_initial or problem.has_final or problem.varlen)) and 8 or 0
+    return problem.D * cfg.TILE_V // 128 + cfg.TILE_V // 2 + 120 + extra
 end
 
 local function valid(cfg, problem, device)
@@ -48,27 +53,13 @@ local function valid(cfg, problem, device)
     if cfg.PREFETCH == 1 and cfg.STAGES < 3 then
         return false, "PREFETCH needs STAGES >= 3 (chunk c + 1 must have landed by mid-chunk c)"
     end
-    if cfg.WGS * cfg.TILE_V > E or E % (cfg.WGS * cfg.TILE_V) ~= 0 then
-        return false, string.format("WGS*TILE_V=%d does not divide E=%d", cfg.WGS * cfg.TILE_V, E)
-    end
+    local ok, why = spec.check_tile(cfg.WGS * cfg.TILE_V, E, "WGS*TILE_V")
+    if not ok then return false, why end
     local r = regs(cfg, problem)
     if r > 255 then
         return false, string.format("about %d registers per thread needed (255 allowed)", r)
     end
-    local bytes = smem(cfg, problem)
-    if bytes > device.smem_optin then
-        return false, string.format("%d bytes of shared memory (device allows %d)", bytes,
-                                    device.smem_optin)
-    end
-    return true
-end
-
--- A copy of cfg with the fields of changes replaced.
-local function with(cfg, changes)
-    local c = {}
-    for k, v in pairs(cfg) do c[k] = v end
-    for k, v in pairs(changes) do c[k] = v end
-    return c
+    return spec.check_smem(smem(cfg, problem), device)
 end
 
 -- How many CTAs of this configuration an SM holds at once (shared memory, and no more than the
@@ -143,14 +134,7 @@ return {
     valid = valid,
     default = default,
 
-    key = function(problem)
-        return string.format("%s_D%d_E%d_%s%s%s%s%s_n%d_bh%d", problem.dtype, problem.D, problem.E,
-                             problem.decay and "decay" or "nodecay",
-                             problem.has_initial and "_s0" or "", problem.has_final and "_sn" or "",
-                             problem.varlen and "_varlen" or "", problem.vk and "_vk" or "",
-                             log2_bucket(math.max(problem.N, 1)),
-                             log2_bucket(problem.B * problem.H))
-    end,
+    key = spec.fwd_key,
 
     launch = function(cfg, problem, device)
         return {
@@ -161,22 +145,16 @@ return {
         }
     end,
 
+    -- What a compile may use (the compile sweep checks it): 255 registers (one CTA of at most
+    -- 256 threads per SM), and the dynamic shared memory launch() asks for (no static).
+    resources = function(cfg, problem, device)
+        return { regs = 255, smem = smem(cfg, problem) }
+    end,
+
     source = function(cfg, problem, device)
-        local b = function(x) return x and "true" or "false" end
-        return {
-            template = "la_fwd_sm90/fwd.cu",
-            consts = {
-                ELEM = ELEM[problem.dtype],
-                D = problem.D,
-                E = problem.E,
-                DECAY = b(problem.decay),
-                HAS_INITIAL = b(problem.has_initial),
-                HAS_FINAL = b(problem.has_final),
-                VARLEN = b(problem.varlen),
-                REVERSE = "false",
-                GRAD_STATE = "false",
-                PREFETCH = cfg.PREFETCH,
-            },
-        }
+        local consts = spec.scan_consts(problem, ELEM)
+        consts.PREFETCH = cfg.PREFETCH
+        consts.SMEM = smem(cfg, problem)
+        return { template = "la_fwd_sm90/fwd.cu", consts = consts }
     end,
 }

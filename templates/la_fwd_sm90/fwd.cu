@@ -35,7 +35,9 @@
 // which la_bwd_sm90 runs on this kernel (its dv and dk passes).
 #include "common/la_params.h"
 #include "common/types.cuh"
+#include "common/seq.cuh"
 #include "common/mma.cuh"
+#include "common/wgmma.cuh"
 
 using T = ${ELEM};
 constexpr int D = ${D};             // key width: 64, 128, 192 or 256 (one wgmma M block per 64 rows of S)
@@ -52,6 +54,7 @@ constexpr bool HAS_FINAL = ${HAS_FINAL};
 constexpr bool VARLEN = ${VARLEN};
 constexpr bool REVERSE = ${REVERSE};
 constexpr bool GRAD_STATE = ${GRAD_STATE};
+constexpr unsigned SMEM = ${SMEM};  // dynamic shared memory the launch provides (family.lua's smem())
 
 constexpr int NT = 128 * WGS;           // threads of the CTA
 constexpr int VW = WGS * TILE_V;        // value columns per CTA
@@ -69,60 +72,19 @@ static_assert(WGS == 1 || WGS == 2, "WGS");
 static_assert(!SPLIT_QK || WGS == 2, "SPLIT_QK shares the scores between two warpgroups");
 
 // Swizzled tile geometry: column blocks of BW elements, rows SW bytes apart.
-constexpr int bw_of(int w) { return w % 64 == 0 ? 64 : w % 32 == 0 ? 32 : 16; }
 constexpr int BWQ = 64, SWQ = 128;                         // Q and K (D % 64 == 0)
-constexpr int BWV = bw_of(TILE_V), SWV = 2 * BWV;          // V, V_w and the state copy
+constexpr int BWV = lj_swz_block(TILE_V), SWV = 2 * BWV; // V, V_w and the state copy
 constexpr unsigned Q_BYTES = BLOCK * D * 2;                // one chunk of Q (or K)
 constexpr unsigned V_BYTES = BLOCK * VW * 2;               // one chunk of V (all the CTA's columns)
 constexpr unsigned S_BYTES = D * TILE_V * 2;               // one warpgroup's state copy
 constexpr unsigned P_BYTES = BLOCK * BLOCK * 2;            // one chunk's masked scores P (SPLIT_QK)
 // A warpgroup's columns of a V tile start this many bytes into it (whole column blocks).
 constexpr unsigned V_SLICE = (TILE_V / BWV) * (BLOCK * SWV);
-
-// Byte offset of 16-bit element (r, col) in a tile of R rows stored as blocks of BW columns with
-// the SW-byte swizzle (SW = 2 BW): 16-byte chunk index XOR the row's bits above the chunk. Block
-// bases are multiples of the swizzle period (8 rows), so the XOR may use the whole offset.
-template <int SW> __device__ __forceinline__ unsigned swz(unsigned off)
-{
-    return off ^ (((off >> 7) & (SW / 16 - 1)) << 4);
-}
-template <int BW, int R> __device__ __forceinline__ unsigned tile_off(int r, int col)
-{
-    return swz<2 * BW>((unsigned)((col / BW) * (R * 2 * BW) + r * 2 * BW + (col % BW) * 2));
-}
-
-// wgmma shared-memory matrix descriptor: start address, leading- and stride-dimension byte
-// offsets (LBO: between column blocks of an MN-major operand, unused for K-major; SBO: between
-// groups of 8 rows), swizzle mode (1: 128 B, 2: 64 B, 3: 32 B).
-template <int SW> __device__ __forceinline__ unsigned long long wg_desc(unsigned addr, unsigned lbo)
-{
-    constexpr unsigned long long mode = SW == 128 ? 1 : SW == 64 ? 2 : 3;
-    return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16) |
-           ((unsigned long long)((8 * SW) >> 4) << 32) | (mode << 62);
-}
-// The descriptor of a tile `bytes` further on: the start address is the low field, and shared
-// addresses stay below 2^18, so adding bytes / 16 never carries into the next field. One add of
-// a constant instead of rebuilding the descriptor for every k-step.
-__device__ __forceinline__ unsigned long long wg_desc_at(unsigned long long desc, unsigned bytes)
-{
-    return desc + (bytes >> 4);
-}
-
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void wg_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Shared memory written by ordinary stores (or cp.async) and read next by the tensor cores.
-__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// Keeps the compiler from moving accesses of accumulator registers across an asynchronous
-// product's issue or wait (the registers change behind its back).
-template <int N> __device__ __forceinline__ void fence_regs(float (&r)[N])
-{
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
-}
+// The kernel's layout (below): 1 KiB of slack to align the tiles, the Q, K, V ring, V_w, the
+// state copies, SPLIT_QK's P tiles and λ^k; it must fit what the launch provides.
+static_assert(1024 + STAGES * (2 * Q_BYTES + V_BYTES) + V_BYTES + WGS * S_BYTES + (SPLIT_QK ? P_BUFS * P_BYTES : 0) +
+                      (BLOCK + 1) * sizeof(float) <= SMEM,
+              "shared memory: the layout exceeds the spec's SMEM");
 
 //% local ty, scn = problem.dtype == "bf16" and "bf16" or "f16", SPLIT_QK ~= 0 and BLOCK // 2 or BLOCK -- scn: SCN
 //% local shapes, seen = {}, {}
@@ -199,7 +161,7 @@ __device__ __forceinline__ void load_tile(unsigned dst, const T *src, long long 
     constexpr unsigned PSTEP = (TPR * 8 / BW) * (BLOCK * 2 * BW);
     const int r0 = tid / TPR, x = (tid % TPR) * 8;
     const T *s = src + r0 * rs + x;
-    const unsigned d = dst + tile_off<BW, BLOCK>(r0, x);
+    const unsigned d = dst + lj_tile_off<BW, BLOCK>(r0, x);
     if (valid >= BLOCK) { // a whole chunk: no row checks
 #pragma unroll
         for (int i = 0; i < BLOCK / RSTEP; i++)
@@ -219,34 +181,6 @@ __device__ __forceinline__ void load_tile(unsigned dst, const T *src, long long 
                          "l"(ok ? s + i * RSTEP * rs + m * TPR * 8 : src), "r"(ok ? 16 : 0)
                          : "memory");
     }
-}
-
-// Writes a warp's 16 rows of an m64 x W fp32 accumulator (rows row0 .. row0 + 15, columns col0 ..
-// col0 + W of a swizzled tile of R rows, BW-column blocks), rounded to 16 bits and multiplied by
-// f, with stmatrix: one
-// instruction per 16 x 16 block instead of a 4-byte store per register pair. Matrix m of an x4 is
-// rows 8 (m & 1) .., columns 8 (m >> 1) .. of the block, the accumulator registers 4j .. 4j + 7
-// in order; lane l gives the address of row l & 7 of matrix l >> 3.
-template <int BW, int R, int W>
-__device__ __forceinline__ void stmatrix_acc(unsigned tile, const float (&acc)[W / 2], int row0, float f, int lane,
-                                             int col0 = 0)
-{
-    const int r = row0 + (lane & 7) + 8 * ((lane >> 3) & 1), hi = lane >> 4;
-#pragma unroll
-    for (int j = 0; j < W / 8; j += 2) {
-        const unsigned a = tile + tile_off<BW, R>(r, col0 + 8 * (j + hi));
-        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(a),
-                     "r"(lj_pack2<T>(f * acc[4 * j], f * acc[4 * j + 1])),
-                     "r"(lj_pack2<T>(f * acc[4 * j + 2], f * acc[4 * j + 3])),
-                     "r"(lj_pack2<T>(f * acc[4 * j + 4], f * acc[4 * j + 5])),
-                     "r"(lj_pack2<T>(f * acc[4 * j + 6], f * acc[4 * j + 7]))
-                     : "memory");
-    }
-}
-// The 128 threads of one warpgroup (barrier 1 + wg; 0 is __syncthreads).
-__device__ __forceinline__ void wg_bar(int wg)
-{
-    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
 }
 
 extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_constant__ la_params p)
@@ -271,24 +205,13 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     const int ec = blockIdx.x * VW, e0 = ec + wg * TILE_V, h = blockIdx.y, b = blockIdx.z;
     const unsigned sS = sS0 + wg * S_BYTES; // this warpgroup's state copy
 
-    int n, slot;
-    long long tok0 = 0;
-    if constexpr (VARLEN) {
-        const int *cu = reinterpret_cast<const int *>(p.cu_seqlens);
-        tok0 = cu[b];
-        n = cu[b + 1] - cu[b];
-        slot = p.slots ? reinterpret_cast<const int *>(p.slots)[b] : b;
-    } else {
-        n = p.N;
-        slot = b;
-    }
-    const long long bq = VARLEN ? 0 : (long long)b;
-    if constexpr (REVERSE) tok0 += n > 0 ? n - 1 : 0;
+    const lj_seq seq = lj_seq_of<VARLEN, REVERSE>(p.cu_seqlens, p.slots, p.N, b);
+    const int n = seq.n, slot = seq.slot;
     const long long dir = REVERSE ? -1 : 1;
-    const T *q = reinterpret_cast<const T *>(p.q.ptr) + bq * p.q.s0 + h * p.q.s1 + tok0 * p.q.s2;
-    const T *k = reinterpret_cast<const T *>(p.k.ptr) + bq * p.k.s0 + h * p.k.s1 + tok0 * p.k.s2;
-    const T *v = reinterpret_cast<const T *>(p.v.ptr) + bq * p.v.s0 + h * p.v.s1 + tok0 * p.v.s2 + ec;
-    T *o = reinterpret_cast<T *>(p.o.ptr) + bq * p.o.s0 + h * p.o.s1 + tok0 * p.o.s2 + e0;
+    const T *q = reinterpret_cast<const T *>(p.q.ptr) + seq.bq * p.q.s0 + h * p.q.s1 + seq.tok0 * p.q.s2;
+    const T *k = reinterpret_cast<const T *>(p.k.ptr) + seq.bq * p.k.s0 + h * p.k.s1 + seq.tok0 * p.k.s2;
+    const T *v = reinterpret_cast<const T *>(p.v.ptr) + seq.bq * p.v.s0 + h * p.v.s1 + seq.tok0 * p.v.s2 + ec;
+    T *o = reinterpret_cast<T *>(p.o.ptr) + seq.bq * p.o.s0 + h * p.o.s1 + seq.tok0 * p.o.s2 + e0;
     const long long qs = dir * p.q.s2, ks = dir * p.k.s2, vs = dir * p.v.s2, os = dir * p.o.s2;
     const int nchunks = (n + BLOCK - 1) / BLOCK;
     // The output pieces this thread stores: row o_r0 (+ O_RSTEP per pass), columns o_cx .. + 7.
@@ -297,7 +220,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     const int o_r0 = wtid / O_PV, o_cx = (wtid % O_PV) * 8;
     T *const o_thr = o + o_r0 * os + o_cx;
     const long long o_step = O_RSTEP * os;
-    const unsigned o_soff = tile_off<BWV, BLOCK>(o_r0, o_cx);
+    const unsigned o_soff = lj_tile_off<BWV, BLOCK>(o_r0, o_cx);
 
     auto load_chunk = [&](int c) {
         const int st = c % STAGES;
@@ -358,8 +281,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     // The 16-bit state copy: rows d, columns e, MN-major B of Q S.
     auto state_to_smem = [&]() {
 #pragma unroll
-        for (int mb = 0; mb < MB; mb++) stmatrix_acc<BWV, D, TILE_V>(sS, st[mb], 64 * mb + 16 * warp, 1.f, lane);
-        fence_async_smem();
+        for (int mb = 0; mb < MB; mb++) lj_stmatrix_acc<T, BWV, D, TILE_V>(sS, st[mb], 64 * mb + 16 * warp, 1.f, lane);
+        lj_fence_async_smem();
     };
     // Before chunk c's products the register state is decayed by λ^L (λ^{L−1} for GRAD_STATE's
     // first chunk), right after its 16-bit copy is written: the state update then only adds, and
@@ -386,25 +309,25 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     auto issue_scores = [&](int c) {
         const int slotc = c % STAGES;
         const unsigned cQ = sQ + slotc * Q_BYTES, cK = sK + slotc * Q_BYTES;
-        const unsigned long long dQ = wg_desc<SWQ>(cQ, 16), dK = wg_desc<SWQ>(cK + jb * SWQ, 16);
-        wg_fence();
+        const unsigned long long dQ = lj_wg_desc<SWQ>(cQ, 16), dK = lj_wg_desc<SWQ>(cK + jb * SWQ, 16);
+        lj_wg_fence();
         wg_ss${scn}_z<0, 0>(sc, dQ, dK);
 #pragma unroll
         for (int kk = 1; kk < D / 16; kk++) {
             const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
-            wg_ss${scn}<0, 0>(sc, wg_desc_at(dQ, off), wg_desc_at(dK, off), 1);
+            wg_ss${scn}<0, 0>(sc, lj_wg_desc_at(dQ, off), lj_wg_desc_at(dK, off), 1);
         }
-        wg_commit();
+        lj_wg_commit();
     };
     // SPLIT_QK: the warpgroup's half of P (masked, decayed scores, 16-bit) into chunk c's P tile,
     // where P V reads it as its A operand once both halves are there (a CTA barrier).
     auto scores_to_smem = [&](int c) {
         if constexpr (SPLIT_QK) {
-            fence_regs(sc);
+            lj_fence_regs(sc);
 #pragma unroll
             for (int x = 0; x < NSC; x++) sc[x] *= mask[x];
-            stmatrix_acc<BWQ, BLOCK, SCN>(sP + (c % P_BUFS) * P_BYTES, sc, 16 * warp, 1.f, lane, jb);
-            fence_async_smem();
+            lj_stmatrix_acc<T, BWQ, BLOCK, SCN>(sP + (c % P_BUFS) * P_BYTES, sc, 16 * warp, 1.f, lane, jb);
+            lj_fence_async_smem();
         }
     };
     // With PREFETCH the products are issued unconditionally (for an empty sequence, and for the
@@ -412,10 +335,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     // serialise them all. Those extra products read stale shared memory; their results are unused.
     if constexpr (PREFETCH) {
         lj_cp_async_wait<STAGES - 2>();
-        fence_async_smem();
+        lj_fence_async_smem();
         __syncthreads(); // chunk 0 landed
         issue_scores(0);
-        wg_wait<0>();
+        lj_wg_wait<0>();
         scores_to_smem(0);
     }
 
@@ -431,7 +354,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         };
         if constexpr (!PREFETCH) {
             lj_cp_async_wait<STAGES - 2>();
-            fence_async_smem();
+            lj_fence_async_smem();
             __syncthreads(); // chunk c landed; chunk c − 1's products and state copy are done
             load_next();
             issue_scores(c);
@@ -464,7 +387,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
                                  : "memory");
                 }
             }
-            fence_async_smem();
+            lj_fence_async_smem();
             sVs = sVw + wg * V_SLICE;
         }
         // V_w (and with PREFETCH the state copy and SPLIT_QK's P) of every warp are written; with
@@ -477,35 +400,35 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         // written, so the update only adds).
         float oa[NACC];
 #pragma unroll
-        for (int mb = 0; mb < MB; mb++) fence_regs(st[mb]);
-        const unsigned long long dQ = wg_desc<SWQ>(cQ, 16), dS = wg_desc<SWV>(sS, D * SWV);
-        const unsigned long long dKt = wg_desc<SWQ>(cK, BLOCK * SWQ), dVs = wg_desc<SWV>(sVs, BLOCK * SWV);
-        wg_fence();
+        for (int mb = 0; mb < MB; mb++) lj_fence_regs(st[mb]);
+        const unsigned long long dQ = lj_wg_desc<SWQ>(cQ, 16), dS = lj_wg_desc<SWV>(sS, D * SWV);
+        const unsigned long long dKt = lj_wg_desc<SWQ>(cK, BLOCK * SWQ), dVs = lj_wg_desc<SWV>(sVs, BLOCK * SWV);
+        lj_wg_fence();
         wg_ss${TILE_V}_z<0, 1>(oa, dQ, dS);
 #pragma unroll
         for (int kk = 1; kk < D / 16; kk++) {
             const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
-            wg_ss${TILE_V}<0, 1>(oa, wg_desc_at(dQ, off), wg_desc_at(dS, kk * 16 * SWV), 1);
+            wg_ss${TILE_V}<0, 1>(oa, lj_wg_desc_at(dQ, off), lj_wg_desc_at(dS, kk * 16 * SWV), 1);
         }
-        wg_commit();
+        lj_wg_commit();
 #pragma unroll
         for (int mb = 0; mb < MB; mb++)
 #pragma unroll
             for (int kk = 0; kk < BLOCK / 16; kk++)
-                wg_ss${TILE_V}<1, 1>(st[mb], wg_desc_at(dKt, mb * (BLOCK * SWQ) + kk * 16 * SWQ),
-                                     wg_desc_at(dVs, kk * 16 * SWV), 1);
-        wg_commit();
+                wg_ss${TILE_V}<1, 1>(st[mb], lj_wg_desc_at(dKt, mb * (BLOCK * SWQ) + kk * 16 * SWQ),
+                                     lj_wg_desc_at(dVs, kk * 16 * SWV), 1);
+        lj_wg_commit();
 
         // The scores (with PREFETCH retired at the end of the previous iteration): mask and decay
         // them, round to the A operand of P V. SPLIT_QK: P goes through shared memory (with
         // PREFETCH it is there already, written at the end of the previous iteration and
         // published by the barrier above).
-        if constexpr (!PREFETCH) wg_wait<2>();
+        if constexpr (!PREFETCH) lj_wg_wait<2>();
         if constexpr (SPLIT_QK && !PREFETCH) {
             scores_to_smem(c);
             __syncthreads(); // both halves of P written
         }
-        fence_regs(sc);
+        lj_fence_regs(sc);
         unsigned pa[SPLIT_QK ? 1 : BLOCK / 16][4];
 #pragma unroll
         for (int kk = 0; kk < (SPLIT_QK ? 0 : BLOCK / 16); kk++) {
@@ -516,8 +439,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         }
         // Q S done: the inter-chunk term decays by λ^{i+1} (λ^i for GRAD_STATE's first chunk),
         // times σ.
-        wg_wait<1>();
-        fence_regs(oa);
+        lj_wg_wait<1>();
+        lj_fence_regs(oa);
         {
             const float f0 = DECAY && u ? sPow[i0] * sigma : rf0, f1 = DECAY && u ? sPow[i1] * sigma : rf1;
 #pragma unroll
@@ -528,34 +451,34 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
                 oa[4 * j + 3] *= f1;
             }
         }
-        fence_regs(oa);
-        const unsigned long long dV = wg_desc<SWV>(cV + wg * V_SLICE, BLOCK * SWV);
-        wg_fence();
+        lj_fence_regs(oa);
+        const unsigned long long dV = lj_wg_desc<SWV>(cV + wg * V_SLICE, BLOCK * SWV);
+        lj_wg_fence();
         if constexpr (SPLIT_QK) {
-            const unsigned long long dP = wg_desc<SWQ>(sP + (c % P_BUFS) * P_BYTES, 16);
+            const unsigned long long dP = lj_wg_desc<SWQ>(sP + (c % P_BUFS) * P_BYTES, 16);
 #pragma unroll
             for (int kk = 0; kk < BLOCK / 16; kk++)
-                wg_ss${TILE_V}<0, 1>(oa, wg_desc_at(dP, kk * 16 * 2), wg_desc_at(dV, kk * 16 * SWV), 1);
+                wg_ss${TILE_V}<0, 1>(oa, lj_wg_desc_at(dP, kk * 16 * 2), lj_wg_desc_at(dV, kk * 16 * SWV), 1);
         } else {
 #pragma unroll
             for (int kk = 0; kk < BLOCK / 16; kk++)
-                wg_rs${TILE_V}<1>(oa, pa[kk], wg_desc_at(dV, kk * 16 * SWV), 1);
+                wg_rs${TILE_V}<1>(oa, pa[kk], lj_wg_desc_at(dV, kk * 16 * SWV), 1);
         }
-        wg_commit();
+        lj_wg_commit();
 
         // With PREFETCH the next chunk's scores go in while this chunk's tail runs.
         if constexpr (PREFETCH) {
             lj_cp_async_wait<STAGES - 2>();
-            fence_async_smem();
+            lj_fence_async_smem();
             __syncthreads(); // chunk c + 1 landed
             issue_scores(c + 1);
-            wg_wait<1>();
+            lj_wg_wait<1>();
         } else {
-            wg_wait<0>();
+            lj_wg_wait<0>();
         }
-        fence_regs(oa);
+        lj_fence_regs(oa);
 #pragma unroll
-        for (int mb = 0; mb < MB; mb++) fence_regs(st[mb]);
+        for (int mb = 0; mb < MB; mb++) lj_fence_regs(st[mb]);
 
         // Store o (σ applied) for the rows inside the sequence: through this warpgroup's part of
         // the V_w buffer (free now: its products are done), so each thread writes whole 16-byte
@@ -563,8 +486,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         // column and steps down O_RSTEP rows per pass (a multiple of 8: the swizzle repeats).
         {
             const unsigned sO = sVw + wg * V_SLICE;
-            stmatrix_acc<BWV, BLOCK, TILE_V>(sO, oa, 16 * warp, 1.f, lane);
-            wg_bar(wg);
+            lj_stmatrix_acc<T, BWV, BLOCK, TILE_V>(sO, oa, 16 * warp, 1.f, lane);
+            lj_wg_bar(wg);
             T *oc = o_thr + (long long)(c * BLOCK) * os;
 #pragma unroll
             for (int i = 0; i < BLOCK / O_RSTEP; i++) {
@@ -578,7 +501,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
                              "r"(o_r0 + i * O_RSTEP), "r"(L)
                              : "memory");
             }
-            wg_bar(wg); // read before the next chunk's V_w overwrites the buffer
+            lj_wg_bar(wg); // read before the next chunk's V_w overwrites the buffer
         }
         state_to_smem();
         decay_state(c + 1);
@@ -586,7 +509,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         // through it and would serialise every wgmma of the loop. The next chunk's scores have
         // had this chunk's tail to finish.
         if constexpr (PREFETCH) {
-            wg_wait<0>();
+            lj_wg_wait<0>();
             scores_to_smem(c + 1); // the other P tile: the other warpgroup may still read chunk c's
         }
     }

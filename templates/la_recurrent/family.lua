@@ -2,12 +2,28 @@
 -- The oracle of the fast families and the first family of the data path: simple, fp32
 -- throughout, any D, E multiple of 16 up to 256, every dtype, layout and state option.
 
-local ELEM = { f32 = "float", f16 = "lj_f16", bf16 = "lj_bf16" }
+local spec = import("common/spec.lua")
+local ELEM = spec.ELEM
 
 local function split(cfg, problem)
     local threads = cfg.WARPS * 32
     local rows = threads // cfg.TILE_V -- row groups
     return threads, rows
+end
+
+-- Static shared memory of recurrent.cu: q, k and the v tile of one token, and the partial sums.
+local function smem(cfg, problem)
+    local _, rows = split(cfg, problem)
+    return 4 * (2 * problem.D + cfg.TILE_V + rows * cfg.TILE_V)
+end
+
+-- The minimum CTAs per SM of __launch_bounds__ (empty: none named). On sm_120 ptxas held a 4-warp
+-- CTA with 32 state values per thread to 72 registers and spilled (bf16 D = E = 128, TILE_V = 32,
+-- compile sweep); naming one CTA lets it take 154. With 128 state values per thread the same
+-- hint made it spill instead, so only up to 64.
+local function min_ctas(cfg, problem, device)
+    local _, rows = split(cfg, problem)
+    return (device.cc >= 120 and problem.D // rows <= 64) and ", 1" or ""
 end
 
 return {
@@ -29,14 +45,11 @@ return {
     },
 
     valid = function(cfg, problem, device)
-        if ELEM[problem.dtype] == nil then return false, "dtype must be f32, f16 or bf16" end
-        local D, E = problem.D, problem.E
-        if D % 16 ~= 0 or E % 16 ~= 0 or D < 16 or E < 16 or D > 256 or E > 256 then
-            return false, "D and E must be multiples of 16 from 16 to 256"
-        end
-        if cfg.TILE_V > E or E % cfg.TILE_V ~= 0 then
-            return false, string.format("TILE_V=%d does not divide E=%d", cfg.TILE_V, E)
-        end
+        local ok, why = spec.check_dtype(problem)
+        if ok then ok, why = spec.check_dims(problem) end
+        if ok then ok, why = spec.check_tile(cfg.TILE_V, problem.E) end
+        if not ok then return false, why end
+        local D = problem.D
         local threads, rows = split(cfg, problem)
         if threads < cfg.TILE_V or threads % cfg.TILE_V ~= 0 then
             return false, string.format("%d threads cannot cover %d columns", threads, cfg.TILE_V)
@@ -50,9 +63,9 @@ return {
         if D // rows < 2 then
             return false, string.format("%d row groups for D=%d leave threads idle", rows, D)
         end
-        local smem = 4 * (2 * D + cfg.TILE_V + rows * cfg.TILE_V)
-        if smem > 48 * 1024 then
-            return false, string.format("%d bytes of static shared memory (limit 48 KiB)", smem)
+        local bytes = smem(cfg, problem)
+        if bytes > 48 * 1024 then
+            return false, string.format("%d bytes of static shared memory (limit 48 KiB)", bytes)
         end
         return true
     end,
@@ -86,7 +99,18 @@ return {
         }
     end,
 
+    -- What a compile may use (the compile sweep checks it): the launch bounds' registers and the
+    -- static shared memory counted above.
+    resources = function(cfg, problem, device)
+        return { regs = spec.reg_cap(device, cfg.WARPS * 32, 1), smem = smem(cfg, problem) }
+    end,
+
     source = function(cfg, problem, device)
-        return { template = "la_recurrent/recurrent.cu", consts = { ELEM = ELEM[problem.dtype] } }
+        local _, rows = split(cfg, problem)
+        return {
+            template = "la_recurrent/recurrent.cu",
+            consts = { ELEM = ELEM[problem.dtype], R = rows, SMEM = smem(cfg, problem),
+                       MIN_CTAS = min_ctas(cfg, problem, device) },
+        }
     end,
 }

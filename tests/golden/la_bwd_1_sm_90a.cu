@@ -27,6 +27,7 @@
 // λ^{L−1} where a forward uses λ^{i+1} and λ^L), and the final state written is σλ·state = dS_0.
 #include "common/la_params.h"
 #include "common/types.cuh"
+#include "common/seq.cuh"
 #include "common/mma.cuh"
 
 using T = lj_bf16;
@@ -52,28 +53,18 @@ constexpr int LDQ = D + VE;                  // padded rows: conflict-free ldmat
 constexpr int LDV = TILE_V + VE;
 constexpr int LDS = TILE_V + VE;
 
+// The warp geometry and shared memory size come from the spec (common/scan.lua computes them
+// once: geometry(), smem()); the kernel derives the rest and checks that its layout fits them.
+constexpr unsigned SMEM = 36996;  // dynamic shared memory the launch provides, bytes
 // Output work split.
 constexpr int RT = BLOCK / 16;                       // 16-row tiles per chunk
-constexpr int OM = WARPS < RT ? WARPS : RT;          // warp rows
+constexpr int OM = 2;                            // warp rows
 constexpr int ON = WARPS / OM;                       // warp columns
 constexpr int ORT = RT / OM;                         // row tiles per warp
 constexpr int ONT = TILE_V / 8 / ON;                 // n8 output tiles per warp
-// State work split.
-// Each k-step a warp loads one A fragment (16 rows of Kᵀ) per m-tile and one B fragment per
-// pair of n-tiles; SN is chosen to minimise these shared-memory loads (ties: larger SN, fewer
-// decay weightings of B).
-constexpr int sn_cost(int sn)
-{
-    return (D / 16 + WARPS / sn - 1) / (WARPS / sn) + (TILE_V / 8 / sn + 1) / 2;
-}
-constexpr int pick_sn()
-{
-    int best = 1;
-    for (int sn = 2; sn <= WARPS && sn <= TILE_V / 8; sn *= 2)
-        if (sn_cost(sn) <= sn_cost(best)) best = sn;
-    return best;
-}
-constexpr int SN = pick_sn();
+// State work split: SN warp columns by SMW warp rows (the spec picks SN to minimise the
+// fragment loads of a k-step: one A fragment of Kᵀ per m-tile, one B per pair of n-tiles).
+constexpr int SN = 2;
 constexpr int SMW = WARPS / SN;
 constexpr int SNT = TILE_V / 8 / SN;
 constexpr int DT = D / 16;
@@ -82,11 +73,15 @@ constexpr int SMT = (DT + SMW - 1) / SMW;
 static_assert(D % 16 == 0 && E % 16 == 0 && TILE_V % 16 == 0 && E % TILE_V == 0, "shape");
 static_assert(BLOCK % 16 == 0 && RT % OM == 0 && WARPS % OM == 0, "output split");
 static_assert((TILE_V / 8) % ON == 0 && ONT >= 1, "output columns");
-static_assert(WARPS % SN == 0 && (TILE_V / 8) % SN == 0, "state split");
+static_assert(OM >= 1 && OM <= RT, "output split: OM warp rows of 16-row tiles");
+static_assert(SN >= 1 && WARPS % SN == 0 && (TILE_V / 8) % SN == 0, "state split");
 static_assert(STAGES >= 2, "ring");
 
 constexpr int SQ_ELEMS = BLOCK * LDQ;
 constexpr int SV_ELEMS = BLOCK * LDV;
+// The layout of the kernel's dynamic shared memory (below) fits what the launch provides.
+static_assert((STAGES * (2 * SQ_ELEMS + SV_ELEMS) + D * LDS) * sizeof(T) + (BLOCK + 1) * sizeof(float) <= SMEM,
+              "shared memory: Q, K, V ring + state copy + λ^k table exceed the spec's SMEM");
 
 // Issues the cp.async copies of one sequence tensor's chunk (BLOCK x W elements starting at
 // src, row stride rs in elements) into a shared tile with row stride LD; rows at or past `valid`
@@ -148,6 +143,30 @@ __device__ __forceinline__ void store2(float *dst, float x0, float x1)
     *reinterpret_cast<float2 *>(dst) = make_float2(x0, x1);
 }
 
+// acc[j] += a · B_j for a warp's ONT n8 output tiles: B is the k-step's KS rows of a row-major
+// shared tile (rows ld elements apart) from the warp's first output column; two tiles per
+// ldmatrix where the type and the tile count allow.
+__device__ __forceinline__ void mma_kn(float (&acc)[ONT][4], const unsigned (&a)[4], const T *b, int ld, int j0,
+                                       int lane)
+{
+    if constexpr (KS == 16 && ONT % 2 == 0) {
+#pragma unroll
+        for (int j = 0; j < ONT; j += 2) {
+            unsigned bb[4];
+            F::b_kn2(bb, b + (j0 + j) * 8, ld, lane);
+            F::mma(acc[j], a, bb);
+            F::mma(acc[j + 1], a, bb + 2);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < ONT; j++) {
+            unsigned bb[2];
+            F::b_kn(bb, b + (j0 + j) * 8, ld, lane);
+            F::mma(acc[j], a, bb);
+        }
+    }
+}
+
 // Writes the register state into the shared copy used as the q·S operand (16-bit, or fp32 that
 // the tf32 gather rounds).
 __device__ __forceinline__ void state_to_smem(T *sS, const float (&st)[SMT][SNT][4], int wsm,
@@ -183,26 +202,13 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
     const int e0 = blockIdx.x * TILE_V, h = blockIdx.y, b = blockIdx.z;
 
     // Sequence extent and the per-(b, h) bases of q, k, v, o.
-    int n, slot;
-    long long tok0 = 0;
-    if constexpr (VARLEN) {
-        const int *cu = reinterpret_cast<const int *>(p.cu_seqlens);
-        tok0 = cu[b];
-        n = cu[b + 1] - cu[b];
-        slot = p.slots ? reinterpret_cast<const int *>(p.slots)[b] : b;
-    } else {
-        n = p.N;
-        slot = b;
-    }
-    const long long bq = VARLEN ? 0 : (long long)b;
-    // Walking backwards is walking forwards over a view that starts at the last token with
-    // negated token strides.
-    if constexpr (REVERSE) tok0 += n > 0 ? n - 1 : 0;
+    const lj_seq seq = lj_seq_of<VARLEN, REVERSE>(p.cu_seqlens, p.slots, p.N, b);
+    const int n = seq.n, slot = seq.slot;
     const long long dir = REVERSE ? -1 : 1;
-    const T *q = reinterpret_cast<const T *>(p.q.ptr) + bq * p.q.s0 + h * p.q.s1 + tok0 * p.q.s2;
-    const T *k = reinterpret_cast<const T *>(p.k.ptr) + bq * p.k.s0 + h * p.k.s1 + tok0 * p.k.s2;
-    const T *v = reinterpret_cast<const T *>(p.v.ptr) + bq * p.v.s0 + h * p.v.s1 + tok0 * p.v.s2 + e0;
-    T *o = reinterpret_cast<T *>(p.o.ptr) + bq * p.o.s0 + h * p.o.s1 + tok0 * p.o.s2 + e0;
+    const T *q = reinterpret_cast<const T *>(p.q.ptr) + seq.bq * p.q.s0 + h * p.q.s1 + seq.tok0 * p.q.s2;
+    const T *k = reinterpret_cast<const T *>(p.k.ptr) + seq.bq * p.k.s0 + h * p.k.s1 + seq.tok0 * p.k.s2;
+    const T *v = reinterpret_cast<const T *>(p.v.ptr) + seq.bq * p.v.s0 + h * p.v.s1 + seq.tok0 * p.v.s2 + e0;
+    T *o = reinterpret_cast<T *>(p.o.ptr) + seq.bq * p.o.s0 + h * p.o.s1 + seq.tok0 * p.o.s2 + e0;
     const long long qs = dir * p.q.s2, ks = dir * p.k.s2, vs = dir * p.v.s2, os = dir * p.o.s2;
     const int nchunks = (n + BLOCK - 1) / BLOCK;
 
@@ -351,22 +357,6 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
                             F::mma(pm[nt + 1], a, bb + 2);
                         }
                     }
-                    if constexpr (ONT % 2 == 0) {
-#pragma unroll
-                        for (int j = 0; j < ONT; j += 2) {
-                            unsigned bb[4];
-                            F::b_kn2(bb, sS + kk * KS * LDS + (won * ONT + j) * 8, LDS, lane);
-                            F::mma(acc[j], a, bb);
-                            F::mma(acc[j + 1], a, bb + 2);
-                        }
-                    } else {
-#pragma unroll
-                        for (int j = 0; j < ONT; j++) {
-                            unsigned bb[2];
-                            F::b_kn(bb, sS + kk * KS * LDS + (won * ONT + j) * 8, LDS, lane);
-                            F::mma(acc[j], a, bb);
-                        }
-                    }
                 } else {
 #pragma unroll
                     for (int nt = 0; nt < BLOCK / 8; nt++) {
@@ -376,13 +366,8 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
                             F::mma(pm[nt], a, bb);
                         }
                     }
-#pragma unroll
-                    for (int j = 0; j < ONT; j++) {
-                        unsigned bb[2];
-                        F::b_kn(bb, sS + kk * KS * LDS + (won * ONT + j) * 8, LDS, lane);
-                        F::mma(acc[j], a, bb);
-                    }
                 }
+                mma_kn(acc, a, sS + kk * KS * LDS, LDS, won * ONT, lane);
                 if (rr == 0 && kk < BLOCK / KS) state_step(kk);
 #pragma unroll
                 for (int r = 0; r < 4; r++) a[r] = an[r];
@@ -425,22 +410,7 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
                 if (kk * KS <= row0 + 15) {
                     unsigned a[4];
                     F::a_from_acc(a, pm, kk, lane);
-                    if constexpr (KS == 16 && ONT % 2 == 0) {
-#pragma unroll
-                        for (int j = 0; j < ONT; j += 2) {
-                            unsigned bb[4];
-                            F::b_kn2(bb, cV + kk * KS * LDV + (won * ONT + j) * 8, LDV, lane);
-                            F::mma(acc[j], a, bb);
-                            F::mma(acc[j + 1], a, bb + 2);
-                        }
-                    } else {
-#pragma unroll
-                        for (int j = 0; j < ONT; j++) {
-                            unsigned bb[2];
-                            F::b_kn(bb, cV + kk * KS * LDV + (won * ONT + j) * 8, LDV, lane);
-                            F::mma(acc[j], a, bb);
-                        }
-                    }
+                    mma_kn(acc, a, cV + kk * KS * LDV, LDV, won * ONT, lane);
                 }
             }
 

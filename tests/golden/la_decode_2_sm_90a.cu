@@ -36,18 +36,20 @@ constexpr int CACHE = 0;       // state access hint: 0 none, 1 streaming (.cs), 
 constexpr int DIRECT = 1;     // 1: each thread loads its q, k, v straight into registers;
                                       // 0: staged once per CTA in shared memory (one more barrier)
 
+// The tile geometry comes from the spec (la_decode/family.lua's geometry(), computed once); the
+// kernel checks below that it covers the tile and that its layout fits the shared memory.
 constexpr int NT = WARPS * 32;
-constexpr int pow2ceil(int x) { return x <= 1 ? 1 : 2 * pow2ceil((x + 1) / 2); }
 constexpr int CW = VK ? D : TILE_V;    // contiguous width of the tile, floats
 constexpr int RD = VK ? TILE_V : D;    // rows of the tile
-constexpr int LPR = pow2ceil(CW / 4);  // threads per row (power of two; threads past CW/4 idle)
-constexpr int RS = NT / LPR;           // rows per pass
-constexpr int NR = (RD + RS - 1) / RS; // passes: 16-byte state vectors held per thread
+constexpr int LPR = 4;            // threads per row (power of two; threads past CW/4 idle)
+constexpr int RS = 64;              // rows per pass
+constexpr int NR = 4;              // passes: 16-byte state vectors held per thread
 constexpr bool FULL_COLS = LPR * 4 == CW;
 constexpr bool FULL_ROWS = NR * RS == RD;
 // Partial output sums per column that meet in shared memory: KV, one per warp (or per row of a
 // pass when a row fills a warp); VK, one per warp a row spans.
-constexpr int NSLOT = VK ? (LPR > 32 ? LPR / 32 : 1) : (LPR >= 32 ? RS : WARPS);
+constexpr int NSLOT = 8;
+constexpr unsigned SMEM = 512;     // dynamic shared memory the launch provides, bytes
 constexpr int LW = LPR < 32 ? LPR : 32; // threads of one row inside a warp
 // Per-thread inputs: q, k indexed by d, v by e. KV: d is the row (NR of them), e the column (4);
 // VK the other way round. The output partial sums follow e.
@@ -59,6 +61,11 @@ static_assert(D % 16 == 0 && E % 16 == 0 && D <= 256 && E <= 256, "D, E: multipl
 static_assert(E % TILE_V == 0 && TILE_V % 4 == 0, "TILE_V divides E");
 static_assert(LPR <= NT && NT % LPR == 0, "a row needs at most one CTA");
 static_assert(T >= 1 && T <= 8, "T in 1..8");
+static_assert((LPR & (LPR - 1)) == 0 && LPR * 4 >= CW && LPR * 2 < CW, "LPR: the power of two covering a row");
+static_assert(RS * LPR == NT && NR * RS >= RD, "RS rows per pass, NR passes: the tile's rows");
+static_assert(NSLOT >= (VK ? (LPR > 32 ? LPR / 32 : 1) : (LPR >= 32 ? RS : WARPS)), "NSLOT: a slot per partial sum");
+static_assert((NSTAGE + T * NSLOT * TILE_V) * sizeof(float) <= SMEM,
+              "shared memory: staged inputs + reduction buffer exceed the spec's SMEM");
 
 struct __align__(16) f4 { float v[4]; };
 
@@ -278,6 +285,8 @@ __device__ __forceinline__ void finish_job(const la_params &p, const Job &j, con
 
 } // namespace
 
+// On sm_120 ptxas held an 8-warp CTA to 64 registers and spilled (f16 D = 256, TILE_V = 32);
+// naming one CTA per SM as the minimum lets it take what it needs (82, no spills).
 extern "C" __global__ void __launch_bounds__(NT) la_decode(const __grid_constant__ la_params p)
 {
     extern __shared__ float smem[]; // [NSTAGE] staged inputs, then the reduction buffer

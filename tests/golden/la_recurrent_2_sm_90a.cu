@@ -20,14 +20,18 @@ constexpr int D = 256;         // key width
 constexpr int E = 256;         // value width
 constexpr int TILE_V = 32;       // E columns per CTA: more CTAs for small B*H
 constexpr int THREADS = 8 * 32;  // with TILE_V, the state values per thread
-constexpr int R = THREADS / TILE_V;     // row groups
+constexpr int R = 8;                 // row groups (la_recurrent/family.lua's split())
+constexpr unsigned SMEM = 3200;      // static shared memory the spec counts, bytes
 constexpr int SPT = D / R;              // state values per thread
 constexpr bool DECAY = true;
 constexpr bool HAS_INITIAL = true;
 constexpr bool HAS_FINAL = true;
 constexpr bool VARLEN = true;
 
-static_assert(THREADS % TILE_V == 0 && D % R == 0, "family.lua's valid() admits only even splits");
+static_assert(THREADS % TILE_V == 0 && R * TILE_V == THREADS && D % R == 0,
+              "family.lua's valid() admits only even splits");
+static_assert((2 * D + TILE_V + R * TILE_V) * sizeof(float) <= SMEM,
+              "shared memory: q_s, k_s, v_s and partial exceed the spec's SMEM");
 
 __device__ __forceinline__ const float *state_at(const la_tensor4 &s, long long slot, int h, int d, int e)
 {
@@ -36,6 +40,7 @@ __device__ __forceinline__ const float *state_at(const la_tensor4 &s, long long 
 
 } // namespace
 
+// MIN_CTAS (family.lua): on sm_120 ptxas held some CTAs to 72 registers and spilled.
 extern "C" __global__ void __launch_bounds__(THREADS) la_recurrent_fwd(const __grid_constant__ la_params p)
 {
     __shared__ float q_s[D], k_s[D], v_s[TILE_V];

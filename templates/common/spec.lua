@@ -1,0 +1,101 @@
+-- spec.lua — the small helpers every family spec shares (imported with import("common/spec.lua")):
+-- the element types and sizes, the log2 buckets of key(), the checks valid() repeats (dtype, head
+-- widths, a tile dividing E, shared memory against the device) and the flags and bucket key of the
+-- forward's chunk scans. One copy here, so a family cannot drift from another's rules.
+
+local M = {}
+
+-- Template element type and its size in bytes, per dtype.
+M.ELEM = { f32 = "float", f16 = "lj_f16", bf16 = "lj_bf16" }
+M.ESIZE = { f32 = 4, f16 = 2, bf16 = 2 }
+
+-- ⌊log2 x⌋ (0 for x < 2): the size buckets of key().
+function M.log2_bucket(x)
+    local b = 0
+    while (1 << (b + 1)) <= x do b = b + 1 end
+    return b
+end
+
+-- The smallest power of two ≥ x (1 for x ≤ 1).
+function M.pow2ceil(x)
+    local r = 1
+    while r < x do r = r * 2 end
+    return r
+end
+
+-- A Lua boolean as the CUDA literal a template bakes in.
+function M.b(x) return x and "true" or "false" end
+
+-- A copy of cfg with the fields of changes replaced.
+function M.with(cfg, changes)
+    local c = {}
+    for k, v in pairs(cfg) do c[k] = v end
+    for k, v in pairs(changes or {}) do c[k] = v end
+    return c
+end
+
+-- valid()'s shared checks: each returns true, or false and the reason.
+function M.check_dtype(problem, elem)
+    if (elem or M.ELEM)[problem.dtype] == nil then return false, "dtype must be f32, f16 or bf16" end
+    return true
+end
+
+function M.check_dims(problem)
+    local D, E = problem.D, problem.E
+    if D % 16 ~= 0 or E % 16 ~= 0 or D < 16 or E < 16 or D > 256 or E > 256 then
+        return false, "D and E must be multiples of 16 from 16 to 256"
+    end
+    return true
+end
+
+-- `width` columns per CTA (or warpgroup set) must divide E.
+function M.check_tile(width, E, what)
+    if width > E or E % width ~= 0 then
+        return false, string.format("%s=%d does not divide E=%d", what or "TILE_V", width, E)
+    end
+    return true
+end
+
+function M.check_smem(bytes, device)
+    if bytes > device.smem_optin then
+        return false, string.format("%d bytes of shared memory (device allows %d)", bytes,
+                                    device.smem_optin)
+    end
+    return true
+end
+
+-- The registers a thread may have when `threads` threads and `minb` CTAs share an SM (what
+-- __launch_bounds__(threads, minb) lets ptxas use): the register claim of resources().
+function M.reg_cap(device, threads, minb)
+    return math.min(255, device.regs_per_sm // (threads * (minb or 1)))
+end
+
+-- The tuning bucket of a forward scan (la_fwd, la_fwd_sm90): dtype, head widths, flags, and the
+-- log2 buckets of N and B·H.
+function M.fwd_key(problem)
+    return string.format("%s_D%d_E%d_%s%s%s%s%s_n%d_bh%d", problem.dtype, problem.D, problem.E,
+                         problem.decay and "decay" or "nodecay",
+                         problem.has_initial and "_s0" or "", problem.has_final and "_sn" or "",
+                         problem.varlen and "_varlen" or "", problem.vk and "_vk" or "",
+                         M.log2_bucket(math.max(problem.N, 1)),
+                         M.log2_bucket(problem.B * problem.H))
+end
+
+-- The constants a forward scan template (la_fwd/fwd.cu, la_fwd_sm90/fwd.cu) takes from the
+-- problem: element type, head widths and the specialisation flags (a forward: not reversed, no
+-- gradient state; la_bwd's passes set REVERSE and GRAD_STATE themselves).
+function M.scan_consts(problem, elem)
+    return {
+        ELEM = (elem or M.ELEM)[problem.dtype],
+        D = problem.D,
+        E = problem.E,
+        DECAY = M.b(problem.decay),
+        HAS_INITIAL = M.b(problem.has_initial),
+        HAS_FINAL = M.b(problem.has_final),
+        VARLEN = M.b(problem.varlen),
+        REVERSE = "false",
+        GRAD_STATE = "false",
+    }
+end
+
+return M
