@@ -5,8 +5,8 @@
 #   WHEEL_DIR holds lajit-*.whl, and optionally the peers' wheels (fla_core-*.whl, ...) and
 #   nvidia_cuda_nvrtc-*.whl; OUT_DIR (default $OUT, else /tmp/lajit-gpu-checks) receives
 #   overhead.json and the logs.
-# It makes a virtual environment that sees the machine's PyTorch (--system-site-packages),
-# installs every wheel of WHEEL_DIR offline (--no-index --no-deps), and from a directory outside
+# It installs every wheel of WHEEL_DIR offline (--no-index --no-deps) into a private folder on
+# PYTHONPATH beside the machine's PyTorch, and from a directory outside
 # the source tree runs: the GPU tests (pytest when installed, else python/tests/run.py), the
 # README's example as written, and bench_overhead.py. Exit status: 0 when all passed.
 set -uo pipefail
@@ -17,10 +17,13 @@ mkdir -p "$out"
 work=$(mktemp -d)
 status=0
 
-python3 -m venv --system-site-packages "$work/venv" || exit 1
-py="$work/venv/bin/python"
-"$py" -m pip install -q --no-index --no-deps "$whl"/*.whl || exit 1
-export PATH="$work/venv/bin:$PATH"
+# Installed into a private target folder rather than a venv: the machine's python3 may itself be
+# a virtual environment (the GPU image's is), whose packages a --system-site-packages venv would
+# not see.
+py=python3
+"$py" -m pip install -q --no-index --no-deps --no-compile --target "$work/site" "$whl"/*.whl || exit 1
+export PYTHONPATH="$work/site${PYTHONPATH:+:$PYTHONPATH}"
+export PATH="$work/site/bin:$PATH"
 cd "$work"
 "$py" - <<'PY'
 import lajit, torch
