@@ -418,10 +418,12 @@ lajit_status lj_tunedb_open(lj_env *env, const char *dir, lj_tunedb **out)
                    t->path, why);
             continue;
         }
-        if (r == OPEN_UNAVAILABLE || t->readonly || attempt == 2 || !exists ||
-            set_aside(t, dir_fd, &seen, why) != 0)
+        if (r == OPEN_UNAVAILABLE || t->readonly || attempt == 2 || !exists)
             st = lj_error(env, LAJIT_ERR_DATABASE, "tuning database %s unavailable: %s",
                           t->path, why);
+        else if (set_aside(t, dir_fd, &seen, why) != 0)
+            st = lj_error(env, LAJIT_ERR_DATABASE, "tuning database %s unavailable: %s; it "
+                          "could not be set aside: %s", t->path, why, strerror(errno));
     }
     if (lock >= 0)
         close(lock); /* releases the flock */
