@@ -8,11 +8,15 @@
  * and short enough for their fields, times finite and not negative, integers in sane ranges
  * before any conversion. One bad line refuses the whole file with a message naming the line. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "fs.h"
 #include "tunedb_int.h"
 
 /* ---- Export ---------------------------------------------------------------------------------- */
@@ -53,11 +57,42 @@ static int export_rows(lj_tunedb *t, const char *sql, FILE *f, int *n, int *io_f
     return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
+/* The export is written to a private temporary file beside path, synced and renamed over it,
+ * so a failure part-way (a full disk) never leaves a truncated file under the final name that
+ * an import would take for the whole database; the temporary file is removed on failure. A path
+ * that names something other than a regular file (/dev/stdout, a pipe) is written in place. */
 lajit_status lj_tunedb_export(lj_tunedb *t, const char *path, int *rows)
 {
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return lj_error(t->env, LAJIT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    struct stat sb;
+    char *tmp = NULL;
+    int fd, err;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        fd = lj_fs_open(t->env, path, O_WRONLY | O_CLOEXEC, 0);
+        err = errno;
+    } else {
+        lj_buf pb;
+        lj_buf_init(&pb, t->env);
+        lj_buf_printf(&pb, "%s.tmp-", path);
+        char *prefix = lj_buf_take(&pb);
+        if (!prefix)
+            return lj_oom(t->env);
+        fd = lj_fs_create_tmp(t->env, AT_FDCWD, prefix, '-', O_WRONLY, &tmp);
+        err = errno;
+        lj_free(t->env, prefix);
+    }
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        if (fd >= 0) {
+            err = errno;
+            close(fd);
+            if (tmp)
+                unlink(tmp);
+        }
+        lj_free(t->env, tmp);
+        return err == ENOMEM ? lj_oom(t->env)
+                             : lj_error(t->env, LAJIT_ERR_IO, "cannot write %s: %s", path,
+                                        strerror(err));
+    }
     int n = 0, io_failed = 0;
     /* One read transaction, so the export is one consistent snapshot. */
     int rc = lj_sql_exec(&t->sql, "BEGIN");
@@ -69,7 +104,8 @@ lajit_status lj_tunedb_export(lj_tunedb *t, const char *path, int *rows)
     lajit_status st = LAJIT_OK;
     if (io_failed)
         st = rc == SQLITE_NOMEM ? lj_oom(t->env)
-                                : lj_error(t->env, LAJIT_ERR_IO, "cannot write %s", path);
+                                : lj_error(t->env, LAJIT_ERR_IO, "cannot write %s: %s", path,
+                                           strerror(errno));
     else if (rc != SQLITE_OK)
         st = lj_tdb_error(t, "exporting");
     /* The read transaction must end whatever happened, or the handle's next write fails. */
@@ -79,8 +115,17 @@ lajit_status lj_tunedb_export(lj_tunedb *t, const char *path, int *rows)
         if (sqlite3_get_autocommit(t->sql.db) == 0)
             lj_sql_exec(&t->sql, "ROLLBACK");
     }
+    if (st == LAJIT_OK &&
+        (lj_fs_fflush(t->env, f) != 0 || (tmp && lj_fs_fsync(t->env, fileno(f)) != 0)))
+        st = lj_error(t->env, LAJIT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     if (fclose(f) != 0 && st == LAJIT_OK)
         st = lj_error(t->env, LAJIT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    if (tmp && st == LAJIT_OK && lj_fs_renameat(t->env, AT_FDCWD, tmp, AT_FDCWD, path) != 0)
+        st = lj_error(t->env, LAJIT_ERR_IO, "cannot rename %s to %s: %s", tmp, path,
+                      strerror(errno));
+    if (tmp && st != LAJIT_OK)
+        unlink(tmp);
+    lj_free(t->env, tmp);
     if (st == LAJIT_OK)
         *rows = n;
     return st;
@@ -398,7 +443,7 @@ lajit_status lj_tunedb_import(lj_tunedb *t, const char *path, const lj_fingerpri
     lajit_status st = lj_tdb_writable(t, "importing");
     if (st != LAJIT_OK)
         return st;
-    FILE *f = fopen(path, "r");
+    FILE *f = lj_fs_fopen(t->env, path, "r");
     if (!f)
         return lj_error(t->env, LAJIT_ERR_IO, "cannot read %s: %s", path, strerror(errno));
     /* Parse and check the whole file before writing anything, so a refused import changes
@@ -463,8 +508,8 @@ lajit_status lj_tunedb_import(lj_tunedb *t, const char *path, const lj_fingerpri
     }
     sqlite3_finalize(valid);
     sqlite3_finalize(fields);
-    if (st == LAJIT_OK && ferror(f))
-        st = lj_error(t->env, LAJIT_ERR_IO, "cannot read %s", path);
+    if (st == LAJIT_OK && lj_fs_ferror(t->env, f))
+        st = lj_error(t->env, LAJIT_ERR_IO, "cannot read %s: %s", path, strerror(errno));
     fclose(f);
     lj_free(t->env, line);
     if (st == LAJIT_OK) {

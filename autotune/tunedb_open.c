@@ -268,7 +268,7 @@ static int set_aside(lj_tunedb *t, int dir_fd, const struct stat *seen, const ch
         return 0;
     snprintf(aside, sizeof aside, "tune.db.corrupt-%lld-%d", (long long)time(NULL),
              (int)getpid());
-    if (renameat(dir_fd, "tune.db", dir_fd, aside) != 0)
+    if (lj_fs_renameat(t->env, dir_fd, "tune.db", dir_fd, aside) != 0)
         return -1;
     /* The journal files belong to the old file: a fresh database must not replay them. */
     static const char *const suffixes[] = {"-wal", "-shm", "-journal"};
@@ -276,7 +276,7 @@ static int set_aside(lj_tunedb *t, int dir_fd, const struct stat *seen, const ch
         char side[32], side_aside[128];
         snprintf(side, sizeof side, "tune.db%s", suffixes[i]);
         snprintf(side_aside, sizeof side_aside, "%s%s", aside, suffixes[i]);
-        renameat(dir_fd, side, dir_fd, side_aside);
+        lj_fs_renameat(t->env, dir_fd, side, dir_fd, side_aside);
     }
     lj_log(t->env, LAJIT_LOG_WARN, "tuning database %s is unusable (%s): moved to %s beside it, "
            "starting a new one", t->path, why, aside);
@@ -291,15 +291,20 @@ static int set_aside(lj_tunedb *t, int dir_fd, const struct stat *seen, const ch
  * planted under its name never makes us create or write a file elsewhere. Returns the lock's
  * descriptor; -1 with *problem NULL when no lock could be had for an ordinary reason (opening
  * goes on without it), -1 with *problem set when the name is refused. */
-static int open_lock(int dir_fd, const char **problem)
+static int open_lock(lj_env *env, int dir_fd, const char **problem)
 {
-    int fd = lj_fs_open_trusted_at(dir_fd, "tune.db.lock", O_RDWR | O_CREAT, 0600, problem);
+    int fd = lj_fs_open_trusted_at(env, dir_fd, "tune.db.lock", O_RDWR | O_CREAT, 0600, problem);
     if (fd < 0) {
-        if (errno == EACCES || errno == EROFS)
+        if (errno == EACCES || errno == EROFS) {
+            lj_log(env, LAJIT_LOG_WARN, "tuning database: cannot open its lock file "
+                   "tune.db.lock (%s); opening without it", *problem);
             *problem = NULL;
+        }
         return -1;
     }
-    if (flock(fd, LOCK_EX) != 0) {
+    if (lj_fs_flock(env, fd, LOCK_EX) != 0) {
+        lj_log(env, LAJIT_LOG_WARN, "tuning database: cannot lock tune.db.lock (%s); opening "
+               "without it", strerror(errno));
         close(fd);
         return -1;
     }
@@ -312,18 +317,21 @@ static int open_dir(lj_tunedb *t, const char *dir)
 {
     const char *problem;
     unsigned mode = 0;
-    int fd = lj_fs_open_trusted_dir(dir, &problem, &mode);
+    int fd = lj_fs_open_trusted_dir(t->env, dir, &problem, &mode);
     if (fd < 0 && errno == ENOENT) {
         if (!lj_fs_mkdir_p(t->env, dir)) {
             lj_error(t->env, LAJIT_ERR_DATABASE, "tuning database %s unavailable: cannot create "
                      "%s: %s", t->path, dir, strerror(errno));
             return -1;
         }
-        fd = lj_fs_open_trusted_dir(dir, &problem, &mode);
+        fd = lj_fs_open_trusted_dir(t->env, dir, &problem, &mode);
     }
-    if (fd < 0)
+    if (fd < 0 && errno == EPERM)
         lj_error(t->env, LAJIT_ERR_DATABASE, "tuning database %s unavailable: directory %s "
                  "refused (%s, mode %03o)", t->path, dir, problem, mode);
+    else if (fd < 0)
+        lj_error(t->env, LAJIT_ERR_DATABASE, "tuning database %s unavailable: cannot open "
+                 "directory %s: %s", t->path, dir, problem);
     return fd;
 }
 
@@ -388,7 +396,7 @@ lajit_status lj_tunedb_open(lj_env *env, const char *dir, lj_tunedb **out)
                       "exist and cannot be created (%s)", t->path, t->readonly_why);
     } else if (!t->readonly) {
         const char *problem = NULL;
-        lock = open_lock(dir_fd, &problem);
+        lock = open_lock(env, dir_fd, &problem);
         if (problem)
             st = lj_error(env, LAJIT_ERR_DATABASE, "tuning database %s refused: its lock file "
                           "tune.db.lock is %s", t->path, problem);
@@ -410,10 +418,12 @@ lajit_status lj_tunedb_open(lj_env *env, const char *dir, lj_tunedb **out)
                    t->path, why);
             continue;
         }
-        if (r == OPEN_UNAVAILABLE || t->readonly || attempt == 2 || !exists ||
-            set_aside(t, dir_fd, &seen, why) != 0)
+        if (r == OPEN_UNAVAILABLE || t->readonly || attempt == 2 || !exists)
             st = lj_error(env, LAJIT_ERR_DATABASE, "tuning database %s unavailable: %s",
                           t->path, why);
+        else if (set_aside(t, dir_fd, &seen, why) != 0)
+            st = lj_error(env, LAJIT_ERR_DATABASE, "tuning database %s unavailable: %s; it "
+                          "could not be set aside: %s", t->path, why, strerror(errno));
     }
     if (lock >= 0)
         close(lock); /* releases the flock */

@@ -15,11 +15,11 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "fs.h"
 #include "lajit.h"
 #include "sql.h"
 
@@ -135,27 +135,21 @@ static void free_bundle(lj_bundle *b)
  * a file or link planted in a shared directory is never written through. */
 static lajit_status create_tmp(lj_bundle *b)
 {
-    for (int attempt = 0; attempt < 8; attempt++) {
-        uint32_t rnd = 0;
-        if (getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            rnd = (uint32_t)ts.tv_nsec ^ (uint32_t)attempt * 2654435761u;
-        }
-        lj_buf t;
-        lj_buf_init(&t, b->env);
-        lj_buf_printf(&t, "%s.tmp-%ld-%08x", b->path, (long)getpid(), rnd);
-        lj_free(b->env, b->tmp_path);
-        if (!(b->tmp_path = lj_buf_take(&t)))
-            return lj_oom(b->env);
-        b->tmp_fd = open(b->tmp_path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (b->tmp_fd >= 0)
-            return LAJIT_OK;
-        if (errno != EEXIST)
-            break;
-    }
+    lj_buf t;
+    lj_buf_init(&t, b->env);
+    lj_buf_printf(&t, "%s.tmp-", b->path);
+    char *prefix = lj_buf_take(&t);
+    if (!prefix)
+        return lj_oom(b->env);
+    b->tmp_fd = lj_fs_create_tmp(b->env, AT_FDCWD, prefix, '-', O_RDWR, &b->tmp_path);
+    int err = errno;
+    lj_free(b->env, prefix);
+    if (b->tmp_fd >= 0)
+        return LAJIT_OK;
+    if (err == ENOMEM)
+        return lj_oom(b->env);
     return lj_error(b->env, LAJIT_ERR_IO, "bundle %s: cannot create a temporary file: %s",
-                    b->path, strerror(errno));
+                    b->path, strerror(err));
 }
 
 /* 1 when the name still refers to the file created by create_tmp (nobody swapped it between
@@ -253,13 +247,13 @@ lajit_status lj_bundle_finish(lj_bundle *b)
         st = db_error(b, "cannot commit");
     if (lj_sql_close(&b->sql) != SQLITE_OK && st == LAJIT_OK)
         st = lj_error(b->env, LAJIT_ERR_DATABASE, "bundle %s: cannot close", b->path);
-    if (st == LAJIT_OK && fsync(b->tmp_fd) != 0)
+    if (st == LAJIT_OK && lj_fs_fsync(b->env, b->tmp_fd) != 0)
         st = lj_error(b->env, LAJIT_ERR_IO, "bundle %s: cannot sync %s: %s", b->path,
                       b->tmp_path, strerror(errno));
     if (st == LAJIT_OK && !tmp_is_ours(b))
         st = lj_error(b->env, LAJIT_ERR_IO, "bundle %s: the temporary file %s was replaced",
                       b->path, b->tmp_path);
-    if (st == LAJIT_OK && rename(b->tmp_path, b->path) != 0)
+    if (st == LAJIT_OK && lj_fs_renameat(b->env, AT_FDCWD, b->tmp_path, AT_FDCWD, b->path) != 0)
         st = lj_error(b->env, LAJIT_ERR_IO, "cannot rename %s to %s: %s", b->tmp_path, b->path,
                       strerror(errno));
     if (st != LAJIT_OK)
@@ -282,9 +276,9 @@ void lj_bundle_abort(lj_bundle *b)
 
 /* The file itself, before SQLite sees it: a regular file (no link, FIFO or device), of sane
  * size. NULL when fine, else why not. */
-static const char *file_problem(const char *path, char *why, size_t cap)
+static const char *file_problem(lj_env *env, const char *path, char *why, size_t cap)
 {
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    int fd = lj_fs_open(env, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0);
     if (fd < 0) {
         snprintf(why, cap, "%s", errno == ELOOP ? "a symbolic link: refused" : strerror(errno));
         return why;
@@ -369,7 +363,7 @@ static lajit_status check_schema(lj_bundle *b)
 lajit_status lj_bundle_open(lj_env *env, const char *path, lj_bundle **out)
 {
     char why[256];
-    const char *problem = file_problem(path, why, sizeof why);
+    const char *problem = file_problem(env, path, why, sizeof why);
     if (problem)
         return lj_error(env, LAJIT_ERR_DATABASE, "bundle %s: %s", path, problem);
     lj_bundle *b = alloc_bundle(env, path);

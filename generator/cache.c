@@ -33,7 +33,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -153,36 +152,6 @@ static const char *decode_header(const unsigned char *h, uint64_t file_size, ent
 
 /* ---- Files ---------------------------------------------------------------------------------- */
 
-static int read_all(int fd, void *buf, size_t n)
-{
-    unsigned char *p = buf;
-    while (n > 0) {
-        ssize_t r = read(fd, p, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return 0;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 1;
-}
-
-static int write_all(int fd, const void *buf, size_t n)
-{
-    const unsigned char *p = buf;
-    while (n > 0) {
-        ssize_t r = write(fd, p, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return 0;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 1;
-}
-
 static const char *suffix(int ptx)
 {
     return ptx ? ".ptx" : ".cubin";
@@ -205,7 +174,7 @@ static read_result read_entry(lj_env *env, int dir_fd, const char *fname, int wa
                               const char **reason)
 {
     *reason = NULL;
-    int fd = openat(dir_fd, fname, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    int fd = lj_fs_openat(env, dir_fd, fname, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0);
     if (fd < 0) {
         if (errno == ENOENT)
             return READ_ABSENT;
@@ -225,7 +194,7 @@ static read_result read_entry(lj_env *env, int dir_fd, const char *fname, int wa
     }
     unsigned char h[HEADER_SIZE];
     size_t head = st.st_size < HEADER_SIZE ? (size_t)st.st_size : HEADER_SIZE;
-    if (!read_all(fd, h, head)) {
+    if (!lj_fs_read_all(env, fd, h, head)) {
         *reason = "read failed";
         close(fd);
         return READ_ERROR;
@@ -246,12 +215,15 @@ static read_result read_entry(lj_env *env, int dir_fd, const char *fname, int wa
         return READ_ERROR;
     }
     data[hdr->payload_size] = 0;
-    int ok = read_all(fd, data, (size_t)hdr->payload_size);
+    int ok = lj_fs_read_all(env, fd, data, (size_t)hdr->payload_size);
+    int err = errno;
     close(fd);
     if (!ok) {
-        *reason = "truncated payload";
         lj_free(env, data);
-        return READ_BAD;
+        /* A read error says nothing about the entry (leave it); an early end means the file is
+         * shorter than its header claims (it shrank since fstat): bad. */
+        *reason = err ? strerror(err) : "truncated payload";
+        return err ? READ_ERROR : READ_BAD;
     }
     if (verify && lj_hash64(data, (size_t)hdr->payload_size) != hdr->checksum) {
         *reason = "checksum mismatch";
@@ -270,14 +242,14 @@ static int ensure_dir(lj_cache *c, int create)
         return 0;
     if (c->state == DIR_OPEN)
         return 1;
-    int fd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = lj_fs_open(c->env, c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
     if (fd < 0 && errno == ENOENT && create) {
         if (!lj_fs_mkdir_p(c->env, c->dir)) {
             lj_log(c->env, LAJIT_LOG_WARN, "cache: cannot create directory %s: %s", c->dir,
                    strerror(errno));
             return 0;
         }
-        fd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        fd = lj_fs_open(c->env, c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
     }
     if (fd < 0) {
         /* Absent (on a read) is normal; anything else is worth a word. Either way try again
@@ -518,22 +490,12 @@ static void write_entry(lj_cache *c, lj_key key, int ptx, const void *image, siz
 {
     if (!ensure_dir(c, 1))
         return;
-    char hex[33], fname[48], tmp[96];
+    char hex[33], fname[48], prefix[40];
     lj_key_hex(key, hex);
     snprintf(fname, sizeof fname, "%s%s", hex, suffix(ptx));
-    int fd = -1;
-    for (int attempt = 0; attempt < 8 && fd < 0; attempt++) {
-        uint32_t rnd = 0;
-        if (getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            rnd = (uint32_t)ts.tv_nsec ^ (uint32_t)attempt * 2654435761u;
-        }
-        snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%08x", hex, (long)getpid(), rnd);
-        fd = openat(c->dir_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (fd < 0 && errno != EEXIST)
-            break;
-    }
+    snprintf(prefix, sizeof prefix, "%s.tmp.", hex);
+    char *tmp;
+    int fd = lj_fs_create_tmp(c->env, c->dir_fd, prefix, '.', O_WRONLY, &tmp);
     if (fd < 0) {
         lj_log(c->env, LAJIT_LOG_WARN, "cache: cannot create a temporary file in %s: %s", c->dir,
                strerror(errno));
@@ -541,13 +503,13 @@ static void write_entry(lj_cache *c, lj_key key, int ptx, const void *image, siz
     }
     unsigned char h[HEADER_SIZE];
     encode_header(h, key, image, size, res);
-    int ok = write_all(fd, h, sizeof h) && write_all(fd, image, size);
+    int ok = lj_fs_write_all(c->env, fd, h, sizeof h) && lj_fs_write_all(c->env, fd, image, size);
     int err = errno;
     if (close(fd) != 0 && ok) {
         ok = 0;
         err = errno;
     }
-    if (ok && renameat(c->dir_fd, tmp, c->dir_fd, fname) != 0) {
+    if (ok && lj_fs_renameat(c->env, c->dir_fd, tmp, c->dir_fd, fname) != 0) {
         ok = 0;
         err = errno;
     }
@@ -556,6 +518,7 @@ static void write_entry(lj_cache *c, lj_key key, int ptx, const void *image, siz
         lj_log(c->env, LAJIT_LOG_WARN, "cache: cannot write entry %s/%s: %s", c->dir, fname,
                strerror(err));
     }
+    lj_free(c->env, tmp);
 }
 
 lajit_status lj_cache_put(lj_cache *c, lj_key key, int ptx, const lj_compiled *compiled)
@@ -620,7 +583,7 @@ static lajit_status list_dir(lj_env *env, const char *dir, int *dir_fd, char ***
     *dir_fd = -1;
     *names = NULL;
     *n = 0;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = lj_fs_open(env, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
     if (fd < 0) {
         if (errno == ENOENT)
             return LAJIT_OK;

@@ -15,6 +15,7 @@
 #include <lualib.h>
 
 #include "embedded.h"
+#include "fs.h"
 
 /* Files read from a template dir stay alive until close (borrowed by callers). */
 typedef struct read_file {
@@ -517,7 +518,7 @@ static int safe_template_path(const char *path)
  * caller then insists on a regular file). Returns the descriptor, or -1 with errno set. */
 static int open_below(lj_lua *h, const char *path)
 {
-    int dir = open(h->template_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int dir = lj_fs_open(h->env, h->template_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
     if (dir < 0)
         return -1;
     const char *c = path;
@@ -529,11 +530,7 @@ static int open_below(lj_lua *h, const char *path)
         int last = c[len] == 0;
         int flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY |
                     (last ? O_NONBLOCK : O_DIRECTORY);
-        int fd = -1;
-        if (lj_fault_hit(h->env, LJ_FAULT_FS))
-            errno = EIO;
-        else
-            fd = openat(dir, comp, flags);
+        int fd = lj_fs_openat(h->env, dir, comp, flags, 0);
         int saved = errno;
         close(dir);
         errno = saved;
@@ -601,13 +598,7 @@ lajit_status lj_lua_read_template(lj_lua *h, const char *path, const char **text
     size_t got = 0;
     int failed = 0;
     while (got < cap) {
-        ssize_t n;
-        if (lj_fault_hit(env, LJ_FAULT_FS)) {
-            n = -1;
-            errno = EIO;
-        } else {
-            n = read(fd, data + got, cap - got);
-        }
+        ssize_t n = lj_fs_read(env, fd, data + got, cap - got);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
