@@ -150,6 +150,16 @@ typedef struct cli_case {
     int max_injections; /* 0: every site; else at most this many, evenly sampled */
 } cli_case;
 
+/* In the sanitizer build, a thread's start runs ASan's own code, which calls
+ * pthread_getattr_np (it allocates) and aborts with "CHECK failed" when that fails: the shim
+ * failed an allocation of the sanitizer's runtime, not one of lajit's. Such a site cannot be
+ * checked there (the plain build checks it). */
+static int asan_runtime_site(const run_out *r)
+{
+    return strstr(r->err, "AddressSanitizer: CHECK failed") != NULL &&
+           strstr(r->err, "pthread_getattr_np") != NULL;
+}
+
 static void fail_run(const cli_case *c, long long site, const run_out *r, const char *why)
 {
     lj_test_fail(__FILE__, __LINE__,
@@ -180,12 +190,16 @@ static void sweep_cli(const cli_case *c)
     int sampled = !(all && *all == '1') && cap > 1 && sites > (unsigned long long)cap;
     if (sampled)
         count = (unsigned long long)cap;
-    int errors = 0, recovered = 0, pending = 0;
+    int errors = 0, recovered = 0, pending = 0, runtime = 0;
     for (unsigned long long j = 0; j < count; j++) {
         long long n = (long long)(sampled ? 1 + j * (sites - 1) / (count - 1) : j + 1);
         run_lajit(c->args, n, &r);
         if (c->pending && c->pending(&r)) {
             pending++;
+            continue;
+        }
+        if (asan_runtime_site(&r)) {
+            runtime++;
             continue;
         }
         if (r.hung)
@@ -211,9 +225,10 @@ static void sweep_cli(const cli_case *c)
             c->after(&r, n, c->user);
     }
     printf("lajit %s: %llu allocation sites, %llu failures injected%s: %d exited 1 with a message, "
-           "%d succeeded unharmed, %d showed the known bug pending its fix; no crash, hang or "
-           "sanitizer report\n",
-           c->args, sites, count, sampled ? " (evenly sampled)" : "", errors, recovered, pending);
+           "%d succeeded unharmed, %d showed the known bug pending its fix, %d hit ASan's own "
+           "thread start (not checked); no crash, hang or sanitizer report\n",
+           c->args, sites, count, sampled ? " (evenly sampled)" : "", errors, recovered, pending,
+           runtime);
     ASSERT_TRUE(errors > 0);
 }
 
