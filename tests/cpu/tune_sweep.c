@@ -10,11 +10,15 @@
  * - lj_gen_write (autotune/gen.h) with a tuning database holding a winner: each failure must be
  *   LAJIT_ERR_OUT_OF_MEMORY with a message, leave no bundle and no temporary file behind and no
  *   NVRTC program alive, and the same write in the same context must then produce the reference
- *   bundle (the same kernels reported). */
+ *   bundle (the same kernels reported).
+ * - The first call served by a bundle (lajit_ctx_desc.bundle) in a process without NVRTC: the
+ *   op's allocations through the env, and the context's creation, which opens and checks the
+ *   bundle, through a caller's allocator (lajit_ctx_desc.alloc) that fails its n-th call. */
 #include "test.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cache_helpers.h"
@@ -325,5 +329,129 @@ LJ_TEST(gen_write)
            "%d ended in out of memory, %d recovered; every one clean\n",
            (unsigned long long)sites, (unsigned long long)count,
            count < sites ? " (evenly sampled)" : "", errors, recovered);
+    ASSERT_TRUE(errors > 0);
+}
+
+/* ---- A bundle serving the first call ---------------------------------------------------------- */
+
+/* Writes path with the toy family's kernels for sm_90a (the fake device's arch), in a child
+ * process so that this one never loads NVRTC. Skips the case when the child has no NVRTC. */
+static void write_toy_bundle(const char *path)
+{
+    pid_t pid = fork();
+    ASSERT_TRUE(pid >= 0);
+    if (pid == 0) {
+        static const char *const archs[] = {"sm_90a"};
+        lajit_ctx_desc desc;
+        lajit_ctx_desc_init(&desc);
+        desc.flags = LAJIT_CTX_NO_DEVICE;
+        lajit_ctx *ctx;
+        lj_lua *L;
+        lj_gen_opts o;
+        memset(&o, 0, sizeof o);
+        o.families = gen_families;
+        o.n_families = 1;
+        o.archs = archs;
+        o.n_archs = 1;
+        o.jobs = 1;
+        lj_gen_summary sum;
+        lajit_status st = lajit_ctx_create(&desc, &ctx);
+        if (st == LAJIT_OK && (st = lajit__ctx_lua(ctx, &L)) == LAJIT_OK)
+            st = lj_gen_write(lajit__ctx_env(ctx), L, load_family, ctx, &o, path, &sum);
+        if (st != LAJIT_OK)
+            fprintf(stderr, "gen: %s\n", lajit_errmsg(ctx));
+        _exit(st == LAJIT_OK ? 0 : st == LAJIT_ERR_NO_COMPILER ? 77 : 1);
+    }
+    int status;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 77)
+        lj_test_skip("NVRTC not available to write the bundle");
+    ASSERT_EQ(WEXITSTATUS(status), 0);
+}
+
+/* The bundle and a process whose NVRTC cannot load: every kernel must come from the bundle. */
+static void bundle_only(char *path, size_t cap)
+{
+    use_test_templates();
+    snprintf(path, cap, "%s/toy.bundle", lj_test_tmpdir());
+    write_toy_bundle(path);
+    setenv("LAJIT_NVRTC_PATH", "/nonexistent/libnvrtc.so", 1);
+    lj_env env;
+    lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
+    int major, minor;
+    ASSERT_STATUS(lj_nvrtc_version(&env, &major, &minor), LAJIT_ERR_NO_COMPILER);
+}
+
+static void build_toy_plain(sweep_fixture *x)
+{
+    build_toy(x);
+    lj_fake_driver_set_kernel_time(NULL, NULL);
+    lj_fake_driver_fault_launches(NULL, NULL, CUDA_SUCCESS);
+}
+
+LJ_TEST(first_call_from_a_bundle)
+{
+    char path[1024];
+    bundle_only(path, sizeof path);
+    sweep_case c = {.name = "fwd from a bundle (toy, sm_90a, no NVRTC)", .build = build_toy_plain,
+                    .call = call_fwd, .ctx_flags = LAJIT_CTX_NO_DISK_CACHE, .bundle = path};
+    sweep_result r;
+    sweep_run(&c, &r);
+}
+
+/* A caller's allocator that fails its n-th call (counting every call that allocates). */
+typedef struct failing_alloc {
+    unsigned long long calls, fail_at;
+} failing_alloc;
+
+static void *failing_realloc(void *user, void *ptr, size_t old_size, size_t new_size)
+{
+    failing_alloc *a = user;
+    (void)old_size;
+    if (new_size == 0) {
+        free(ptr);
+        return NULL;
+    }
+    if (++a->calls == a->fail_at)
+        return NULL;
+    return realloc(ptr, new_size);
+}
+
+LJ_TEST(ctx_create_with_a_bundle)
+{
+    char path[1024];
+    bundle_only(path, sizeof path);
+    unsigned long long sites = 0;
+    int errors = 0;
+    for (unsigned long long n = 0;; n++) {
+        failing_alloc a = {0, n};
+        lajit_ctx_desc desc;
+        lajit_ctx_desc_init(&desc);
+        desc.alloc = failing_realloc;
+        desc.alloc_user = &a;
+        desc.bundle = path;
+        desc.flags = LAJIT_CTX_NO_DISK_CACHE;
+        lajit_ctx *ctx = NULL;
+        lajit_status st = lajit_ctx_create(&desc, &ctx);
+        if (n == 0) {
+            ASSERT_OK(st);
+            sites = a.calls;
+            ASSERT_TRUE(sites > 0);
+        } else if (n > sites) {
+            break;
+        } else if (st != LAJIT_OK) {
+            /* No context, no message to read: the status must say what happened. */
+            if (st != LAJIT_ERR_OUT_OF_MEMORY)
+                lj_test_fail(__FILE__, __LINE__, "allocation %llu of %llu failing: %s", n, sites,
+                             lajit_status_string(st));
+            ASSERT_TRUE(ctx == NULL);
+            errors++;
+        }
+        lajit_ctx_destroy(ctx);
+    }
+    printf("lajit_ctx_create with a bundle: %llu allocation sites, %llu failures injected: %d ended "
+           "in out of memory, %llu recovered; every one clean\n",
+           sites, sites, errors, sites - (unsigned long long)errors);
     ASSERT_TRUE(errors > 0);
 }

@@ -91,6 +91,7 @@ lajit_ctx *sweep_ctx(const sweep_case *c)
     lajit_ctx_desc_init(&desc);
     desc.flags = c->ctx_flags;
     desc.autotune = c->autotune ? c->autotune : LAJIT_AUTOTUNE_OFF;
+    desc.bundle = c->bundle;
     lajit_ctx *ctx;
     ASSERT_OK(lajit_ctx_create(&desc, &ctx));
     lajit__ctx_set_driver(ctx, lj_fake_driver());

@@ -52,6 +52,7 @@ typedef struct sweep_case {
     lajit_status (*call)(lajit_ctx *ctx, sweep_fixture *x);
     uint32_t ctx_flags;
     uint32_t autotune; /* LAJIT_AUTOTUNE_OFF unless the case says otherwise */
+    const char *bundle; /* lajit_ctx_desc.bundle (NULL: none) */
     /* Run before each iteration (e.g. remove the tuning database); may be NULL. */
     void (*before)(void);
     /* Launches a retry after a failure may make instead of the reference ones (e.g. the
