@@ -4,8 +4,9 @@
  * a field of a context's lj_env), so the command runs under tests/support/failmalloc, an
  * LD_PRELOAD shim that fails the N-th malloc, calloc or realloc of the process. A first run
  * counts the allocations (those made inside NVRTC are left alone: its out-of-memory handling is
- * NVIDIA's); then allocations are failed one per run, every one or an even sample of them (the
- * count printed says which). Each run must end by itself (60 s) with an exit status, never a
+ * NVIDIA's, whether NVRTC calls malloc itself or through the C library); then allocations are
+ * failed one per run, every one or an even sample of them (the count printed says which;
+ * LAJIT_SWEEP_ALL=1 injects every site, LAJIT_SWEEP_SAMPLE=N an even sample of N). Each run must end by itself (60 s) with an exit status, never a
  * signal; a status other than 0 must be 1 with a "lajit: ..." message; a sanitizer report
  * (ASan build: leaks included) fails the case; and what the command leaves must be whole:
  * expand and db show print the reference text or fail, gen writes the whole bundle or nothing,
@@ -187,6 +188,9 @@ static void sweep_cli(const cli_case *c)
     int cap = c->max_injections;
     if (SANITIZER_CAP && (cap == 0 || cap > SANITIZER_CAP))
         cap = SANITIZER_CAP;
+    const char *sample = getenv("LAJIT_SWEEP_SAMPLE"); /* by hand: a larger (or smaller) sample */
+    if (sample && atoi(sample) > 1)
+        cap = atoi(sample);
     int sampled = !(all && *all == '1') && cap > 1 && sites > (unsigned long long)cap;
     if (sampled)
         count = (unsigned long long)cap;

@@ -6,8 +6,9 @@
  *   LJ_FAILMALLOC_AT=N      the N-th counted call of malloc, calloc or realloc (with a nonzero
  *                           size) returns NULL with errno ENOMEM; 0 or unset: none fails.
  *   LJ_FAILMALLOC_SKIP=S    calls made from a shared object whose path contains S (e.g. "nvrtc":
- *                           NVIDIA's compiler, whose out-of-memory handling is not ours to test)
- *                           are neither counted nor failed.
+ *                           NVIDIA's compiler, whose out-of-memory handling is not ours to test),
+ *                           directly or through the C library (any frame of the caller's stack,
+ *                           found with backtrace), are neither counted nor failed.
  *   LJ_FAILMALLOC_REPORT=F  at exit, "<calls counted> <1 if the failure was injected, else 0>\n"
  *                           is written to file F (a run with AT unset learns the count).
  * Counting starts at the first call after the shim's constructor ran, so the count covers the
@@ -21,6 +22,7 @@
 #endif
 #include <dlfcn.h>
 #include <errno.h>
+#include <execinfo.h>
 #include <fcntl.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -77,16 +79,40 @@ static void resolve(void)
     resolving = 0;
 }
 
+/* Whether a return address lies in a shared object whose path contains skip. */
+static int in_skipped(void *addr)
+{
+    Dl_info info;
+    return dladdr(addr, &info) && info.dli_fname && strstr(info.dli_fname, skip) != NULL;
+}
+
+/* Set while this thread looks at its own stack (backtrace may allocate: that call is served
+ * without counting). */
+static __thread int walking;
+
+/* 1 when the call is made, directly or not, from a skipped object: its own allocations and
+ * those of the C library functions it calls (a malloc inside libc called from NVRTC). */
+static int skipped(void *caller)
+{
+    if (in_skipped(caller))
+        return 1;
+    void *frames[64];
+    walking = 1;
+    int n = backtrace(frames, 64);
+    walking = 0;
+    for (int i = 1; i < n; i++)
+        if (in_skipped(frames[i]))
+            return 1;
+    return 0;
+}
+
 /* 1 when this call (from caller) must fail. */
 static int hit(void *caller)
 {
-    if (!armed)
+    if (!armed || walking)
         return 0;
-    if (skip[0]) {
-        Dl_info info;
-        if (dladdr(caller, &info) && info.dli_fname && strstr(info.dli_fname, skip))
-            return 0;
-    }
+    if (skip[0] && skipped(caller))
+        return 0;
     unsigned long long n = __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
     if (fail_at && n == fail_at) {
         fired = 1;
@@ -155,6 +181,11 @@ __attribute__((constructor)) static void failmalloc_init(void)
         snprintf(skip, sizeof skip, "%s", s);
     if (r)
         snprintf(report, sizeof report, "%s", r);
+    if (skip[0]) {
+        /* The first backtrace loads the unwinder (it allocates): do it before counting. */
+        void *frames[4];
+        backtrace(frames, 4);
+    }
     armed = 1;
 }
 
