@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
 static void *(*real_malloc)(size_t);
@@ -79,6 +80,10 @@ static void resolve(void)
     resolving = 0;
 }
 
+/* The main program's load address: its own calls (lajit, with SQLite and Lua linked in) need
+ * no stack walk. */
+static void *main_base;
+
 /* Whether a return address lies in a shared object whose path contains skip. */
 static int in_skipped(void *addr)
 {
@@ -94,7 +99,12 @@ static __thread int walking;
  * those of the C library functions it calls (a malloc inside libc called from NVRTC). */
 static int skipped(void *caller)
 {
-    if (in_skipped(caller))
+    Dl_info info;
+    if (!dladdr(caller, &info))
+        return 0;
+    if (info.dli_fbase == main_base)
+        return 0;
+    if (info.dli_fname && strstr(info.dli_fname, skip))
         return 1;
     void *frames[64];
     walking = 1;
@@ -185,6 +195,9 @@ __attribute__((constructor)) static void failmalloc_init(void)
         /* The first backtrace loads the unwinder (it allocates): do it before counting. */
         void *frames[4];
         backtrace(frames, 4);
+        Dl_info info;
+        if (dladdr((void *)getauxval(AT_PHDR), &info))
+            main_base = info.dli_fbase;
     }
     armed = 1;
 }
