@@ -34,7 +34,7 @@
 /* The sanitizer build runs the command 5-10 times slower: there each sweep injects at most this
  * many sites, evenly sampled (LAJIT_SWEEP_ALL=1 still injects all). */
 #if defined(__SANITIZE_ADDRESS__)
-#define SANITIZER_CAP 150
+#define SANITIZER_CAP 80
 #else
 #define SANITIZER_CAP 0
 #endif
