@@ -29,24 +29,29 @@ static void show_row(void *user, const lj_fingerprint *fp, const char *family,
     (void)template_hash;
 }
 
-/* Whether dir/tune.db exists; else prints why (on stderr when it is an error). */
+/* Whether dir/tune.db exists: 1 yes, 0 no (said on stdout when quiet_when_absent, else on
+ * stderr), -1 when that cannot be told (out of memory, stat failing for another reason than a
+ * missing file), said on stderr: an error, never taken for "no database". */
 static int database_exists(const char *dir, int quiet_when_absent)
 {
     size_t cap = strlen(dir) + sizeof "/tune.db";
     char *path = malloc(cap);
     if (!path) {
         fprintf(stderr, "%s: out of memory\n", cli_prog);
-        return 0;
+        return -1;
     }
     snprintf(path, cap, "%s/tune.db", dir);
     struct stat sb;
-    int ok = stat(path, &sb) == 0;
-    if (!ok && errno == ENOENT && quiet_when_absent)
-        printf("%s: no tuning database, 0 winners\n", path);
-    else if (!ok)
-        fprintf(stderr, "%s: %s: %s\n", cli_prog, path, strerror(errno));
+    int rc = 1;
+    if (stat(path, &sb) != 0) {
+        rc = errno == ENOENT ? 0 : -1;
+        if (rc == 0 && quiet_when_absent)
+            printf("%s: no tuning database, 0 winners\n", path);
+        else
+            fprintf(stderr, "%s: %s: %s\n", cli_prog, path, strerror(errno));
+    }
     free(path);
-    return ok;
+    return rc;
 }
 
 int cmd_db(int argc, char **argv)
@@ -55,7 +60,7 @@ int cmd_db(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {"force", no_argument, NULL, 'f'},
         {0}};
-    int c, help = 0, force = 0;
+    int c, help = 0, force = 0, exists = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         if (c == 'h')
@@ -97,8 +102,8 @@ int cmd_db(int argc, char **argv)
     if (!ctx->cache_dir) {
         fprintf(stderr, "%s: no cache directory\n", cli_prog);
         rc = 1;
-    } else if (!is_import && !database_exists(ctx->cache_dir, is_show)) {
-        rc = is_show ? 0 : 1;
+    } else if (!is_import && (exists = database_exists(ctx->cache_dir, is_show)) <= 0) {
+        rc = exists == 0 && is_show ? 0 : 1;
     } else if ((st = lj_tunedb_open(env, ctx->cache_dir, &db)) != LAJIT_OK) {
         rc = cli_fail(ctx, st);
     } else if (is_show) {
