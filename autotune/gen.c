@@ -61,7 +61,8 @@ static lajit_status load_winners(lj_env *env, const char *path, winners *ws)
 {
     struct stat sb;
     if (stat(path, &sb) != 0)
-        return lj_error(env, errno == ENOENT || errno == ENOTDIR ? LAJIT_ERR_NOT_FOUND : LAJIT_ERR_IO,
+        return lj_error(env,
+                        errno == ENOENT || errno == ENOTDIR ? LAJIT_ERR_NOT_FOUND : LAJIT_ERR_IO,
                         "tuning database %s: %s", path, strerror(errno));
     if (!S_ISREG(sb.st_mode))
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "tuning database %s is not a regular file",
@@ -149,8 +150,8 @@ static lajit_status plan_family(lj_env *env, lj_lua *L, lj_family *f, const winn
                 return st;
             /* A backward problem described with -p and no part gets its passes 0..2 (and 3 with
              * want_ds), each with its own default. */
-            int parts = base.op == LJ_OP_BWD && o->n_assign > 0 && !part_given
-                            ? (base.want_ds ? 4 : 3) : 1;
+            int parts =
+                base.op == LJ_OP_BWD && o->n_assign > 0 && !part_given ? (base.want_ds ? 4 : 3) : 1;
             for (int part = 0; part < parts; part++) {
                 lj_problem p = base;
                 if (parts > 1) {
@@ -164,14 +165,15 @@ static lajit_status plan_family(lj_env *env, lj_lua *L, lj_family *f, const winn
                 int tuned = pick_winner(env, f, ws, hash, bucket, &dev, &cfg);
                 int ok;
                 char reason[256], what[256], text[256];
-                if ((st = lj_family_valid(f, &cfg, &p, &dev, &ok, reason, sizeof reason)) != LAJIT_OK)
+                if ((st = lj_family_valid(f, &cfg, &p, &dev, &ok, reason, sizeof reason)) !=
+                    LAJIT_OK)
                     return st;
                 lj_problem_format(&p, what, sizeof what);
                 lj_config_format(&cfg, text, sizeof text);
                 if (!ok) {
                     if (o->report) {
-                        lj_gen_event ev = {lj_family_name(f), o->archs[a], what, text, reason, 0,
-                                           tuned, 0};
+                        lj_gen_event ev = {
+                            lj_family_name(f), o->archs[a], what, text, reason, 0, tuned, 0};
                         o->report(o->report_user, &ev);
                     }
                     continue;
@@ -235,16 +237,29 @@ static lajit_status gen_family(lj_env *env, lj_lua *L, lj_family *f, const winne
                           it->config, tasks[i].error);
         } else if (st == LAJIT_OK) {
             /* PTX is stored with its NUL, so a reader can hand it to the driver as text. */
-            lj_bundle_item bi = {lj_family_name(f), it->arch, it->bucket, it->config, it->what,
-                                 it->entry, it->job.source_key, it->ptx, tasks[i].compiled.image,
+            lj_bundle_item bi = {lj_family_name(f),
+                                 it->arch,
+                                 it->bucket,
+                                 it->config,
+                                 it->what,
+                                 it->entry,
+                                 it->job.source_key,
+                                 it->ptx,
+                                 tasks[i].compiled.image,
                                  tasks[i].compiled.image_size + (it->ptx ? 1 : 0)};
             st = lj_bundle_add(bundle, &bi);
             if (st == LAJIT_OK) {
                 *(it->ptx ? &sum->ptxs : &sum->cubins) += 1;
                 sum->tuned += it->tuned && !it->ptx;
                 if (o->report) {
-                    lj_gen_event ev = {lj_family_name(f), it->arch, it->what, it->config, NULL,
-                                       it->ptx, it->tuned, tasks[i].compiled.image_size};
+                    lj_gen_event ev = {lj_family_name(f),
+                                       it->arch,
+                                       it->what,
+                                       it->config,
+                                       NULL,
+                                       it->ptx,
+                                       it->tuned,
+                                       tasks[i].compiled.image_size};
                     o->report(o->report_user, &ev);
                 }
             }

@@ -16,7 +16,7 @@
 #include "problem.h"
 
 #define MAX_SETS 64
-#define ALIGN 256
+#define ALIGN    256
 
 /* ---- Identity ------------------------------------------------------------------- */
 
@@ -78,21 +78,19 @@ static void set_failure(candidate *c, const char *fmt, const char *detail)
 static int sticky_error(CUresult r)
 {
     switch (r) {
-    case CUDA_ERROR_ILLEGAL_ADDRESS:
-    case CUDA_ERROR_LAUNCH_FAILED:
-    case CUDA_ERROR_MISALIGNED_ADDRESS:
-    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
-    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
-    case CUDA_ERROR_INVALID_PC:
-    case CUDA_ERROR_HARDWARE_STACK_ERROR:
-    case CUDA_ERROR_ASSERT:
-    case CUDA_ERROR_LAUNCH_TIMEOUT:
-    case CUDA_ERROR_ECC_UNCORRECTABLE:
-    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
-    case CUDA_ERROR_UNKNOWN:
-        return 1;
-    default:
-        return 0;
+        case CUDA_ERROR_ILLEGAL_ADDRESS:
+        case CUDA_ERROR_LAUNCH_FAILED:
+        case CUDA_ERROR_MISALIGNED_ADDRESS:
+        case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+        case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+        case CUDA_ERROR_INVALID_PC:
+        case CUDA_ERROR_HARDWARE_STACK_ERROR:
+        case CUDA_ERROR_ASSERT:
+        case CUDA_ERROR_LAUNCH_TIMEOUT:
+        case CUDA_ERROR_ECC_UNCORRECTABLE:
+        case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+        case CUDA_ERROR_UNKNOWN: return 1;
+        default: return 0;
     }
 }
 
@@ -189,8 +187,8 @@ static void make_params(bench *b, int i)
     size_t off[8], total;
     set_offsets(&b->layout, off, &total);
     unsigned long long base = (unsigned long long)b->sets[i];
-    const size_t sizes[8] = {b->layout.q, b->layout.k, b->layout.v, b->layout.o, b->layout.s,
-                             b->layout.s0, b->layout.sn, b->layout.step_states};
+    const size_t sizes[8] = {b->layout.q, b->layout.k,  b->layout.v,  b->layout.o,
+                             b->layout.s, b->layout.s0, b->layout.sn, b->layout.step_states};
     unsigned long long ptr[8];
     for (int k = 0; k < 8; k++)
         ptr[k] = sizes[k] ? base + off[k] : 0;
@@ -212,7 +210,8 @@ static lajit_status bench_open(bench *b)
     b->shadow.cuctx = b->ctx;
     const char *what = "cuCtxSetCurrent";
     if ((r = LJ_CU(env, drv, cuCtxSetCurrent, b->ctx)) == CUDA_SUCCESS &&
-        (what = "cuStreamCreate", r = LJ_CU(env, drv, cuStreamCreate, &b->stream, CU_STREAM_NON_BLOCKING)) == CUDA_SUCCESS &&
+        (what = "cuStreamCreate",
+         r = LJ_CU(env, drv, cuStreamCreate, &b->stream, CU_STREAM_NON_BLOCKING)) == CUDA_SUCCESS &&
         (what = "cuEventCreate", r = LJ_CU(env, drv, cuEventCreate, &b->start, 0)) == CUDA_SUCCESS)
         r = LJ_CU(env, drv, cuEventCreate, &b->stop, 0);
     if (r != CUDA_SUCCESS)
@@ -340,9 +339,9 @@ static CUresult time_candidate(bench *b, candidate *c, int warmup, int runs)
         if ((r = LJ_CU(env, drv, cuEventRecord, b->start, b->stream)) != CUDA_SUCCESS)
             break;
         what = "cuLaunchKernel";
-        if ((r = LJ_CU(env, drv, cuLaunchKernel, fn, grid[0], grid[1], grid[2],
-                       c->launch.block[0], c->launch.block[1], c->launch.block[2],
-                       c->launch.smem, b->stream, args, NULL)) != CUDA_SUCCESS)
+        if ((r = LJ_CU(env, drv, cuLaunchKernel, fn, grid[0], grid[1], grid[2], c->launch.block[0],
+                       c->launch.block[1], c->launch.block[2], c->launch.smem, b->stream, args,
+                       NULL)) != CUDA_SUCCESS)
             break;
         what = "cuEventRecord";
         if ((r = LJ_CU(env, drv, cuEventRecord, b->stop, b->stream)) != CUDA_SUCCESS)
@@ -355,7 +354,8 @@ static CUresult time_candidate(bench *b, candidate *c, int warmup, int runs)
     }
     if (r == CUDA_SUCCESS) {
         qsort(times, (size_t)runs, sizeof times[0], compare_float);
-        c->result.ms = runs % 2 ? times[runs / 2] : 0.5 * ((double)times[runs / 2 - 1] + times[runs / 2]);
+        c->result.ms =
+            runs % 2 ? times[runs / 2] : 0.5 * ((double)times[runs / 2 - 1] + times[runs / 2]);
         c->result.failure[0] = 0;
     } else {
         char text[160];
@@ -417,7 +417,8 @@ lajit_status lj_search_run(lj_env *env, lj_lua *L, lj_family *f, lj_cache *cache
     for (int i = 0; i < n_space; i++) {
         int ok;
         char reason[256];
-        if ((st = lj_family_valid(f, &space[i], p, &dev->info, &ok, reason, sizeof reason)) != LAJIT_OK)
+        if ((st = lj_family_valid(f, &space[i], p, &dev->info, &ok, reason, sizeof reason)) !=
+            LAJIT_OK)
             goto done;
         if (!ok)
             continue;
@@ -492,9 +493,10 @@ lajit_status lj_search_run(lj_env *env, lj_lua *L, lj_family *f, lj_cache *cache
             if (c->have_image) {
                 r = time_candidate(&b, c, o.warmup, o.runs);
                 if (sticky_error(r)) {
-                    lj_log(env, LAJIT_LOG_WARN, "tuning %s: [%s] faulted (%s); timing goes on in "
-                           "a fresh context", lj_family_name(f), c->result.config,
-                           c->result.failure);
+                    lj_log(env, LAJIT_LOG_WARN,
+                           "tuning %s: [%s] faulted (%s); timing goes on in "
+                           "a fresh context",
+                           lj_family_name(f), c->result.config, c->result.failure);
                     st = bench_reset(&b);
                 }
             }

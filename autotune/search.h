@@ -30,14 +30,14 @@ typedef struct lj_search_opts {
 } lj_search_opts;
 
 typedef struct lj_search_out {
-    int n_space, n_valid;   /* configurations in the family's space, and valid ones */
+    int n_space, n_valid;    /* configurations in the family's space, and valid ones */
     lj_tune_result *results; /* one per valid candidate, in space order (lj_free) */
     int n_results;
-    lj_config best;         /* fastest measured candidate (when have_best) */
+    lj_config best; /* fastest measured candidate (when have_best) */
     double best_ms;
     int have_best;
-    lj_config dflt;         /* the family's default for the problem */
-    double default_ms;      /* its time; < 0 when it was not measured (failed) */
+    lj_config dflt;    /* the family's default for the problem */
+    double default_ms; /* its time; < 0 when it was not measured (failed) */
 } lj_search_out;
 
 /* Runs the search. L: the Lua state f was loaded into; cache: where compiled candidates go;

@@ -20,8 +20,8 @@
 
 #include "key.h"
 
-void lj_fingerprint_make(const lj_device_info *info, int driver, int nvrtc_major,
-                         int nvrtc_minor, lj_fingerprint *out)
+void lj_fingerprint_make(const lj_device_info *info, int driver, int nvrtc_major, int nvrtc_minor,
+                         lj_fingerprint *out)
 {
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "%s", info->name);
@@ -70,8 +70,10 @@ int lj_tdb_device_id(lj_tunedb *t, const lj_fingerprint *fp, int create, sqlite3
 {
     sqlite3_stmt *s;
     *id = 0;
-    int rc = prepare(t, "SELECT id FROM devices WHERE name=?1 AND cc=?2 AND sms=?3 AND driver=?4"
-                        " AND nvrtc=?5", &s);
+    int rc = prepare(t,
+                     "SELECT id FROM devices WHERE name=?1 AND cc=?2 AND sms=?3 AND driver=?4"
+                     " AND nvrtc=?5",
+                     &s);
     if (rc != SQLITE_OK)
         return rc;
     sqlite3_bind_text(s, 1, fp->name, -1, SQLITE_STATIC);
@@ -121,9 +123,11 @@ lajit_status lj_tunedb_winner(lj_tunedb *t, const lj_tune_id *id, char *config, 
     *found = 0;
     sqlite3_stmt *s;
     /* One statement, so the read is one implicit transaction: no explicit BEGIN needed. */
-    int rc = prepare(t, "SELECT w.config, w.ms FROM winners w JOIN devices d ON d.id = w.device"
-                        " WHERE d.name=?1 AND d.cc=?2 AND d.sms=?3 AND d.driver=?4 AND d.nvrtc=?5"
-                        " AND w.family=?6 AND w.template_hash=?7 AND w.bucket=?8", &s);
+    int rc = prepare(t,
+                     "SELECT w.config, w.ms FROM winners w JOIN devices d ON d.id = w.device"
+                     " WHERE d.name=?1 AND d.cc=?2 AND d.sms=?3 AND d.driver=?4 AND d.nvrtc=?5"
+                     " AND w.family=?6 AND w.template_hash=?7 AND w.bucket=?8",
+                     &s);
     if (rc != SQLITE_OK)
         return lj_tdb_error(t, "reading a winner");
     sqlite3_bind_text(s, 1, id->fp.name, -1, SQLITE_STATIC);
@@ -152,16 +156,16 @@ lajit_status lj_tunedb_winner(lj_tunedb *t, const lj_tune_id *id, char *config, 
 }
 
 /* Runs body inside BEGIN IMMEDIATE ... COMMIT, rolling back on failure. */
-#define IN_TRANSACTION(t, what, body)                                  \
-    do {                                                               \
-        if (exec((t), "BEGIN IMMEDIATE") != SQLITE_OK)                 \
-            return lj_tdb_error((t), what);                                \
-        int ok_ = (body);                                              \
-        if (ok_ && exec((t), "COMMIT") == SQLITE_OK)                   \
-            return LAJIT_OK;                                           \
-        lajit_status st_ = lj_tdb_error((t), what);                        \
-        exec((t), "ROLLBACK");                                         \
-        return st_;                                                    \
+#define IN_TRANSACTION(t, what, body)                  \
+    do {                                               \
+        if (exec((t), "BEGIN IMMEDIATE") != SQLITE_OK) \
+            return lj_tdb_error((t), what);            \
+        int ok_ = (body);                              \
+        if (ok_ && exec((t), "COMMIT") == SQLITE_OK)   \
+            return LAJIT_OK;                           \
+        lajit_status st_ = lj_tdb_error((t), what);    \
+        exec((t), "ROLLBACK");                         \
+        return st_;                                    \
     } while (0)
 
 static int record_body(lj_tunedb *t, const lj_tune_id *id, const lj_tune_result *r, int n,
@@ -240,15 +244,16 @@ static int compare_results(const void *a, const void *b)
     return strcmp(x->config, y->config);
 }
 
-lajit_status lj_tunedb_results(lj_tunedb *t, const lj_tune_id *id, lj_tune_result **out,
-                               int *count)
+lajit_status lj_tunedb_results(lj_tunedb *t, const lj_tune_id *id, lj_tune_result **out, int *count)
 {
     sqlite3_int64 dev;
     if (lj_tdb_device_id(t, &id->fp, 0, &dev) != SQLITE_OK)
         return lj_tdb_error(t, "reading measurements");
     sqlite3_stmt *s;
-    if (prepare(t, "SELECT config, ms, failure FROM measurements WHERE device=?1 AND family=?2"
-                   " AND template_hash=?3 AND bucket=?4", &s) != SQLITE_OK)
+    if (prepare(t,
+                "SELECT config, ms, failure FROM measurements WHERE device=?1 AND family=?2"
+                " AND template_hash=?3 AND bucket=?4",
+                &s) != SQLITE_OK)
         return lj_tdb_error(t, "reading measurements");
     lj_tdb_bind_bucket(s, dev, id);
     lj_tune_result *r = NULL;
@@ -290,8 +295,8 @@ lajit_status lj_tunedb_results(lj_tunedb *t, const lj_tune_id *id, lj_tune_resul
 
 static void lease_key(const lj_tune_id *id, char *out, size_t cap)
 {
-    snprintf(out, cap, "%s|%d|%d|%d|%d|%s|%s|%s", id->fp.name, id->fp.cc, id->fp.sms,
-             id->fp.driver, id->fp.nvrtc, id->family, id->template_hash, id->bucket);
+    snprintf(out, cap, "%s|%d|%d|%d|%d|%s|%s|%s", id->fp.name, id->fp.cc, id->fp.sms, id->fp.driver,
+             id->fp.nvrtc, id->family, id->template_hash, id->bucket);
 }
 
 static int lease_body(lj_tunedb *t, const char *key, int seconds, int *got)
@@ -383,21 +388,23 @@ const char *lj_tdb_text_or(sqlite3_stmt *s, int col, const char *fallback)
 lajit_status lj_tunedb_show(lj_tunedb *t, lj_tunedb_show_fn fn, void *user)
 {
     sqlite3_stmt *s;
-    if (prepare(t, "SELECT d.name, d.cc, d.sms, d.driver, d.nvrtc, w.family, w.template_hash,"
-                   " w.bucket, w.config, w.ms, w.default_config, w.default_ms,"
-                   " (SELECT count(*) FROM measurements m WHERE m.device=w.device AND"
-                   "  m.family=w.family AND m.template_hash=w.template_hash AND m.bucket=w.bucket)"
-                   " FROM winners w JOIN devices d ON d.id = w.device"
-                   " ORDER BY d.name, w.family, w.bucket", &s) != SQLITE_OK)
+    if (prepare(t,
+                "SELECT d.name, d.cc, d.sms, d.driver, d.nvrtc, w.family, w.template_hash,"
+                " w.bucket, w.config, w.ms, w.default_config, w.default_ms,"
+                " (SELECT count(*) FROM measurements m WHERE m.device=w.device AND"
+                "  m.family=w.family AND m.template_hash=w.template_hash AND m.bucket=w.bucket)"
+                " FROM winners w JOIN devices d ON d.id = w.device"
+                " ORDER BY d.name, w.family, w.bucket",
+                &s) != SQLITE_OK)
         return lj_tdb_error(t, "listing winners");
     int rc;
     while ((rc = step(t, s)) == SQLITE_ROW) {
         lj_fingerprint fp;
         lj_tdb_read_fp(s, 0, &fp);
         double dms = sqlite3_column_type(s, 11) == SQLITE_NULL ? -1 : sqlite3_column_double(s, 11);
-        fn(user, &fp, lj_tdb_text_or(s, 5, ""), lj_tdb_text_or(s, 6, ""),
-           lj_tdb_text_or(s, 7, ""), lj_tdb_text_or(s, 8, ""), sqlite3_column_double(s, 9),
-           lj_tdb_text_or(s, 10, ""), dms, sqlite3_column_int(s, 12));
+        fn(user, &fp, lj_tdb_text_or(s, 5, ""), lj_tdb_text_or(s, 6, ""), lj_tdb_text_or(s, 7, ""),
+           lj_tdb_text_or(s, 8, ""), sqlite3_column_double(s, 9), lj_tdb_text_or(s, 10, ""), dms,
+           sqlite3_column_int(s, 12));
     }
     sqlite3_finalize(s);
     return rc == SQLITE_DONE ? LAJIT_OK : lj_tdb_error(t, "listing winners");

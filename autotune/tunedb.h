@@ -44,13 +44,13 @@ typedef struct lj_fingerprint {
     char name[128]; /* device name as the driver reports it */
     int cc;         /* 90 */
     int sms;
-    int driver;     /* cuDriverGetVersion, e.g. 13000 */
-    int nvrtc;      /* major * 1000 + minor * 10, like the driver's; 0 when unknown */
+    int driver; /* cuDriverGetVersion, e.g. 13000 */
+    int nvrtc;  /* major * 1000 + minor * 10, like the driver's; 0 when unknown */
 } lj_fingerprint;
 
 /* From a device's properties and the versions. */
-void lj_fingerprint_make(const lj_device_info *info, int driver, int nvrtc_major,
-                         int nvrtc_minor, lj_fingerprint *out);
+void lj_fingerprint_make(const lj_device_info *info, int driver, int nvrtc_major, int nvrtc_minor,
+                         lj_fingerprint *out);
 
 /* One bucket of one family on one device: the unit that is tuned, leased and has a winner. */
 typedef struct lj_tune_id {
@@ -108,9 +108,9 @@ lajit_status lj_tunedb_release(lj_tunedb *db, const lj_tune_id *id);
  * bucket, winner config and time, default config and time (< 0 unknown), and the number of
  * measurements of the bucket. */
 typedef void (*lj_tunedb_show_fn)(void *user, const lj_fingerprint *fp, const char *family,
-                                  const char *template_hash, const char *bucket,
-                                  const char *config, double ms, const char *default_config,
-                                  double default_ms, int measured);
+                                  const char *template_hash, const char *bucket, const char *config,
+                                  double ms, const char *default_config, double default_ms,
+                                  int measured);
 lajit_status lj_tunedb_show(lj_tunedb *db, lj_tunedb_show_fn fn, void *user);
 
 /* Export: every measurement and winner as JSON lines (one flat object a line written by

@@ -11,7 +11,7 @@ struct lj_tunedb {
     lj_sql sql;
     char *path;
     char host[64];
-    int readonly;       /* 1: every write is refused (readonly_why says why) */
+    int readonly; /* 1: every write is refused (readonly_why says why) */
     char readonly_why[512];
 };
 

@@ -89,9 +89,9 @@ lajit_status lj_tunedb_export(lj_tunedb *t, const char *path, int *rows)
                 unlink(tmp);
         }
         lj_free(t->env, tmp);
-        return err == ENOMEM ? lj_oom(t->env)
-                             : lj_error(t->env, LAJIT_ERR_IO, "cannot write %s: %s", path,
-                                        strerror(err));
+        return err == ENOMEM
+                   ? lj_oom(t->env)
+                   : lj_error(t->env, LAJIT_ERR_IO, "cannot write %s: %s", path, strerror(err));
     }
     int n = 0, io_failed = 0;
     /* One read transaction, so the export is one consistent snapshot. */
@@ -103,9 +103,9 @@ lajit_status lj_tunedb_export(lj_tunedb *t, const char *path, int *rows)
     }
     lajit_status st = LAJIT_OK;
     if (io_failed)
-        st = rc == SQLITE_NOMEM ? lj_oom(t->env)
-                                : lj_error(t->env, LAJIT_ERR_IO, "cannot write %s: %s", path,
-                                           strerror(errno));
+        st = rc == SQLITE_NOMEM
+                 ? lj_oom(t->env)
+                 : lj_error(t->env, LAJIT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     else if (rc != SQLITE_OK)
         st = lj_tdb_error(t, "exporting");
     /* The read transaction must end whatever happened, or the handle's next write fails. */
@@ -135,38 +135,52 @@ lajit_status lj_tunedb_export(lj_tunedb *t, const char *path, int *rows)
 
 /* The fields of a line, in the order of the query below. */
 enum {
-    F_KIND, F_DEVICE, F_CC, F_SMS, F_DRIVER, F_NVRTC, F_FAMILY, F_TEMPLATE_HASH, F_BUCKET,
-    F_CONFIG, F_MS, F_FAILURE, F_DEFAULT_CONFIG, F_DEFAULT_MS, F_AT, N_FIELDS
+    F_KIND,
+    F_DEVICE,
+    F_CC,
+    F_SMS,
+    F_DRIVER,
+    F_NVRTC,
+    F_FAMILY,
+    F_TEMPLATE_HASH,
+    F_BUCKET,
+    F_CONFIG,
+    F_MS,
+    F_FAILURE,
+    F_DEFAULT_CONFIG,
+    F_DEFAULT_MS,
+    F_AT,
+    N_FIELDS
 };
 static const char *const field_names[N_FIELDS] = {
-    "kind", "device", "cc", "sms", "driver", "nvrtc", "family", "template_hash", "bucket",
-    "config", "ms", "failure", "default_config", "default_ms", "at"};
+    "kind",   "device", "cc", "sms",     "driver",         "nvrtc",      "family", "template_hash",
+    "bucket", "config", "ms", "failure", "default_config", "default_ms", "at"};
 
 /* Sane ranges of the integer fields: wider than any real value, narrow enough for an int. */
 static const struct {
     int field;
     long long lo, hi;
 } int_ranges[] = {
-    {F_CC, 0, 10000},         {F_SMS, 0, 1000000},   {F_DRIVER, 0, 100000000},
-    {F_NVRTC, 0, 100000000},  {F_AT, 0, 1LL << 40},
+    {F_CC, 0, 10000},        {F_SMS, 0, 1000000},  {F_DRIVER, 0, 100000000},
+    {F_NVRTC, 0, 100000000}, {F_AT, 0, 1LL << 40},
 };
 
 /* Column 0: the number of keys that are not ours or repeat; then per field its JSON type, its
  * value and its JSON text as written (to see escapes json_extract hides: it stops a string at
  * \u0000). Run only on a line that json_valid accepted as an object. */
-#define FIELD(name)                                                                    \
+#define FIELD(name) \
     ", json_type(?1, '$." name "'), json_extract(?1, '$." name "'), ?1 -> '$." name "'"
 static const char line_query[] =
     "SELECT (SELECT count(*) - count(DISTINCT key) + sum(key NOT IN ('kind', 'device', 'cc',"
     "  'sms', 'driver', 'nvrtc', 'family', 'template_hash', 'bucket', 'config', 'ms', 'failure',"
-    "  'default_config', 'default_ms', 'at')) FROM json_each(?1))"
-    FIELD("kind") FIELD("device") FIELD("cc") FIELD("sms") FIELD("driver") FIELD("nvrtc")
-    FIELD("family") FIELD("template_hash") FIELD("bucket") FIELD("config") FIELD("ms")
-    FIELD("failure") FIELD("default_config") FIELD("default_ms") FIELD("at");
+    "  'default_config', 'default_ms', 'at')) FROM json_each(?1))" FIELD("kind") FIELD("device")
+        FIELD("cc") FIELD("sms") FIELD("driver") FIELD("nvrtc") FIELD("family")
+            FIELD("template_hash") FIELD("bucket") FIELD("config") FIELD("ms") FIELD("failure")
+                FIELD("default_config") FIELD("default_ms") FIELD("at");
 #undef FIELD
-#define TYPE_COL(f) (1 + 3 * (f))
+#define TYPE_COL(f)  (1 + 3 * (f))
 #define VALUE_COL(f) (2 + 3 * (f))
-#define RAW_COL(f) (3 + 3 * (f))
+#define RAW_COL(f)   (3 + 3 * (f))
 
 /* 1 when the JSON string text raw (valid JSON, quotes included) has a \u0000 escape. */
 static int has_nul_escape(const char *raw)
@@ -332,8 +346,8 @@ static int to_row(sqlite3_stmt *s, import_row *r, char *why, size_t wcap)
         snprintf(why, wcap, "a measurement has no default");
         return 0;
     }
-    if ((r->has_failure = get_string(s, F_FAILURE, 1, r->failure, sizeof r->failure, why,
-                                     wcap)) < 0)
+    if ((r->has_failure = get_string(s, F_FAILURE, 1, r->failure, sizeof r->failure, why, wcap)) <
+        0)
         return 0;
     /* Exactly one result, as lj_tunedb_record stores it: a time, or a failure that says what
      * failed. An empty failure with no time would be stored as neither and exported as a line
@@ -382,8 +396,10 @@ static int import_one(lj_tunedb *t, const import_row *r)
         return 0;
     sqlite3_stmt *s;
     if (r->winner) {
-        if (lj_sql_prepare(&t->sql, "INSERT OR REPLACE INTO winners VALUES(?1,?2,?3,?4,?5,?6,?7,"
-                                    "?8,?9)", &s) != SQLITE_OK)
+        if (lj_sql_prepare(&t->sql,
+                           "INSERT OR REPLACE INTO winners VALUES(?1,?2,?3,?4,?5,?6,?7,"
+                           "?8,?9)",
+                           &s) != SQLITE_OK)
             return 0;
         lj_tdb_bind_bucket(s, dev, &r->id);
         sqlite3_bind_text(s, 5, r->config, -1, SQLITE_STATIC);
@@ -394,8 +410,10 @@ static int import_one(lj_tunedb *t, const import_row *r)
             sqlite3_bind_double(s, 8, r->default_ms);
         sqlite3_bind_int64(s, 9, r->at);
     } else {
-        if (lj_sql_prepare(&t->sql, "INSERT OR REPLACE INTO measurements VALUES(?1,?2,?3,?4,?5,"
-                                    "?6,?7,?8)", &s) != SQLITE_OK)
+        if (lj_sql_prepare(&t->sql,
+                           "INSERT OR REPLACE INTO measurements VALUES(?1,?2,?3,?4,?5,"
+                           "?6,?7,?8)",
+                           &s) != SQLITE_OK)
             return 0;
         lj_tdb_bind_bucket(s, dev, &r->id);
         sqlite3_bind_text(s, 5, r->config, -1, SQLITE_STATIC);
@@ -456,7 +474,8 @@ lajit_status lj_tunedb_import(lj_tunedb *t, const char *path, const lj_fingerpri
         st = lj_oom(t->env);
     else if (lj_sql_prepare(&t->sql,
                             "SELECT CASE WHEN json_valid(?1) THEN json_type(?1) = 'object'"
-                            " ELSE 0 END", &valid) != SQLITE_OK ||
+                            " ELSE 0 END",
+                            &valid) != SQLITE_OK ||
              lj_sql_prepare(&t->sql, line_query, &fields) != SQLITE_OK)
         st = lj_tdb_error(t, "importing");
     while (st == LAJIT_OK) {
@@ -497,11 +516,12 @@ lajit_status lj_tunedb_import(lj_tunedb *t, const char *path, const lj_fingerpri
         if (!force && (!local || strcmp(fp->name, local->name) != 0 || fp->cc != local->cc)) {
             st = local ? lj_error(t->env, LAJIT_ERR_INVALID_ARGUMENT,
                                   "%s:%d: results for %s (cc %d), this device is %s (cc %d); "
-                                  "force to import anyway", path, lineno, fp->name, fp->cc,
-                                  local->name, local->cc)
+                                  "force to import anyway",
+                                  path, lineno, fp->name, fp->cc, local->name, local->cc)
                        : lj_error(t->env, LAJIT_ERR_INVALID_ARGUMENT,
                                   "%s:%d: results for %s (cc %d) and no device to compare "
-                                  "with; force to import anyway", path, lineno, fp->name, fp->cc);
+                                  "with; force to import anyway",
+                                  path, lineno, fp->name, fp->cc);
             break;
         }
         n++;

@@ -25,7 +25,7 @@
 #include "fs.h"
 #include "tunedb_int.h"
 
-#define APPLICATION_ID 0x6c616a74 /* 'lajt' */
+#define APPLICATION_ID  0x6c616a74 /* 'lajt' */
 #define BUSY_TIMEOUT_MS 30000
 
 /* One integer from a query (PRAGMA user_version). */
@@ -167,8 +167,10 @@ static open_result check_readonly(lj_tunedb *t, char *why, size_t cap)
     if (r != OPEN_OK)
         return OPEN_UNAVAILABLE; /* never set aside what we cannot write */
     if (version < N_MIGRATIONS) {
-        snprintf(why, cap, "schema version %d needs migrating to %d, and the database is "
-                 "read-only (%.200s)", version, N_MIGRATIONS, t->readonly_why);
+        snprintf(why, cap,
+                 "schema version %d needs migrating to %d, and the database is "
+                 "read-only (%.200s)",
+                 version, N_MIGRATIONS, t->readonly_why);
         return OPEN_UNAVAILABLE;
     }
     return OPEN_OK;
@@ -263,11 +265,10 @@ static int set_aside(lj_tunedb *t, int dir_fd, const struct stat *seen, const ch
 {
     char aside[96];
     struct stat now;
-    if (fstatat(dir_fd, "tune.db", &now, AT_SYMLINK_NOFOLLOW) != 0 ||
-        now.st_ino != seen->st_ino || now.st_dev != seen->st_dev)
+    if (fstatat(dir_fd, "tune.db", &now, AT_SYMLINK_NOFOLLOW) != 0 || now.st_ino != seen->st_ino ||
+        now.st_dev != seen->st_dev)
         return 0;
-    snprintf(aside, sizeof aside, "tune.db.corrupt-%lld-%d", (long long)time(NULL),
-             (int)getpid());
+    snprintf(aside, sizeof aside, "tune.db.corrupt-%lld-%d", (long long)time(NULL), (int)getpid());
     if (lj_fs_renameat(t->env, dir_fd, "tune.db", dir_fd, aside) != 0)
         return -1;
     /* The journal files belong to the old file: a fresh database must not replay them. */
@@ -278,8 +279,10 @@ static int set_aside(lj_tunedb *t, int dir_fd, const struct stat *seen, const ch
         snprintf(side_aside, sizeof side_aside, "%s%s", aside, suffixes[i]);
         lj_fs_renameat(t->env, dir_fd, side, dir_fd, side_aside);
     }
-    lj_log(t->env, LAJIT_LOG_WARN, "tuning database %s is unusable (%s): moved to %s beside it, "
-           "starting a new one", t->path, why, aside);
+    lj_log(t->env, LAJIT_LOG_WARN,
+           "tuning database %s is unusable (%s): moved to %s beside it, "
+           "starting a new one",
+           t->path, why, aside);
     return 0;
 }
 
@@ -296,15 +299,19 @@ static int open_lock(lj_env *env, int dir_fd, const char **problem)
     int fd = lj_fs_open_trusted_at(env, dir_fd, "tune.db.lock", O_RDWR | O_CREAT, 0600, problem);
     if (fd < 0) {
         if (errno == EACCES || errno == EROFS) {
-            lj_log(env, LAJIT_LOG_WARN, "tuning database: cannot open its lock file "
-                   "tune.db.lock (%s); opening without it", *problem);
+            lj_log(env, LAJIT_LOG_WARN,
+                   "tuning database: cannot open its lock file "
+                   "tune.db.lock (%s); opening without it",
+                   *problem);
             *problem = NULL;
         }
         return -1;
     }
     if (lj_fs_flock(env, fd, LOCK_EX) != 0) {
-        lj_log(env, LAJIT_LOG_WARN, "tuning database: cannot lock tune.db.lock (%s); opening "
-               "without it", strerror(errno));
+        lj_log(env, LAJIT_LOG_WARN,
+               "tuning database: cannot lock tune.db.lock (%s); opening "
+               "without it",
+               strerror(errno));
         close(fd);
         return -1;
     }
@@ -320,18 +327,24 @@ static int open_dir(lj_tunedb *t, const char *dir)
     int fd = lj_fs_open_trusted_dir(t->env, dir, &problem, &mode);
     if (fd < 0 && errno == ENOENT) {
         if (!lj_fs_mkdir_p(t->env, dir)) {
-            lj_error(t->env, LAJIT_ERR_DATABASE, "tuning database %s unavailable: cannot create "
-                     "%s: %s", t->path, dir, strerror(errno));
+            lj_error(t->env, LAJIT_ERR_DATABASE,
+                     "tuning database %s unavailable: cannot create "
+                     "%s: %s",
+                     t->path, dir, strerror(errno));
             return -1;
         }
         fd = lj_fs_open_trusted_dir(t->env, dir, &problem, &mode);
     }
     if (fd < 0 && errno == EPERM)
-        lj_error(t->env, LAJIT_ERR_DATABASE, "tuning database %s unavailable: directory %s "
-                 "refused (%s, mode %03o)", t->path, dir, problem, mode);
+        lj_error(t->env, LAJIT_ERR_DATABASE,
+                 "tuning database %s unavailable: directory %s "
+                 "refused (%s, mode %03o)",
+                 t->path, dir, problem, mode);
     else if (fd < 0)
-        lj_error(t->env, LAJIT_ERR_DATABASE, "tuning database %s unavailable: cannot open "
-                 "directory %s: %s", t->path, dir, problem);
+        lj_error(t->env, LAJIT_ERR_DATABASE,
+                 "tuning database %s unavailable: cannot open "
+                 "directory %s: %s",
+                 t->path, dir, problem);
     return fd;
 }
 
@@ -339,15 +352,14 @@ static int open_dir(lj_tunedb *t, const char *dir)
  * tune.db exists, 0 when not, -1 (message recorded) when one of them is refused. */
 static int check_files(lj_tunedb *t, int dir_fd)
 {
-    static const char *const names[] = {"tune.db", "tune.db-wal", "tune.db-shm",
-                                        "tune.db-journal"};
+    static const char *const names[] = {"tune.db", "tune.db-wal", "tune.db-shm", "tune.db-journal"};
     int exists = 0;
     for (int i = 0; i < 4; i++) {
         const char *problem;
         int r = lj_fs_check_trusted_at(dir_fd, names[i], &problem);
         if (r < 0) {
-            lj_error(t->env, LAJIT_ERR_DATABASE, "tuning database %s refused: %s is %s",
-                     t->path, names[i], problem);
+            lj_error(t->env, LAJIT_ERR_DATABASE, "tuning database %s refused: %s is %s", t->path,
+                     names[i], problem);
             return -1;
         }
         if (i == 0)
@@ -392,21 +404,25 @@ lajit_status lj_tunedb_open(lj_env *env, const char *dir, lj_tunedb **out)
     lajit_status st = LAJIT_OK;
     char why[512] = "";
     if (t->readonly && !exists) {
-        st = lj_error(env, LAJIT_ERR_DATABASE, "tuning database %s unavailable: it does not "
-                      "exist and cannot be created (%s)", t->path, t->readonly_why);
+        st = lj_error(env, LAJIT_ERR_DATABASE,
+                      "tuning database %s unavailable: it does not "
+                      "exist and cannot be created (%s)",
+                      t->path, t->readonly_why);
     } else if (!t->readonly) {
         const char *problem = NULL;
         lock = open_lock(env, dir_fd, &problem);
         if (problem)
-            st = lj_error(env, LAJIT_ERR_DATABASE, "tuning database %s refused: its lock file "
-                          "tune.db.lock is %s", t->path, problem);
+            st = lj_error(env, LAJIT_ERR_DATABASE,
+                          "tuning database %s refused: its lock file "
+                          "tune.db.lock is %s",
+                          t->path, problem);
     }
     for (int attempt = 0; st == LAJIT_OK; attempt++) {
         why[0] = 0;
         struct stat seen;
         exists = fstatat(dir_fd, "tune.db", &seen, AT_SYMLINK_NOFOLLOW) == 0;
-        open_result r = t->readonly ? try_open_readonly(t, why, sizeof why)
-                                    : try_open(t, why, sizeof why);
+        open_result r =
+            t->readonly ? try_open_readonly(t, why, sizeof why) : try_open(t, why, sizeof why);
         if (r == OPEN_OK)
             break;
         lj_sql_close(&t->sql);
@@ -419,11 +435,13 @@ lajit_status lj_tunedb_open(lj_env *env, const char *dir, lj_tunedb **out)
             continue;
         }
         if (r == OPEN_UNAVAILABLE || t->readonly || attempt == 2 || !exists)
-            st = lj_error(env, LAJIT_ERR_DATABASE, "tuning database %s unavailable: %s",
-                          t->path, why);
+            st = lj_error(env, LAJIT_ERR_DATABASE, "tuning database %s unavailable: %s", t->path,
+                          why);
         else if (set_aside(t, dir_fd, &seen, why) != 0)
-            st = lj_error(env, LAJIT_ERR_DATABASE, "tuning database %s unavailable: %s; it "
-                          "could not be set aside: %s", t->path, why, strerror(errno));
+            st = lj_error(env, LAJIT_ERR_DATABASE,
+                          "tuning database %s unavailable: %s; it "
+                          "could not be set aside: %s",
+                          t->path, why, strerror(errno));
     }
     if (lock >= 0)
         close(lock); /* releases the flock */

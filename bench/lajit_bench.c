@@ -23,15 +23,15 @@
 static const lj_driver *drv;
 static lj_env benv;
 
-#define CU(call)                                                                           \
-    do {                                                                                   \
-        CUresult r_ = (drv->call);                                                         \
-        if (r_ != CUDA_SUCCESS) {                                                          \
-            const char *n_ = "?";                                                          \
-            drv->cuGetErrorName(r_, &n_);                                                  \
+#define CU(call)                                                                            \
+    do {                                                                                    \
+        CUresult r_ = (drv->call);                                                          \
+        if (r_ != CUDA_SUCCESS) {                                                           \
+            const char *n_ = "?";                                                           \
+            drv->cuGetErrorName(r_, &n_);                                                   \
             fprintf(stderr, "lajit_bench: %s failed: %s (line %d)\n", #call, n_, __LINE__); \
-            exit(1);                                                                       \
-        }                                                                                  \
+            exit(1);                                                                        \
+        }                                                                                   \
     } while (0)
 
 static void check(lajit_ctx *ctx, lajit_status st, const char *what)
@@ -127,8 +127,9 @@ static void load_helpers(lajit_ctx *ctx)
     sm_count = dev->info.sms;
     check(ctx, lj_device_make_current(lajit__ctx_env(ctx), dev), "make current");
     lj_compiled c;
-    check(ctx, lj_nvrtc_compile(lajit__ctx_env(ctx), "bench_helpers.cu", helper_src, NULL, 0,
-                                dev->info.arch, 0, &c),
+    check(ctx,
+          lj_nvrtc_compile(lajit__ctx_env(ctx), "bench_helpers.cu", helper_src, NULL, 0,
+                           dev->info.arch, 0, &c),
           "compiling helper kernels");
     CUmodule m;
     CU(cuModuleLoadData(&m, c.image));
@@ -303,10 +304,11 @@ static void bench_prefill(lajit_ctx *ctx, CUstream s, int B, int H, const int *D
             c.bwd.s = &ts;
             c.bwd.scale = 1.0f;
             double ms = time_op(run_fwd, &c, s, 50);
-            printf("{\"op\": \"fwd\", \"impl\": \"lajit\", \"family\": \"%s\", \"dtype\": \"bf16\", "
-                   "\"B\": %d, \"H\": %d, \"D\": %d, \"E\": %d, \"N\": %d, \"decay\": true, "
-                   "\"ms\": %.5f}\n",
-                   family ? family : "default", B, H, D, E, N, ms);
+            printf(
+                "{\"op\": \"fwd\", \"impl\": \"lajit\", \"family\": \"%s\", \"dtype\": \"bf16\", "
+                "\"B\": %d, \"H\": %d, \"D\": %d, \"E\": %d, \"N\": %d, \"decay\": true, "
+                "\"ms\": %.5f}\n",
+                family ? family : "default", B, H, D, E, N, ms);
             fflush(stdout);
             if (bwd) {
                 run_fwdbwd(&c, s); /* plans built, kernels loaded */
@@ -385,7 +387,8 @@ static void bench_jit(CUstream s, const char *what, int D, int N)
     CU(cuStreamSynchronize(s));
     double t1 = now_s();
     printf("{\"op\": \"jit\", \"what\": \"%s\", \"family\": \"default\", \"dtype\": \"bf16\", "
-           "\"B\": %d, \"H\": %d, \"D\": %d, \"N\": %d, \"s\": %.4f}\n", what, B, H, D, N, t1 - t0);
+           "\"B\": %d, \"H\": %d, \"D\": %d, \"N\": %d, \"s\": %.4f}\n",
+           what, B, H, D, N, t1 - t0);
     fflush(stdout);
     lajit_ctx_destroy(c.ctx);
     CUdeviceptr frees[] = {q, k, v, o, g, dq, dk, dv, sl};
@@ -473,12 +476,13 @@ static void bench_decode(lajit_ctx *ctx, CUstream s, const int *Bs, int nB, int 
         double ceil_us = time_graph(run_scale, &c, s, steps, 20);
         double tb = 2.0 * (double)c.state_bytes / (us * 1e-6) / 1e12;
         double ctb = 2.0 * (double)c.state_bytes / (ceil_us * 1e-6) / 1e12;
-        printf("{\"op\": \"decode\", \"impl\": \"lajit\", \"dtype\": \"bf16\", \"B\": %d, \"H\": %d, "
-               "\"D\": %d, \"E\": %d, \"T\": %d, \"us\": %.3f, \"TBps\": %.4f, \"ceiling_us\": %.3f, "
-               "\"ceiling_TBps\": %.4f, \"l2\": \"cold\", \"nbuf\": %d, "
-               "\"how\": \"CUDA graph of %d steps over %d rotating states; ceiling: x *= c on the "
-               "same states, same graph shape\"}\n",
-               B, H, D, E, T, us, tb, ceil_us, ctb, c.nbuf, steps, c.nbuf);
+        printf(
+            "{\"op\": \"decode\", \"impl\": \"lajit\", \"dtype\": \"bf16\", \"B\": %d, \"H\": %d, "
+            "\"D\": %d, \"E\": %d, \"T\": %d, \"us\": %.3f, \"TBps\": %.4f, \"ceiling_us\": %.3f, "
+            "\"ceiling_TBps\": %.4f, \"l2\": \"cold\", \"nbuf\": %d, "
+            "\"how\": \"CUDA graph of %d steps over %d rotating states; ceiling: x *= c on the "
+            "same states, same graph shape\"}\n",
+            B, H, D, E, T, us, tb, ceil_us, ctb, c.nbuf, steps, c.nbuf);
         fflush(stdout);
         for (int i = 0; i < c.nbuf; i++)
             CU(cuMemFree(c.state_ptr[i]));
@@ -564,24 +568,36 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
         if (strcmp(a, "--help") == 0) {
-            printf("usage: lajit_bench [--mode prefill|fwdbwd|decode|dispatch|jit|all] [--family NAME]\n"
+            printf("usage: lajit_bench [--mode prefill|fwdbwd|decode|dispatch|jit|all] [--family "
+                   "NAME]\n"
                    "  [--jit-what first_call_cold|first_call_warm_disk|first_call_bundle]\n"
                    "  [--B 4] [--H 32] [--D 64,128] [--N 1024,...] [--decode-B 1,4,...]\n"
                    "  [--decode-H 64] [--decode-D 128] [--T 1,4]\n"
                    "Prints one JSON row per measurement (DESIGN.md's report rows).\n");
             return 0;
         }
-        if (strcmp(a, "--mode") == 0) mode = v;
-        else if (strcmp(a, "--family") == 0) family = v;
-        else if (strcmp(a, "--jit-what") == 0) jit_what = v;
-        else if (strcmp(a, "--B") == 0) B = atoi(v);
-        else if (strcmp(a, "--H") == 0) H = atoi(v);
-        else if (strcmp(a, "--D") == 0) nD = parse_list(v, Ds, 8);
-        else if (strcmp(a, "--N") == 0) nN = parse_list(v, Ns, 16);
-        else if (strcmp(a, "--decode-B") == 0) nB = parse_list(v, Bs, 16);
-        else if (strcmp(a, "--decode-H") == 0) dH = atoi(v);
-        else if (strcmp(a, "--decode-D") == 0) dD = atoi(v);
-        else if (strcmp(a, "--T") == 0) nT = parse_list(v, Ts, 4);
+        if (strcmp(a, "--mode") == 0)
+            mode = v;
+        else if (strcmp(a, "--family") == 0)
+            family = v;
+        else if (strcmp(a, "--jit-what") == 0)
+            jit_what = v;
+        else if (strcmp(a, "--B") == 0)
+            B = atoi(v);
+        else if (strcmp(a, "--H") == 0)
+            H = atoi(v);
+        else if (strcmp(a, "--D") == 0)
+            nD = parse_list(v, Ds, 8);
+        else if (strcmp(a, "--N") == 0)
+            nN = parse_list(v, Ns, 16);
+        else if (strcmp(a, "--decode-B") == 0)
+            nB = parse_list(v, Bs, 16);
+        else if (strcmp(a, "--decode-H") == 0)
+            dH = atoi(v);
+        else if (strcmp(a, "--decode-D") == 0)
+            dD = atoi(v);
+        else if (strcmp(a, "--T") == 0)
+            nT = parse_list(v, Ts, 4);
         else {
             fprintf(stderr, "lajit_bench: unknown argument %s\n", a);
             return 2;

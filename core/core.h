@@ -18,8 +18,8 @@
  * counters count every call of the kind made through this env, so a test can run a path once
  * with injection off to learn how many calls it makes, then fail each one in turn. */
 typedef enum lj_fault_kind {
-    LJ_FAULT_ALLOC = 0, /* host allocations (lj_malloc and Lua's allocator) */
-    LJ_FAULT_NVRTC = 1, /* NVRTC API calls */
+    LJ_FAULT_ALLOC = 0,  /* host allocations (lj_malloc and Lua's allocator) */
+    LJ_FAULT_NVRTC = 1,  /* NVRTC API calls */
     LJ_FAULT_DRIVER = 2, /* CUDA driver API calls */
     LJ_FAULT_SQLITE = 3, /* SQLite API calls (tuning database, bundles) */
     LJ_FAULT_FS = 4,     /* file-system calls (open, read, write, rename, fsync, mkdir, flock) */
@@ -32,7 +32,7 @@ typedef struct lj_env {
     lajit_log_fn log;
     void *log_user;
     lajit_log_level log_level;
-    char errmsg[4096];                /* detail of the last failure, "" when none */
+    char errmsg[4096];                    /* detail of the last failure, "" when none */
     uint64_t fault_count[LJ_FAULT_KINDS]; /* calls seen so far */
     uint64_t fault_at[LJ_FAULT_KINDS];    /* fail the call with this count; 0: never */
     /* The CUresult behind errmsg when the last failure was a driver call's (set by

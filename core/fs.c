@@ -111,8 +111,7 @@ int lj_fs_write_all(lj_env *env, int fd, const void *buf, size_t n)
     return 1;
 }
 
-int lj_fs_create_tmp(lj_env *env, int dir_fd, const char *prefix, char sep, int flags,
-                     char **name)
+int lj_fs_create_tmp(lj_env *env, int dir_fd, const char *prefix, char sep, int flags, char **name)
 {
     *name = NULL;
     for (int attempt = 0; attempt < 8; attempt++) {
@@ -130,8 +129,8 @@ int lj_fs_create_tmp(lj_env *env, int dir_fd, const char *prefix, char sep, int 
             errno = ENOMEM;
             return -1;
         }
-        int fd = lj_fs_openat(env, dir_fd, *name,
-                              flags | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        int fd = lj_fs_openat(env, dir_fd, *name, flags | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                              0600);
         if (fd >= 0)
             return fd;
         if (errno != EEXIST)

@@ -48,8 +48,7 @@ int lj_fs_write_all(lj_env *env, int fd, const void *buf, size_t n);
  * "<prefix><pid><sep><8 random hex>" in dir_fd (AT_FDCWD for a path prefix), so a file or link
  * planted in a shared directory is never written through. Returns the descriptor and *name
  * (lj_malloc), or -1 with errno (ENOMEM when the name could not be allocated). */
-int lj_fs_create_tmp(lj_env *env, int dir_fd, const char *prefix, char sep, int flags,
-                     char **name);
+int lj_fs_create_tmp(lj_env *env, int dir_fd, const char *prefix, char sep, int flags, char **name);
 
 /* Why the file or directory st describes may not be trusted, or NULL when it may: it must be a
  * directory (want_dir) or a regular file, owned by the effective user and not writable by group

@@ -28,8 +28,8 @@ int lj_sql_open(lj_sql *s, lj_env *env, const char *filename, int flags, long wo
     s->work_limit = work_limit;
     if (inject(s))
         return s->injected;
-    int rc = sqlite3_open_v2(filename, &s->db, flags | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW,
-                             NULL);
+    int rc =
+        sqlite3_open_v2(filename, &s->db, flags | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW, NULL);
     if (rc != SQLITE_OK) {
         /* The handle of a failed open is useless: keep its code for the message, close it. */
         s->open_rc = rc;
@@ -94,8 +94,7 @@ const char *lj_sql_errmsg(const lj_sql *s)
         return "disk I/O error (injected fault)";
     if (!s->db)
         return s->open_rc ? sqlite3_errstr(s->open_rc) : "no database";
-    if (sqlite3_errcode(s->db) == SQLITE_INTERRUPT && s->work_limit > 0 &&
-        s->work > s->work_limit)
+    if (sqlite3_errcode(s->db) == SQLITE_INTERRUPT && s->work_limit > 0 && s->work > s->work_limit)
         return "query ran past its work limit (a hostile or damaged file?)";
     return sqlite3_errmsg(s->db);
 }

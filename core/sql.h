@@ -19,10 +19,10 @@
 typedef struct lj_sql {
     lj_env *env;
     sqlite3 *db;
-    int injected;      /* the code of the failure just injected, 0 when the last call was real */
-    long work_limit;   /* progress-handler ticks (of 1000 instructions) per call; 0: no limit */
-    long work;         /* ticks of the current call */
-    int open_rc;       /* the code of a failed open */
+    int injected;    /* the code of the failure just injected, 0 when the last call was real */
+    long work_limit; /* progress-handler ticks (of 1000 instructions) per call; 0: no limit */
+    long work;       /* ticks of the current call */
+    int open_rc;     /* the code of a failed open */
 } lj_sql;
 
 /* Largest value (string or blob) a connection accepts: bigger than any kernel image. */

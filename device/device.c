@@ -129,8 +129,8 @@ lajit_status lj_module_load(lj_env *env, lj_device *d, const void *image, const 
     else if (r != CUDA_SUCCESS)
         st = lj_driver_error(env, drv, r, "cuModuleGetFunction");
     if (st == LAJIT_OK && smem > LJ_DEFAULT_SMEM) {
-        r = LJ_CU(env, drv, cuFuncSetAttribute, f,
-                  CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem);
+        r = LJ_CU(env, drv, cuFuncSetAttribute, f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                  (int)smem);
         if (r != CUDA_SUCCESS) {
             st = lj_driver_error(env, drv, r, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
             lj_error_prefix(env, "kernel %s, %u bytes of shared memory: ", entry, smem);

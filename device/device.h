@@ -9,7 +9,7 @@
 typedef struct lj_device {
     const lj_driver *drv;
     CUdevice dev;
-    CUcontext cuctx;      /* retained primary context */
+    CUcontext cuctx; /* retained primary context */
     lj_device_info info;
     int driver_version;
 } lj_device;

@@ -27,11 +27,17 @@ _Static_assert(sizeof(void *) == sizeof(lj_get_proc_fn),
 /* Base names as cuGetProcAddress knows them, and where each lands in the table. The member
  * names pass through cuda.h's version macros (cuMemAlloc -> cuMemAlloc_v2), the same way they
  * did in the struct declaration, while #fn keeps the base name. */
-#define LJ_ENTRY(fn) {#fn, offsetof(lj_driver, fn), 0}
+#define LJ_ENTRY(fn)                    \
+    {                                   \
+#fn, offsetof(lj_driver, fn), 0 \
+    }
 /* An entry whose ABI changed after the version the table is declared for: cuGetProcAddress
  * returns the newest variant not newer than the version asked for, so cuCtxCreate at 12000
  * would be cuCtxCreate_v3 (affinity parameters first); 11000 selects the (flags, device) one. */
-#define LJ_ENTRY_AT(fn, version) {#fn, offsetof(lj_driver, fn), version}
+#define LJ_ENTRY_AT(fn, version)              \
+    {                                         \
+#fn, offsetof(lj_driver, fn), version \
+    }
 static const struct {
     const char *name;
     size_t offset;
@@ -102,28 +108,28 @@ static char load_message[1024];
 static lajit_status status_of(CUresult r, int at_init)
 {
     switch (r) {
-    case CUDA_ERROR_NO_DEVICE: return LAJIT_ERR_NO_DEVICE;
-    case CUDA_ERROR_STUB_LIBRARY:
-    case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH:
-    case CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE: return LAJIT_ERR_NO_DRIVER;
-    case CUDA_ERROR_NOT_INITIALIZED: return at_init ? LAJIT_ERR_NO_DRIVER : LAJIT_ERR_DRIVER;
-    /* Device memory ran out (an allocation, a module load, a launch's local memory): the
+        case CUDA_ERROR_NO_DEVICE: return LAJIT_ERR_NO_DEVICE;
+        case CUDA_ERROR_STUB_LIBRARY:
+        case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH:
+        case CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE: return LAJIT_ERR_NO_DRIVER;
+        case CUDA_ERROR_NOT_INITIALIZED: return at_init ? LAJIT_ERR_NO_DRIVER : LAJIT_ERR_DRIVER;
+        /* Device memory ran out (an allocation, a module load, a launch's local memory): the
      * application may free memory and retry. */
-    case CUDA_ERROR_OUT_OF_MEMORY: return LAJIT_ERR_DEVICE_OUT_OF_MEMORY;
-    /* Sticky errors: a kernel faulted and the CUDA context is unusable; every later call in it
+        case CUDA_ERROR_OUT_OF_MEMORY: return LAJIT_ERR_DEVICE_OUT_OF_MEMORY;
+        /* Sticky errors: a kernel faulted and the CUDA context is unusable; every later call in it
      * fails the same way until the context is destroyed (for the primary context, shared with
      * the rest of the process, that means resetting the device or restarting the process). */
-    case CUDA_ERROR_ILLEGAL_ADDRESS:
-    case CUDA_ERROR_LAUNCH_FAILED:
-    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
-    case CUDA_ERROR_MISALIGNED_ADDRESS:
-    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
-    case CUDA_ERROR_INVALID_PC:
-    case CUDA_ERROR_HARDWARE_STACK_ERROR:
-    case CUDA_ERROR_ASSERT:
-    case CUDA_ERROR_LAUNCH_TIMEOUT:
-    case CUDA_ERROR_ECC_UNCORRECTABLE: return LAJIT_ERR_DEVICE_FAULT;
-    default: return LAJIT_ERR_DRIVER;
+        case CUDA_ERROR_ILLEGAL_ADDRESS:
+        case CUDA_ERROR_LAUNCH_FAILED:
+        case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+        case CUDA_ERROR_MISALIGNED_ADDRESS:
+        case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+        case CUDA_ERROR_INVALID_PC:
+        case CUDA_ERROR_HARDWARE_STACK_ERROR:
+        case CUDA_ERROR_ASSERT:
+        case CUDA_ERROR_LAUNCH_TIMEOUT:
+        case CUDA_ERROR_ECC_UNCORRECTABLE: return LAJIT_ERR_DEVICE_FAULT;
+        default: return LAJIT_ERR_DRIVER;
     }
 }
 
@@ -189,8 +195,9 @@ static void load(void)
     for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
         void *fn = NULL;
         CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-        CUresult r = get_proc(entries[i].name, &fn, entries[i].version ? entries[i].version : LJ_DRIVER_ABI,
-                              CU_GET_PROC_ADDRESS_DEFAULT, &found);
+        CUresult r =
+            get_proc(entries[i].name, &fn, entries[i].version ? entries[i].version : LJ_DRIVER_ABI,
+                     CU_GET_PROC_ADDRESS_DEFAULT, &found);
         if (r == CUDA_ERROR_STUB_LIBRARY) {
             fail(LAJIT_ERR_NO_DRIVER,
                  "no CUDA driver: %s%s is the toolkit's stub libcuda (CUDA_ERROR_STUB_LIBRARY); "
@@ -246,7 +253,8 @@ lajit_status lj_driver_error(lj_env *env, const lj_driver *drv, CUresult r, cons
 {
     char text[256];
     describe(drv, r, text, sizeof text);
-    lajit_status st = lj_error(env, status_of(r, 0), "%s: %s", what ? what : "CUDA driver call", text);
+    lajit_status st =
+        lj_error(env, status_of(r, 0), "%s: %s", what ? what : "CUDA driver call", text);
     /* After lj_error, which forgets the previous failure's result. */
     const char *name = name_of(drv, r);
     env->driver_result = (int)r;

@@ -20,14 +20,14 @@ lj_plan_key lj_plan_key_make(const lj_problem *p, int family_index)
     k.op = (unsigned char)p->op;
     k.family = (unsigned char)family_index;
     k.dtype = (unsigned char)p->dtype;
-    k.flags = (unsigned char)((p->decay ? LJ_PLAN_FLAG_DECAY : 0) |
-                              (p->has_initial ? LJ_PLAN_FLAG_INITIAL : 0) |
-                              (p->has_final ? LJ_PLAN_FLAG_FINAL : 0) |
-                              (p->varlen ? LJ_PLAN_FLAG_VARLEN : 0) |
-                              (p->vk ? LJ_PLAN_FLAG_VK : 0) |
-                              (p->want_ds ? LJ_PLAN_FLAG_WANT_DS : 0) |
-                              (p->has_dsn ? LJ_PLAN_FLAG_DSN : 0) |
-                              (p->step_states ? LJ_PLAN_FLAG_STEPS : 0));
+    k.flags =
+        (unsigned char)((p->decay ? LJ_PLAN_FLAG_DECAY : 0) |
+                        (p->has_initial ? LJ_PLAN_FLAG_INITIAL : 0) |
+                        (p->has_final ? LJ_PLAN_FLAG_FINAL : 0) |
+                        (p->varlen ? LJ_PLAN_FLAG_VARLEN : 0) | (p->vk ? LJ_PLAN_FLAG_VK : 0) |
+                        (p->want_ds ? LJ_PLAN_FLAG_WANT_DS : 0) |
+                        (p->has_dsn ? LJ_PLAN_FLAG_DSN : 0) |
+                        (p->step_states ? LJ_PLAN_FLAG_STEPS : 0));
     k.log2_n = (unsigned char)log2_bucket(p->N);
     k.log2_bh = (unsigned char)log2_bucket((long long)p->B * p->H);
     k.log2_b = (unsigned char)log2_bucket(p->B);
@@ -103,13 +103,13 @@ int lj_plan_grid(const lj_launch *l, long long B, long long H, long long N, long
     for (int d = 0; d < 3; d++) {
         long long v = 1;
         switch (l->grid[d].var) {
-        case LJ_VAR_ONE: v = 1; break;
-        case LJ_VAR_B: v = B; break;
-        case LJ_VAR_H: v = H; break;
-        case LJ_VAR_N: v = N; break;
-        case LJ_VAR_BH: v = B * H; break;
-        case LJ_VAR_NSEQ: v = nseq; break;
-        case LJ_VAR_T: v = T; break;
+            case LJ_VAR_ONE: v = 1; break;
+            case LJ_VAR_B: v = B; break;
+            case LJ_VAR_H: v = H; break;
+            case LJ_VAR_N: v = N; break;
+            case LJ_VAR_BH: v = B * H; break;
+            case LJ_VAR_NSEQ: v = nseq; break;
+            case LJ_VAR_T: v = T; break;
         }
         long long g = (v * l->grid[d].mul + l->grid[d].div - 1) / l->grid[d].div;
         if (g < 1 || g > limits[d])

@@ -39,8 +39,8 @@ static const char schema[] =
 
 /* The columns of `kernels` as the schema declares them, in order (checked at open). */
 static const char *const columns[][2] = {
-    {"source_key", "TEXT"}, {"arch", "TEXT"},    {"ptx", "INTEGER"},  {"family", "TEXT"},
-    {"bucket", "TEXT"},     {"config", "TEXT"},  {"problem", "TEXT"}, {"entry", "TEXT"},
+    {"source_key", "TEXT"}, {"arch", "TEXT"},     {"ptx", "INTEGER"},  {"family", "TEXT"},
+    {"bucket", "TEXT"},     {"config", "TEXT"},   {"problem", "TEXT"}, {"entry", "TEXT"},
     {"image", "BLOB"},      {"checksum", "TEXT"},
 };
 #define N_COLUMNS ((int)(sizeof columns / sizeof columns[0]))
@@ -73,13 +73,12 @@ static lajit_status db_error(lj_bundle *b, const char *what)
 /* The row's checksum: XXH3-64 over the fields that select it, each with its length (so no two
  * field lists run together the same way), and the XXH3-64 of the image. NULL fields are not
  * allowed: a reader passes only values it type-checked. 0 when out of memory. */
-static int row_checksum(lj_env *env, const char *key, const char *arch, int ptx,
-                        const char *family, const char *bucket, const char *config,
-                        const char *problem, const char *entry, const void *image, size_t size,
-                        char out[17])
+static int row_checksum(lj_env *env, const char *key, const char *arch, int ptx, const char *family,
+                        const char *bucket, const char *config, const char *problem,
+                        const char *entry, const void *image, size_t size, char out[17])
 {
-    const char *fields[] = {key, arch, ptx ? "ptx" : "cubin", family, bucket, config, problem,
-                            entry};
+    const char *fields[] = {key,     arch, ptx ? "ptx" : "cubin", family, bucket, config,
+                            problem, entry};
     lj_buf t;
     lj_buf_init(&t, env);
     lj_buf_printf(&t, "lajit bundle row %d\n", LJ_BUNDLE_FORMAT);
@@ -148,8 +147,8 @@ static lajit_status create_tmp(lj_bundle *b)
         return LAJIT_OK;
     if (err == ENOMEM)
         return lj_oom(b->env);
-    return lj_error(b->env, LAJIT_ERR_IO, "bundle %s: cannot create a temporary file: %s",
-                    b->path, strerror(err));
+    return lj_error(b->env, LAJIT_ERR_IO, "bundle %s: cannot create a temporary file: %s", b->path,
+                    strerror(err));
 }
 
 /* 1 when the name still refers to the file created by create_tmp (nobody swapped it between
@@ -180,8 +179,8 @@ lajit_status lj_bundle_create(lj_env *env, const char *path, lj_bundle **out)
     if (lj_sql_open(&b->sql, env, b->tmp_path, SQLITE_OPEN_READWRITE, 0) != SQLITE_OK)
         st = db_error(b, "cannot create");
     else if (!tmp_is_ours(b))
-        st = lj_error(env, LAJIT_ERR_IO, "bundle %s: the temporary file %s was replaced",
-                      b->path, b->tmp_path);
+        st = lj_error(env, LAJIT_ERR_IO, "bundle %s: the temporary file %s was replaced", b->path,
+                      b->tmp_path);
     else if (lj_sql_exec(&b->sql, schema) != SQLITE_OK || lj_sql_exec(&b->sql, sql) != SQLITE_OK)
         st = db_error(b, "cannot write the schema");
     if (st == LAJIT_OK) {
@@ -206,8 +205,7 @@ lajit_status lj_bundle_create(lj_env *env, const char *path, lj_bundle **out)
 lajit_status lj_bundle_add(lj_bundle *b, const lj_bundle_item *it)
 {
     if (!it->family || !it->arch || !it->bucket || !it->config || (!it->image && it->size))
-        return lj_error(b->env, LAJIT_ERR_INVALID_ARGUMENT, "bundle %s: incomplete item",
-                        b->path);
+        return lj_error(b->env, LAJIT_ERR_INVALID_ARGUMENT, "bundle %s: incomplete item", b->path);
     if (it->size > LJ_SQL_MAX_LENGTH)
         return lj_error(b->env, LAJIT_ERR_INVALID_ARGUMENT,
                         "bundle %s: a kernel image of %zu bytes is too large", b->path, it->size);
@@ -219,8 +217,9 @@ lajit_status lj_bundle_add(lj_bundle *b, const lj_bundle_item *it)
         return lj_oom(b->env);
     sqlite3_stmt *s = NULL;
     lajit_status st = LAJIT_OK;
-    if (lj_sql_prepare(&b->sql, "INSERT OR REPLACE INTO kernels(" ROW_COLUMNS ")"
-                                " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    if (lj_sql_prepare(&b->sql,
+                       "INSERT OR REPLACE INTO kernels(" ROW_COLUMNS ")"
+                       " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
                        &s) != SQLITE_OK)
         return db_error(b, "cannot prepare an insert");
     sqlite3_bind_text(s, 1, key, -1, SQLITE_TRANSIENT);
@@ -248,8 +247,8 @@ lajit_status lj_bundle_finish(lj_bundle *b)
     if (lj_sql_close(&b->sql) != SQLITE_OK && st == LAJIT_OK)
         st = lj_error(b->env, LAJIT_ERR_DATABASE, "bundle %s: cannot close", b->path);
     if (st == LAJIT_OK && lj_fs_fsync(b->env, b->tmp_fd) != 0)
-        st = lj_error(b->env, LAJIT_ERR_IO, "bundle %s: cannot sync %s: %s", b->path,
-                      b->tmp_path, strerror(errno));
+        st = lj_error(b->env, LAJIT_ERR_IO, "bundle %s: cannot sync %s: %s", b->path, b->tmp_path,
+                      strerror(errno));
     if (st == LAJIT_OK && !tmp_is_ours(b))
         st = lj_error(b->env, LAJIT_ERR_IO, "bundle %s: the temporary file %s was replaced",
                       b->path, b->tmp_path);
@@ -290,8 +289,9 @@ static const char *file_problem(lj_env *env, const char *path, char *why, size_t
     else if (!S_ISREG(st.st_mode))
         problem = "not a regular file: refused";
     else if ((long long)st.st_size > MAX_BUNDLE_BYTES)
-        snprintf(why, cap, "%lld bytes, more than a bundle may have (%lld)",
-                 (long long)st.st_size, MAX_BUNDLE_BYTES), problem = why;
+        snprintf(why, cap, "%lld bytes, more than a bundle may have (%lld)", (long long)st.st_size,
+                 MAX_BUNDLE_BYTES),
+            problem = why;
     close(fd);
     return problem;
 }
@@ -319,8 +319,8 @@ static int query_int(lj_bundle *b, const char *sql, int *out)
 static lajit_status check_schema(lj_bundle *b)
 {
     sqlite3_stmt *s;
-    if (lj_sql_prepare(&b->sql, "SELECT type, sql FROM sqlite_schema WHERE name = 'kernels'",
-                       &s) != SQLITE_OK)
+    if (lj_sql_prepare(&b->sql, "SELECT type, sql FROM sqlite_schema WHERE name = 'kernels'", &s) !=
+        SQLITE_OK)
         return db_error(b, "not a bundle (not an SQLite database, or damaged)");
     int rc = lj_sql_step(&b->sql, s), ok = 0;
     if (rc == SQLITE_ROW) {
@@ -355,8 +355,7 @@ static lajit_status check_schema(lj_bundle *b)
         return db_error(b, "cannot read the schema");
     if (!ok || n != N_COLUMNS)
         return lj_error(b->env, LAJIT_ERR_DATABASE,
-                        "bundle %s: not a bundle (the `kernels` table has other columns)",
-                        b->path);
+                        "bundle %s: not a bundle (the `kernels` table has other columns)", b->path);
     return LAJIT_OK;
 }
 
@@ -387,7 +386,8 @@ lajit_status lj_bundle_open(lj_env *env, const char *path, lj_bundle **out)
         st = lj_error(env, LAJIT_ERR_DATABASE,
                       "bundle %s: format %d was written by an older lajit, whose checksums do not "
                       "cover what selects a kernel; this build reads format %d: write it again "
-                      "with `lajit gen`", path, version, LJ_BUNDLE_FORMAT);
+                      "with `lajit gen`",
+                      path, version, LJ_BUNDLE_FORMAT);
     else if (version > LJ_BUNDLE_FORMAT)
         st = lj_error(env, LAJIT_ERR_DATABASE,
                       "bundle %s: format %d is from a later lajit; this build reads format %d",
@@ -405,8 +405,8 @@ lajit_status lj_bundle_open(lj_env *env, const char *path, lj_bundle **out)
         if (rc != SQLITE_ROW)
             st = db_error(b, "damaged (integrity check failed)");
         else if (!r || strcmp(r, "ok") != 0)
-            st = lj_error(env, LAJIT_ERR_DATABASE, "bundle %s: damaged (integrity: %.200s)",
-                          path, r ? r : "?");
+            st = lj_error(env, LAJIT_ERR_DATABASE, "bundle %s: damaged (integrity: %.200s)", path,
+                          r ? r : "?");
         sqlite3_finalize(s);
     }
     if (st != LAJIT_OK) {
@@ -431,8 +431,8 @@ typedef struct row {
 static int read_row(lj_bundle *b, sqlite3_stmt *s, row *r)
 {
     memset(r, 0, sizeof *r);
-    const char **texts[] = {&r->key, &r->arch, NULL, &r->family, &r->bucket, &r->config,
-                            &r->problem, &r->entry, NULL, &r->checksum};
+    const char **texts[] = {&r->key,    &r->arch,    NULL,      &r->family, &r->bucket,
+                            &r->config, &r->problem, &r->entry, NULL,       &r->checksum};
     int ok = 1;
     for (int i = 0; i < N_COLUMNS; i++)
         if (texts[i] && !(*texts[i] = lj_sql_text(s, i)))
@@ -486,8 +486,9 @@ lajit_status lj_bundle_find(lj_bundle *b, lj_key source_key, const char *arch, i
     char key[33];
     lj_key_hex(source_key, key);
     sqlite3_stmt *s = NULL;
-    if (lj_sql_prepare(&b->sql, "SELECT " ROW_COLUMNS " FROM kernels"
-                                " WHERE source_key = ?1 AND arch = ?2 AND ptx = ?3",
+    if (lj_sql_prepare(&b->sql,
+                       "SELECT " ROW_COLUMNS " FROM kernels"
+                       " WHERE source_key = ?1 AND arch = ?2 AND ptx = ?3",
                        &s) != SQLITE_OK)
         return db_error(b, "cannot query");
     sqlite3_bind_text(s, 1, key, -1, SQLITE_TRANSIENT);
@@ -535,8 +536,9 @@ lajit_status lj_bundle_find_ptx(lj_bundle *b, const char *family, const char *bu
 {
     *found = 0;
     sqlite3_stmt *s = NULL;
-    if (lj_sql_prepare(&b->sql, "SELECT " ROW_COLUMNS " FROM kernels"
-                                " WHERE family = ?1 AND bucket = ?2 AND config = ?3 AND ptx = 1",
+    if (lj_sql_prepare(&b->sql,
+                       "SELECT " ROW_COLUMNS " FROM kernels"
+                       " WHERE family = ?1 AND bucket = ?2 AND config = ?3 AND ptx = 1",
                        &s) != SQLITE_OK)
         return db_error(b, "cannot query");
     sqlite3_bind_text(s, 1, family, -1, SQLITE_TRANSIENT);
@@ -591,8 +593,9 @@ lajit_status lj_bundle_config(lj_bundle *b, const char *family, const char *buck
 {
     *found = 0;
     sqlite3_stmt *s = NULL;
-    if (lj_sql_prepare(&b->sql, "SELECT " ROW_COLUMNS " FROM kernels"
-                                " WHERE family = ?1 AND bucket = ?2 AND arch = ?3 AND ptx = 0",
+    if (lj_sql_prepare(&b->sql,
+                       "SELECT " ROW_COLUMNS " FROM kernels"
+                       " WHERE family = ?1 AND bucket = ?2 AND arch = ?3 AND ptx = 0",
                        &s) != SQLITE_OK)
         return db_error(b, "cannot query");
     sqlite3_bind_text(s, 1, family, -1, SQLITE_TRANSIENT);
@@ -622,8 +625,7 @@ lajit_status lj_bundle_count(lj_bundle *b, int *cubins, int *ptxs)
 {
     sqlite3_stmt *s = NULL;
     *cubins = *ptxs = 0;
-    if (lj_sql_prepare(&b->sql, "SELECT ptx, count(*) FROM kernels GROUP BY ptx", &s) !=
-        SQLITE_OK)
+    if (lj_sql_prepare(&b->sql, "SELECT ptx, count(*) FROM kernels GROUP BY ptx", &s) != SQLITE_OK)
         return db_error(b, "cannot query");
     int rc = SQLITE_DONE;
     while ((rc = lj_sql_step(&b->sql, s)) == SQLITE_ROW) {

@@ -35,7 +35,7 @@ typedef struct lj_bundle lj_bundle;
 typedef struct lj_bundle_item {
     const char *family, *arch, *bucket, *config, *problem, *entry;
     lj_key source_key;
-    int ptx;           /* 1: image is PTX text (NUL included); 0: a cubin */
+    int ptx; /* 1: image is PTX text (NUL included); 0: a cubin */
     const void *image;
     size_t size;
 } lj_bundle_item;

@@ -37,10 +37,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#define HEADER_SIZE 96
-#define HEADER_VERSION 1u
-#define MAX_PAYLOAD ((uint64_t)1 << 30) /* a kernel image is never near 1 GiB: refuse junk */
-#define STALE_TMP_SECONDS 600           /* a temp file this old has no live writer */
+#define HEADER_SIZE       96
+#define HEADER_VERSION    1u
+#define MAX_PAYLOAD       ((uint64_t)1 << 30) /* a kernel image is never near 1 GiB: refuse junk */
+#define STALE_TMP_SECONDS 600                 /* a temp file this old has no live writer */
 
 static const char k_magic[8] = {'L', 'A', 'J', 'I', 'T', 'K', 'C', '1'};
 
@@ -264,8 +264,8 @@ static int ensure_dir(lj_cache *c, int create)
     const char *problem = fstat(fd, &st) != 0 ? strerror(errno) : lj_fs_ownership_problem(&st, 1);
     if (problem) {
         lj_log(c->env, LAJIT_LOG_WARN,
-               "cache: directory %s refused (%s, mode %03o); disk cache disabled", c->dir,
-               problem, (unsigned)(st.st_mode & 0777));
+               "cache: directory %s refused (%s, mode %03o); disk cache disabled", c->dir, problem,
+               (unsigned)(st.st_mode & 0777));
         close(fd);
         c->state = DIR_REFUSED;
         return 0;
@@ -454,25 +454,23 @@ lajit_status lj_cache_get(lj_cache *c, lj_key key, int ptx, lj_cache_entry *out,
         reason = "key in header does not match the file name";
     }
     switch (r) {
-    case READ_ABSENT:
-        return LAJIT_OK;
-    case READ_REFUSED:
-        lj_log(c->env, LAJIT_LOG_WARN, "cache: entry %s/%s refused (%s); not loaded", c->dir,
-               fname, reason);
-        return LAJIT_OK;
-    case READ_BAD:
-        lj_log(c->env, LAJIT_LOG_WARN, "cache: entry %s/%s is bad (%s); removed, will rebuild",
-               c->dir, fname, reason);
-        unlinkat(c->dir_fd, fname, 0);
-        return LAJIT_OK;
-    case READ_ERROR:
-        if (reason && strcmp(reason, "out of memory") == 0)
-            return lj_oom(c->env);
-        lj_log(c->env, LAJIT_LOG_WARN, "cache: cannot read entry %s/%s (%s)", c->dir, fname,
-               reason ? reason : "unknown error");
-        return LAJIT_OK;
-    case READ_OK:
-        break;
+        case READ_ABSENT: return LAJIT_OK;
+        case READ_REFUSED:
+            lj_log(c->env, LAJIT_LOG_WARN, "cache: entry %s/%s refused (%s); not loaded", c->dir,
+                   fname, reason);
+            return LAJIT_OK;
+        case READ_BAD:
+            lj_log(c->env, LAJIT_LOG_WARN, "cache: entry %s/%s is bad (%s); removed, will rebuild",
+                   c->dir, fname, reason);
+            unlinkat(c->dir_fd, fname, 0);
+            return LAJIT_OK;
+        case READ_ERROR:
+            if (reason && strcmp(reason, "out of memory") == 0)
+                return lj_oom(c->env);
+            lj_log(c->env, LAJIT_LOG_WARN, "cache: cannot read entry %s/%s (%s)", c->dir, fname,
+                   reason ? reason : "unknown error");
+            return LAJIT_OK;
+        case READ_OK: break;
     }
     if (!reserve(c)) {
         lj_free(c->env, payload);

@@ -19,7 +19,7 @@ typedef struct lj_cache_entry {
     const void *image; /* borrowed from the in-memory map: valid until lj_cache_close */
     size_t size;
     int regs, spill_stores, spill_loads, stack_bytes, smem_static;
-    int from_disk;     /* 1 when this lookup read it from disk (0: memory) */
+    int from_disk; /* 1 when this lookup read it from disk (0: memory) */
 } lj_cache_entry;
 
 /* dir: NULL for memory only. The directory is created (0700, parents too) on first write, not

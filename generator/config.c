@@ -38,8 +38,8 @@ lajit_status lj_config_parse(lj_env *env, lj_family *f, const lj_config *base, c
                             "configuration \"%s\": %s is not a parameter of %s", text, token,
                             lj_family_name(f));
         if (seen[which]++)
-            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                            "configuration \"%s\": %s given twice", text, cfg.names[which]);
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "configuration \"%s\": %s given twice",
+                            text, cfg.names[which]);
         lajit_status st = lj_assign(env, f, token, &dummy, &cfg);
         if (st != LAJIT_OK)
             return st;

@@ -20,9 +20,9 @@ static int op_parse(const char *s, lj_op *out);
 const char *lj_op_name(lj_op op)
 {
     switch (op) {
-    case LJ_OP_FWD: return "fwd";
-    case LJ_OP_BWD: return "bwd";
-    case LJ_OP_DECODE: return "decode";
+        case LJ_OP_FWD: return "fwd";
+        case LJ_OP_BWD: return "bwd";
+        case LJ_OP_DECODE: return "decode";
     }
     return "?";
 }
@@ -30,9 +30,9 @@ const char *lj_op_name(lj_op op)
 const char *lj_dtype_name(lj_dtype dt)
 {
     switch (dt) {
-    case LJ_F32: return "f32";
-    case LJ_F16: return "f16";
-    case LJ_BF16: return "bf16";
+        case LJ_F32: return "f32";
+        case LJ_F16: return "f16";
+        case LJ_BF16: return "bf16";
     }
     return "?";
 }
@@ -42,9 +42,8 @@ int lj_dtype_parse(const char *s, lj_dtype *out)
     static const struct {
         const char *name;
         lj_dtype dt;
-    } names[] = {{"f32", LJ_F32},  {"fp32", LJ_F32},   {"float32", LJ_F32},
-                 {"f16", LJ_F16},  {"fp16", LJ_F16},   {"float16", LJ_F16},
-                 {"bf16", LJ_BF16}, {"bfloat16", LJ_BF16}};
+    } names[] = {{"f32", LJ_F32},  {"fp32", LJ_F32},    {"float32", LJ_F32}, {"f16", LJ_F16},
+                 {"fp16", LJ_F16}, {"float16", LJ_F16}, {"bf16", LJ_BF16},   {"bfloat16", LJ_BF16}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (strcmp(s, names[i].name) == 0) {
             *out = names[i].dt;
@@ -144,7 +143,8 @@ const char *lj_read_problem(lua_State *L, int idx, lj_op family_op, lj_problem *
     p->T = 1;
     const char *msg = NULL;
     int t = lj_rawgetfield(L, idx, "op");
-    if ((t == LUA_TSTRING && !op_parse(lua_tostring(L, -1), &p->op)) || (t != LUA_TSTRING && t != LUA_TNIL))
+    if ((t == LUA_TSTRING && !op_parse(lua_tostring(L, -1), &p->op)) ||
+        (t != LUA_TSTRING && t != LUA_TNIL))
         msg = "problem.op must be fwd, bwd or decode";
     lua_settop(L, top);
     t = msg ? LUA_TNIL : lj_rawgetfield(L, idx, "dtype");
@@ -156,13 +156,20 @@ const char *lj_read_problem(lua_State *L, int idx, lj_op family_op, lj_problem *
         const char *name;
         size_t off;
     } fields[] = {
-        {"B", offsetof(lj_problem, B)},          {"H", offsetof(lj_problem, H)},
-        {"N", offsetof(lj_problem, N)},          {"D", offsetof(lj_problem, D)},
-        {"E", offsetof(lj_problem, E)},          {"T", offsetof(lj_problem, T)},
-        {"decay", offsetof(lj_problem, decay)},  {"has_initial", offsetof(lj_problem, has_initial)},
-        {"has_final", offsetof(lj_problem, has_final)}, {"varlen", offsetof(lj_problem, varlen)},
-        {"vk", offsetof(lj_problem, vk)},        {"want_ds", offsetof(lj_problem, want_ds)},
-        {"has_dsn", offsetof(lj_problem, has_dsn)}, {"step_states", offsetof(lj_problem, step_states)},
+        {"B", offsetof(lj_problem, B)},
+        {"H", offsetof(lj_problem, H)},
+        {"N", offsetof(lj_problem, N)},
+        {"D", offsetof(lj_problem, D)},
+        {"E", offsetof(lj_problem, E)},
+        {"T", offsetof(lj_problem, T)},
+        {"decay", offsetof(lj_problem, decay)},
+        {"has_initial", offsetof(lj_problem, has_initial)},
+        {"has_final", offsetof(lj_problem, has_final)},
+        {"varlen", offsetof(lj_problem, varlen)},
+        {"vk", offsetof(lj_problem, vk)},
+        {"want_ds", offsetof(lj_problem, want_ds)},
+        {"has_dsn", offsetof(lj_problem, has_dsn)},
+        {"step_states", offsetof(lj_problem, step_states)},
         {"part", offsetof(lj_problem, part)},
     };
     for (size_t i = 0; !msg && i < sizeof fields / sizeof fields[0]; i++) {
@@ -175,8 +182,8 @@ const char *lj_read_problem(lua_State *L, int idx, lj_op family_op, lj_problem *
         } else if (t == LUA_TNUMBER && isnum && v >= 0 && v <= INT_MAX) {
             *dst = (int)v;
         } else if (t != LUA_TNIL) {
-            snprintf(err, cap, "problem.%s must be an integer from 0 to %d or a boolean", fields[i].name,
-                     INT_MAX);
+            snprintf(err, cap, "problem.%s must be an integer from 0 to %d or a boolean",
+                     fields[i].name, INT_MAX);
             msg = err;
         }
         lua_settop(L, top);
@@ -222,8 +229,8 @@ static const char *read_names(lua_State *L, int t, check_args *a, const char *fi
     lj_family *f = a->f;
     lua_Unsigned n = lua_rawlen(L, t);
     if (n > (lua_Unsigned)max) {
-        snprintf(a->err, sizeof a->err, "%s/family.lua: %s names at most %d %s", f->name, field, max,
-                 strcmp(field, "uses") == 0 ? "folders" : "archs");
+        snprintf(a->err, sizeof a->err, "%s/family.lua: %s names at most %d %s", f->name, field,
+                 max, strcmp(field, "uses") == 0 ? "folders" : "archs");
         return a->err;
     }
     for (lua_Integer j = 1; j <= (lua_Integer)n; j++) {
@@ -240,9 +247,11 @@ static const char *read_names(lua_State *L, int t, check_args *a, const char *fi
         }
         if (!ok) {
             if (strcmp(field, "archs") == 0)
-                snprintf(a->err, sizeof a->err, "%s/family.lua: archs[%d] is not a known arch", f->name, (int)j);
+                snprintf(a->err, sizeof a->err, "%s/family.lua: archs[%d] is not a known arch",
+                         f->name, (int)j);
             else
-                snprintf(a->err, sizeof a->err, "%s/family.lua: uses[%d] must name another family's template folder",
+                snprintf(a->err, sizeof a->err,
+                         "%s/family.lua: uses[%d] must name another family's template folder",
                          f->name, (int)j);
             lua_settop(L, top);
             return a->err;
@@ -267,9 +276,10 @@ static const char *read_params(lua_State *L, int t, check_args *a)
         size_t n = 0;
         const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &n) : "";
         if (!param_name_ok(k, n) || f->n_params == LJ_MAX_PARAMS) {
-            snprintf(a->err, sizeof a->err, "%s/family.lua: parameter names must be capitals, digits and _ "
-                     "(1 to %d characters, e.g. TILE_V), at most %d of them", f->name, LJ_PARAM_NAME - 1,
-                     LJ_MAX_PARAMS);
+            snprintf(a->err, sizeof a->err,
+                     "%s/family.lua: parameter names must be capitals, digits and _ "
+                     "(1 to %d characters, e.g. TILE_V), at most %d of them",
+                     f->name, LJ_PARAM_NAME - 1, LJ_MAX_PARAMS);
             lua_settop(L, top);
             return a->err;
         }
@@ -281,15 +291,18 @@ static const char *read_params(lua_State *L, int t, check_args *a)
         const char *pn = f->param_names[i];
         lua_Unsigned n = lj_rawgetfield(L, t, pn) == LUA_TTABLE ? lua_rawlen(L, -1) : 0;
         if (n == 0 || n > LJ_MAX_PARAM_VALUES) {
-            snprintf(a->err, sizeof a->err, "%s/family.lua: params.%s must be a list of 1 to %d integers",
-                     f->name, pn, LJ_MAX_PARAM_VALUES);
+            snprintf(a->err, sizeof a->err,
+                     "%s/family.lua: params.%s must be a list of 1 to %d integers", f->name, pn,
+                     LJ_MAX_PARAM_VALUES);
             lua_settop(L, top);
             return a->err;
         }
         space *= (long long)n;
         if (space > LJ_MAX_CONFIGS) {
-            snprintf(a->err, sizeof a->err, "%s/family.lua: the parameter space has over %d configurations "
-                     "(the product of the params' value counts)", f->name, LJ_MAX_CONFIGS);
+            snprintf(a->err, sizeof a->err,
+                     "%s/family.lua: the parameter space has over %d configurations "
+                     "(the product of the params' value counts)",
+                     f->name, LJ_MAX_CONFIGS);
             lua_settop(L, top);
             return a->err;
         }
@@ -300,13 +313,16 @@ static const char *read_params(lua_State *L, int t, check_args *a)
         }
         for (lua_Integer j = 1; j <= (lua_Integer)n; j++) {
             int isnum = 0;
-            lua_Integer v = lua_rawgeti(L, -1, j) == LUA_TNUMBER ? lua_tointegerx(L, -1, &isnum) : 0;
+            lua_Integer v =
+                lua_rawgeti(L, -1, j) == LUA_TNUMBER ? lua_tointegerx(L, -1, &isnum) : 0;
             lua_pop(L, 1);
             for (lua_Integer k = 1; isnum && k < j; k++)
                 isnum = f->param_values[i][k - 1] != (long long)v;
             if (!isnum) {
-                snprintf(a->err, sizeof a->err, "%s/family.lua: params.%s[%d] is not an integer or repeats "
-                         "one before it", f->name, pn, (int)j);
+                snprintf(a->err, sizeof a->err,
+                         "%s/family.lua: params.%s[%d] is not an integer or repeats "
+                         "one before it",
+                         f->name, pn, (int)j);
                 lua_settop(L, top);
                 return a->err;
             }
@@ -366,7 +382,8 @@ static int check_spec(lua_State *L)
         return 0;
     lua_Unsigned np = lj_rawgetfield(L, 1, "problems") == LUA_TTABLE ? lua_rawlen(L, 2) : 0;
     if (np == 0 || np > LJ_MAX_PROBLEMS) {
-        snprintf(a->err, sizeof a->err, "%s/family.lua: problems must be a list of 1 to %d problems", name,
+        snprintf(a->err, sizeof a->err,
+                 "%s/family.lua: problems must be a list of 1 to %d problems", name,
                  LJ_MAX_PROBLEMS);
         return 0;
     }
@@ -528,8 +545,8 @@ lajit_status lj_family_all_configs(lj_family *f, lj_config **configs, int *count
     for (int i = 0; i < f->n_params; i++) {
         total *= f->param_counts[i];
         if (total > LJ_MAX_CONFIGS)
-            return lj_error(f->env, LAJIT_ERR_TEMPLATE, "%s: parameter space over %d configurations",
-                            f->name, LJ_MAX_CONFIGS);
+            return lj_error(f->env, LAJIT_ERR_TEMPLATE,
+                            "%s: parameter space over %d configurations", f->name, LJ_MAX_CONFIGS);
     }
     lj_config *c = lj_calloc(f->env, (size_t)total, sizeof *c);
     if (!c)

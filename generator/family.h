@@ -66,14 +66,14 @@ typedef struct lj_problem {
 
 /* The target: from the device when there is one, else from the arch table (offline compile). */
 typedef struct lj_device_info {
-    char arch[16];        /* "sm_80", "sm_86", "sm_90a", "sm_100a", "sm_120" */
-    int cc;               /* 80, 86, 90, 100, 120 */
-    int sms;              /* multiprocessors */
-    int smem_optin;       /* max dynamic shared memory per block after opt-in, bytes */
-    int smem_per_sm;      /* shared memory per multiprocessor, bytes */
-    int regs_per_sm;      /* 32-bit registers per multiprocessor */
+    char arch[16];   /* "sm_80", "sm_86", "sm_90a", "sm_100a", "sm_120" */
+    int cc;          /* 80, 86, 90, 100, 120 */
+    int sms;         /* multiprocessors */
+    int smem_optin;  /* max dynamic shared memory per block after opt-in, bytes */
+    int smem_per_sm; /* shared memory per multiprocessor, bytes */
+    int regs_per_sm; /* 32-bit registers per multiprocessor */
     int l2_bytes;
-    char name[128];       /* device name, or "offline sm_90a" */
+    char name[128]; /* device name, or "offline sm_90a" */
 } lj_device_info;
 
 /* Arch table for offline compiles: fills info for a known arch string; returns 0 if unknown. */
@@ -103,7 +103,13 @@ long long lj_config_get(const lj_config *cfg, const char *name, long long fallba
 void lj_config_format(const lj_config *cfg, char *out, size_t cap);
 
 typedef enum lj_grid_var {
-    LJ_VAR_ONE = 0, LJ_VAR_B, LJ_VAR_H, LJ_VAR_N, LJ_VAR_BH, LJ_VAR_NSEQ, LJ_VAR_T
+    LJ_VAR_ONE = 0,
+    LJ_VAR_B,
+    LJ_VAR_H,
+    LJ_VAR_N,
+    LJ_VAR_BH,
+    LJ_VAR_NSEQ,
+    LJ_VAR_T
 } lj_grid_var;
 
 /* One grid dimension: ceil(value_of(var) * mul / div). A constant c is {LJ_VAR_ONE, c, 1}. */
@@ -115,8 +121,8 @@ typedef struct lj_grid_dim {
 typedef struct lj_launch {
     lj_grid_dim grid[3];
     unsigned block[3];
-    unsigned smem;      /* dynamic shared memory bytes */
-    char entry[64];     /* extern "C" kernel name */
+    unsigned smem;  /* dynamic shared memory bytes */
+    char entry[64]; /* extern "C" kernel name */
 } lj_launch;
 
 typedef struct lj_family lj_family;

@@ -186,8 +186,8 @@ static int read_config(lua_State *L, int r, call_rec *rec)
         int ok = get_int(L, -1, LLONG_MIN, LLONG_MAX, &c->values[i]);
         lua_settop(L, top);
         if (!ok) {
-            snprintf(rec->err, sizeof rec->err, "the configuration's %s is missing or not an integer",
-                     f->param_names[i]);
+            snprintf(rec->err, sizeof rec->err,
+                     "the configuration's %s is missing or not an integer", f->param_names[i]);
             return 0;
         }
     }
@@ -198,7 +198,8 @@ lajit_status lj_family_default(lj_family *f, const lj_problem *p, const lj_devic
                                lj_config *out)
 {
     lj_config c;
-    call_rec rec = {.f = f, .fn = "default", .mask = 2 | 4, .p = p, .d = d, .read = read_config, .out = &c};
+    call_rec rec = {
+        .f = f, .fn = "default", .mask = 2 | 4, .p = p, .d = d, .read = read_config, .out = &c};
     lajit_status st = call(&rec, 0);
     if (st == LAJIT_OK)
         *out = c;
@@ -231,8 +232,16 @@ lajit_status lj_family_valid(lj_family *f, const lj_config *c, const lj_problem 
                              const lj_device_info *d, int *ok, char *reason, size_t cap)
 {
     int v = 0;
-    call_rec rec = {.f = f, .fn = "valid", .mask = 1 | 2 | 4, .c = c, .p = p, .d = d, .read = read_valid,
-                    .out = &v, .reason = reason, .reason_cap = cap};
+    call_rec rec = {.f = f,
+                    .fn = "valid",
+                    .mask = 1 | 2 | 4,
+                    .c = c,
+                    .p = p,
+                    .d = d,
+                    .read = read_valid,
+                    .out = &v,
+                    .reason = reason,
+                    .reason_cap = cap};
     lajit_status st = call(&rec, 0);
     if (st == LAJIT_OK)
         *ok = v;
@@ -254,14 +263,16 @@ static int read_key(lua_State *L, int r, call_rec *rec)
     size_t n = 0;
     const char *s = lua_type(L, r) == LUA_TSTRING ? lua_tolstring(L, r, &n) : NULL;
     if (!s) {
-        snprintf(rec->err, sizeof rec->err, "must return a string, not a %s", lua_typename(L, lua_type(L, r)));
+        snprintf(rec->err, sizeof rec->err, "must return a string, not a %s",
+                 lua_typename(L, lua_type(L, r)));
         return 0;
     }
     int ok = n > 0 && n < k->cap;
     for (size_t i = 0; ok && i < n; i++)
         ok = s[i] >= 32 && s[i] < 127;
     if (!ok) {
-        snprintf(rec->err, sizeof rec->err, "the key must be 1 to %zu printable characters", k->cap ? k->cap - 1 : 0);
+        snprintf(rec->err, sizeof rec->err, "the key must be 1 to %zu printable characters",
+                 k->cap ? k->cap - 1 : 0);
         return 0;
     }
     memcpy(k->text, s, n + 1);
@@ -286,8 +297,8 @@ static const char *read_grid(lua_State *L, int idx, lj_grid_dim *g)
     static const struct {
         const char *name;
         lj_grid_var var;
-    } vars[] = {{"B", LJ_VAR_B}, {"H", LJ_VAR_H}, {"N", LJ_VAR_N}, {"BH", LJ_VAR_BH},
-                {"nseq", LJ_VAR_NSEQ}, {"T", LJ_VAR_T}};
+    } vars[] = {{"B", LJ_VAR_B},   {"H", LJ_VAR_H},       {"N", LJ_VAR_N},
+                {"BH", LJ_VAR_BH}, {"nseq", LJ_VAR_NSEQ}, {"T", LJ_VAR_T}};
     int top = lua_gettop(L);
     idx = lua_absindex(L, idx);
     g->var = LJ_VAR_ONE;
@@ -330,8 +341,8 @@ static int identifier(const char *s, size_t n)
     if (n == 0 || (s[0] >= '0' && s[0] <= '9'))
         return 0;
     for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
-              s[i] == '_'))
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+              (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
             return 0;
     return 1;
 }
@@ -342,7 +353,8 @@ static int read_launch(lua_State *L, int r, call_rec *rec)
     int top = lua_gettop(L);
     memset(l, 0, sizeof *l);
     if (!lua_istable(L, r)) {
-        snprintf(rec->err, sizeof rec->err, "must return a table, not a %s", lua_typename(L, lua_type(L, r)));
+        snprintf(rec->err, sizeof rec->err, "must return a table, not a %s",
+                 lua_typename(L, lua_type(L, r)));
         return 0;
     }
     if (lj_rawgetfield(L, r, "grid") != LUA_TTABLE || lua_rawlen(L, -1) != 3) {
@@ -373,7 +385,8 @@ static int read_launch(lua_State *L, int r, call_rec *rec)
         int ok = get_int(L, -1, 1, 1024, &v);
         lua_settop(L, top + 1);
         if (!ok) {
-            snprintf(rec->err, sizeof rec->err, "block[%d] must be an integer from 1 to 1024", i + 1);
+            snprintf(rec->err, sizeof rec->err, "block[%d] must be an integer from 1 to 1024",
+                     i + 1);
             lua_settop(L, top);
             return 0;
         }
@@ -395,10 +408,13 @@ static int read_launch(lua_State *L, int r, call_rec *rec)
     }
     l->smem = (unsigned)smem;
     size_t n = 0;
-    const char *entry = lj_rawgetfield(L, r, "entry") == LUA_TSTRING ? lua_tolstring(L, -1, &n) : NULL;
+    const char *entry =
+        lj_rawgetfield(L, r, "entry") == LUA_TSTRING ? lua_tolstring(L, -1, &n) : NULL;
     if (!entry || n >= sizeof l->entry || !identifier(entry, n)) {
-        snprintf(rec->err, sizeof rec->err, "entry must be the kernel's name (an identifier of fewer than %zu "
-                 "characters)", sizeof l->entry);
+        snprintf(rec->err, sizeof rec->err,
+                 "entry must be the kernel's name (an identifier of fewer than %zu "
+                 "characters)",
+                 sizeof l->entry);
         lua_settop(L, top);
         return 0;
     }
@@ -411,7 +427,13 @@ lajit_status lj_family_launch(lj_family *f, const lj_config *c, const lj_problem
                               const lj_device_info *d, lj_launch *out)
 {
     lj_launch l;
-    call_rec rec = {.f = f, .fn = "launch", .mask = 1 | 2 | 4, .c = c, .p = p, .d = d, .read = read_launch,
+    call_rec rec = {.f = f,
+                    .fn = "launch",
+                    .mask = 1 | 2 | 4,
+                    .c = c,
+                    .p = p,
+                    .d = d,
+                    .read = read_launch,
                     .out = &l};
     lajit_status st = call(&rec, 0);
     if (st == LAJIT_OK)
@@ -433,10 +455,13 @@ static int read_source(lua_State *L, int r, call_rec *rec)
     int top = lua_gettop(L);
     size_t n = 0;
     const char *path = lua_istable(L, r) && lj_rawgetfield(L, r, "template") == LUA_TSTRING
-                           ? lua_tolstring(L, -1, &n) : NULL;
+                           ? lua_tolstring(L, -1, &n)
+                           : NULL;
     if (!path || n == 0 || n >= sizeof o->path || strlen(path) != n) {
-        snprintf(rec->err, sizeof rec->err, "must return {template = \"<family>/<file>\", consts = {...}} "
-                 "with a path of fewer than %zu characters", sizeof o->path);
+        snprintf(rec->err, sizeof rec->err,
+                 "must return {template = \"<family>/<file>\", consts = {...}} "
+                 "with a path of fewer than %zu characters",
+                 sizeof o->path);
         lua_settop(L, top);
         return 0;
     }
@@ -478,7 +503,13 @@ lajit_status lj_family_source(lj_family *f, const lj_config *c, const lj_problem
      * translating, parsing and running it (a large template costs the C side time too). */
     lj_lua_budget *prev = lj_lua_set_budget(f->h, &f->budget);
     source_out o;
-    call_rec rec = {.f = f, .fn = "source", .mask = 1 | 2 | 4, .c = c, .p = p, .d = d, .read = read_source,
+    call_rec rec = {.f = f,
+                    .fn = "source",
+                    .mask = 1 | 2 | 4,
+                    .c = c,
+                    .p = p,
+                    .d = d,
+                    .read = read_source,
                     .out = &o};
     lajit_status st = call(&rec, 1);
     const char *text;
@@ -531,8 +562,14 @@ lajit_status lj_family_resources(lj_family *f, const lj_config *c, const lj_prob
     int has = lj_rawgetfield(L, -1, "resources") == LUA_TFUNCTION;
     lua_pop(L, 2);
     if (has) {
-        call_rec rec = {.f = f, .fn = "resources", .mask = 1 | 2 | 4, .c = c, .p = p, .d = d,
-                        .read = read_resources, .out = &r};
+        call_rec rec = {.f = f,
+                        .fn = "resources",
+                        .mask = 1 | 2 | 4,
+                        .c = c,
+                        .p = p,
+                        .d = d,
+                        .read = read_resources,
+                        .out = &r};
         lajit_status st = call(&rec, 0);
         if (st != LAJIT_OK)
             return st;

@@ -36,8 +36,8 @@ struct lj_family {
     int param_counts[LJ_MAX_PARAMS];
     int n_problems;
     lj_problem problems[LJ_MAX_PROBLEMS];
-    char archs[128]; /* the archs the family serves, comma-separated; empty: every arch */
-    char uses[128];  /* up to LJ_MAX_USES other template folders its kernels come from,
+    char archs[128];      /* the archs the family serves, comma-separated; empty: every arch */
+    char uses[128];       /* up to LJ_MAX_USES other template folders its kernels come from,
                         comma-separated (la_bwd expands la_fwd/fwd.cu): part of its template
                         text, so of its tuning hash */
     lj_lua_budget budget; /* every call into the spec draws from it (sandbox.h) */

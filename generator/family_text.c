@@ -37,7 +37,8 @@ static lajit_status list_folder(lj_env *env, const char *dir, const char *sub, c
         if (e->d_name[0] == '.')
             continue;
         if (++listed > LJ_MAX_FOLDER_ENTRIES) {
-            st = lj_error(env, LAJIT_ERR_IO, "template folder %s holds more than %d entries: refused", folder,
+            st = lj_error(env, LAJIT_ERR_IO,
+                          "template folder %s holds more than %d entries: refused", folder,
                           LJ_MAX_FOLDER_ENTRIES);
             break;
         }

@@ -44,7 +44,8 @@ static lajit_status name_list_add(lj_env *env, name_list *l, const char *prefix,
 static int is_header(const char *name)
 {
     size_t n = strlen(name);
-    return (n > 2 && strcmp(name + n - 2, ".h") == 0) || (n > 4 && strcmp(name + n - 4, ".cuh") == 0);
+    return (n > 2 && strcmp(name + n - 2, ".h") == 0) ||
+           (n > 4 && strcmp(name + n - 4, ".cuh") == 0);
 }
 
 /* Paths of the headers under common/: embedded, or listed from the template dir. */
@@ -56,7 +57,8 @@ static lajit_status list_common(lj_lua *L, char ***names, int *count)
     lajit_status st = LAJIT_OK;
     if (!dir) {
         for (size_t i = 0; i < lj_embedded_count && st == LAJIT_OK; i++)
-            if (strncmp(lj_embedded_files[i].path, "common/", 7) == 0 && is_header(lj_embedded_files[i].path))
+            if (strncmp(lj_embedded_files[i].path, "common/", 7) == 0 &&
+                is_header(lj_embedded_files[i].path))
                 st = name_list_add(env, &l, "", lj_embedded_files[i].path);
     } else {
         lj_buf path;
@@ -130,9 +132,8 @@ void lj_kernel_headers_free(lj_lua *L, lj_header *h, int n)
     lj_free(env, h);
 }
 
-lajit_status lj_kernel_prepare(lj_lua *L, lj_family *f, const lj_config *cfg,
-                               const lj_problem *p, const lj_device_info *device, int ptx,
-                               lj_kernel_job *job)
+lajit_status lj_kernel_prepare(lj_lua *L, lj_family *f, const lj_config *cfg, const lj_problem *p,
+                               const lj_device_info *device, int ptx, lj_kernel_job *job)
 {
     return lj_kernel_prepare_ex(L, f, cfg, p, device, ptx, 1, job);
 }
@@ -229,7 +230,8 @@ lajit_status lj_kernel_build(lj_lua *L, lj_family *f, lj_cache *cache, const lj_
         clock_gettime(CLOCK_MONOTONIC, &t1);
         if (st == LAJIT_OK) {
             k.compiled = 1;
-            k.compile_s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+            k.compile_s =
+                (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
             st = lj_cache_put(cache, job.key, ptx, &c);
             lj_compiled_free(env, &c);
             if (st == LAJIT_OK)
@@ -267,11 +269,11 @@ typedef struct alloc_request {
 } alloc_request;
 
 typedef struct compile_pool {
-    lj_env *caller;      /* the env whose allocator serves every allocation */
+    lj_env *caller; /* the env whose allocator serves every allocation */
     lj_compile_task *tasks;
     int n, next;
-    int running;         /* worker threads not yet finished */
-    int inline_mode;     /* no thread could start: the calling thread compiles itself */
+    int running;          /* worker threads not yet finished */
+    int inline_mode;      /* no thread could start: the calling thread compiles itself */
     alloc_request *queue; /* pending requests, served in any order */
     pthread_mutex_t lock;
     pthread_cond_t wake_caller; /* a request was posted or a worker finished */

@@ -15,10 +15,10 @@ lajit_status lj_kernel_headers(lj_lua *L, lj_header **headers, int *count);
 void lj_kernel_headers_free(lj_lua *L, lj_header *headers, int count);
 
 typedef struct lj_kernel {
-    lj_cache_entry entry;  /* image (borrowed from the cache) and resource report */
+    lj_cache_entry entry; /* image (borrowed from the cache) and resource report */
     lj_key key;
-    int compiled;          /* 1: NVRTC ran for this request; 0: served by the cache */
-    double compile_s;      /* wall seconds spent in NVRTC (0 when cached) */
+    int compiled;     /* 1: NVRTC ran for this request; 0: served by the cache */
+    double compile_s; /* wall seconds spent in NVRTC (0 when cached) */
 } lj_kernel;
 
 /* Expands, keys and fetches or compiles (L: the Lua state f was loaded into). device->arch is the target. ptx != 0 asks for PTX. */
@@ -43,9 +43,8 @@ typedef struct lj_kernel_job {
     lj_key source_key; /* the same without the NVRTC version: how bundles find kernels */
 } lj_kernel_job;
 
-lajit_status lj_kernel_prepare(lj_lua *L, lj_family *f, const lj_config *cfg,
-                               const lj_problem *p, const lj_device_info *device, int ptx,
-                               lj_kernel_job *job);
+lajit_status lj_kernel_prepare(lj_lua *L, lj_family *f, const lj_config *cfg, const lj_problem *p,
+                               const lj_device_info *device, int ptx, lj_kernel_job *job);
 /* The same; with require_nvrtc 0 a missing NVRTC is not an error: job->nvrtc_major is then -1,
  * job->key is unset and only job->source_key (and the expansion) may be used (bundle lookups). */
 lajit_status lj_kernel_prepare_ex(lj_lua *L, lj_family *f, const lj_config *cfg,

@@ -35,14 +35,15 @@ lajit_status lj_kernel_fetch(lj_env *env, lj_lua *L, lj_family *f, lj_cache *cac
         }
         *image = NULL;
         if (have_nvrtc) {
-            lj_log(env, LAJIT_LOG_INFO, "bundle %s has no %s kernel of %s [%s]: compiling with NVRTC",
+            lj_log(env, LAJIT_LOG_INFO,
+                   "bundle %s has no %s kernel of %s [%s]: compiling with NVRTC",
                    lj_bundle_path(bundle), dev->arch, lj_family_name(f), cfgtext);
         } else {
             char bucket[256], arch[16];
             if ((st = lj_family_key(f, p, bucket, sizeof bucket)) != LAJIT_OK)
                 goto done;
-            st = lj_bundle_find_ptx(bundle, lj_family_name(f), bucket, cfgtext, dev->cc,
-                                    image, &size, arch, &found);
+            st = lj_bundle_find_ptx(bundle, lj_family_name(f), bucket, cfgtext, dev->cc, image,
+                                    &size, arch, &found);
             if (st != LAJIT_OK)
                 goto done;
             if (found) {
@@ -55,9 +56,9 @@ lajit_status lj_kernel_fetch(lj_env *env, lj_lua *L, lj_family *f, lj_cache *cac
             }
             int major, minor;
             st = lj_nvrtc_version(env, &major, &minor);
-            lj_error_prefix(env, "bundle %s has no %s kernel of %s [%s] for %s, and no PTX to fall back on",
-                            lj_bundle_path(bundle), dev->arch, lj_family_name(f), cfgtext,
-                            bucket);
+            lj_error_prefix(
+                env, "bundle %s has no %s kernel of %s [%s] for %s, and no PTX to fall back on",
+                lj_bundle_path(bundle), dev->arch, lj_family_name(f), cfgtext, bucket);
             st = st != LAJIT_OK ? st : LAJIT_ERR_INTERNAL;
             goto done;
         }
@@ -65,7 +66,8 @@ lajit_status lj_kernel_fetch(lj_env *env, lj_lua *L, lj_family *f, lj_cache *cac
     if (!have_nvrtc) {
         int major, minor; /* the compiler's own message, recorded again */
         st = lj_nvrtc_version(env, &major, &minor);
-        st = st != LAJIT_OK ? st : lj_error(env, LAJIT_ERR_INTERNAL, "NVRTC came back during a build");
+        st = st != LAJIT_OK ? st
+                            : lj_error(env, LAJIT_ERR_INTERNAL, "NVRTC came back during a build");
         goto done;
     }
     lj_compiled c;

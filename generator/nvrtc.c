@@ -84,8 +84,8 @@ static int load_symbol(void *lib, const char *name, void *fn_slot, size_t slot_s
 static void append_failure(const char *path, const char *why)
 {
     size_t used = strlen(g_nvrtc.failure);
-    snprintf(g_nvrtc.failure + used, sizeof g_nvrtc.failure - used, "%s%s (%s)",
-             used ? "; " : "", path, why ? why : "not found");
+    snprintf(g_nvrtc.failure + used, sizeof g_nvrtc.failure - used, "%s%s (%s)", used ? "; " : "",
+             path, why ? why : "not found");
 }
 
 static int try_library(const char *path)
@@ -95,11 +95,11 @@ static int try_library(const char *path)
         append_failure(path, dlerror());
         return 0;
     }
-#define LJ_SYM(field, name)                                                         \
-    if (!load_symbol(lib, name, &g_nvrtc.field, sizeof g_nvrtc.field)) {           \
-        append_failure(path, "missing " name);                                      \
-        dlclose(lib);                                                               \
-        return 0;                                                                   \
+#define LJ_SYM(field, name)                                              \
+    if (!load_symbol(lib, name, &g_nvrtc.field, sizeof g_nvrtc.field)) { \
+        append_failure(path, "missing " name);                           \
+        dlclose(lib);                                                    \
+        return 0;                                                        \
     }
     LJ_SYM(version, "nvrtcVersion")
     LJ_SYM(create, "nvrtcCreateProgram")
@@ -149,16 +149,16 @@ static lajit_status ensure_loaded(lj_env *env)
 static const char *result_name(nvrtcResult r)
 {
     switch (r) {
-    case NVRTC_SUCCESS: return "NVRTC_SUCCESS";
-    case NVRTC_ERROR_OUT_OF_MEMORY: return "NVRTC_ERROR_OUT_OF_MEMORY";
-    case NVRTC_ERROR_PROGRAM_CREATION_FAILURE: return "NVRTC_ERROR_PROGRAM_CREATION_FAILURE";
-    case NVRTC_ERROR_INVALID_INPUT: return "NVRTC_ERROR_INVALID_INPUT";
-    case NVRTC_ERROR_INVALID_PROGRAM: return "NVRTC_ERROR_INVALID_PROGRAM";
-    case NVRTC_ERROR_INVALID_OPTION: return "NVRTC_ERROR_INVALID_OPTION";
-    case NVRTC_ERROR_COMPILATION: return "NVRTC_ERROR_COMPILATION";
-    case NVRTC_ERROR_BUILTIN_OPERATION_FAILURE: return "NVRTC_ERROR_BUILTIN_OPERATION_FAILURE";
-    case NVRTC_ERROR_INTERNAL_ERROR: return "NVRTC_ERROR_INTERNAL_ERROR";
-    default: return "NVRTC error";
+        case NVRTC_SUCCESS: return "NVRTC_SUCCESS";
+        case NVRTC_ERROR_OUT_OF_MEMORY: return "NVRTC_ERROR_OUT_OF_MEMORY";
+        case NVRTC_ERROR_PROGRAM_CREATION_FAILURE: return "NVRTC_ERROR_PROGRAM_CREATION_FAILURE";
+        case NVRTC_ERROR_INVALID_INPUT: return "NVRTC_ERROR_INVALID_INPUT";
+        case NVRTC_ERROR_INVALID_PROGRAM: return "NVRTC_ERROR_INVALID_PROGRAM";
+        case NVRTC_ERROR_INVALID_OPTION: return "NVRTC_ERROR_INVALID_OPTION";
+        case NVRTC_ERROR_COMPILATION: return "NVRTC_ERROR_COMPILATION";
+        case NVRTC_ERROR_BUILTIN_OPERATION_FAILURE: return "NVRTC_ERROR_BUILTIN_OPERATION_FAILURE";
+        case NVRTC_ERROR_INTERNAL_ERROR: return "NVRTC_ERROR_INTERNAL_ERROR";
+        default: return "NVRTC error";
     }
 }
 
@@ -181,8 +181,8 @@ lajit_status lj_nvrtc_version(lj_env *env, int *major, int *minor)
     int ma = 0, mi = 0;
     nvrtcResult r = LJ_NVRTC_CALL(env, g_nvrtc.version(&ma, &mi));
     if (r != NVRTC_SUCCESS)
-        return lj_error(env, LAJIT_ERR_NO_COMPILER, "nvrtcVersion failed: %s (%d)",
-                        result_name(r), (int)r);
+        return lj_error(env, LAJIT_ERR_NO_COMPILER, "nvrtcVersion failed: %s (%d)", result_name(r),
+                        (int)r);
     *major = ma;
     *minor = mi;
     return LAJIT_OK;
@@ -197,13 +197,15 @@ typedef struct arch_opt {
     const char *virt; /* --gpu-architecture=compute_XX: PTX */
 } arch_opt;
 
-#define LJ_ARCH(n) {"sm_" #n, "--gpu-architecture=sm_" #n, "--gpu-architecture=compute_" #n}
+#define LJ_ARCH(n)                                                              \
+    {                                                                           \
+        "sm_" #n, "--gpu-architecture=sm_" #n, "--gpu-architecture=compute_" #n \
+    }
 static const arch_opt k_archs[] = {
-    LJ_ARCH(75),   LJ_ARCH(80),   LJ_ARCH(86),   LJ_ARCH(87),   LJ_ARCH(88),
-    LJ_ARCH(89),   LJ_ARCH(90),   LJ_ARCH(90a),  LJ_ARCH(100),  LJ_ARCH(100a),
-    LJ_ARCH(100f), LJ_ARCH(103),  LJ_ARCH(103a), LJ_ARCH(103f), LJ_ARCH(110),
-    LJ_ARCH(110a), LJ_ARCH(110f), LJ_ARCH(120),  LJ_ARCH(120a), LJ_ARCH(120f),
-    LJ_ARCH(121),  LJ_ARCH(121a), LJ_ARCH(121f),
+    LJ_ARCH(75),   LJ_ARCH(80),   LJ_ARCH(86),  LJ_ARCH(87),   LJ_ARCH(88),   LJ_ARCH(89),
+    LJ_ARCH(90),   LJ_ARCH(90a),  LJ_ARCH(100), LJ_ARCH(100a), LJ_ARCH(100f), LJ_ARCH(103),
+    LJ_ARCH(103a), LJ_ARCH(103f), LJ_ARCH(110), LJ_ARCH(110a), LJ_ARCH(110f), LJ_ARCH(120),
+    LJ_ARCH(120a), LJ_ARCH(120f), LJ_ARCH(121), LJ_ARCH(121a), LJ_ARCH(121f),
 };
 #undef LJ_ARCH
 
@@ -404,8 +406,8 @@ lajit_status lj_nvrtc_compile(lj_env *env, const char *name, const char *source,
         }
     }
 
-    nvrtcResult r = LJ_NVRTC_CALL(env, g_nvrtc.create(&prog, source, name, n_headers,
-                                                      (const char *const *)texts, names));
+    nvrtcResult r = LJ_NVRTC_CALL(
+        env, g_nvrtc.create(&prog, source, name, n_headers, (const char *const *)texts, names));
     if (r != NVRTC_SUCCESS) {
         s = call_failed(env, name, "nvrtcCreateProgram", r);
         goto done;

@@ -15,14 +15,14 @@ typedef struct lj_header {
 } lj_header;
 
 typedef struct lj_compiled {
-    void *image;         /* cubin, or PTX text when ptx was requested (NUL-terminated) */
+    void *image; /* cubin, or PTX text when ptx was requested (NUL-terminated) */
     size_t image_size;
-    char *log;           /* NVRTC's log (may be ""), owned */
-    int regs;            /* registers per thread, -1 unknown */
-    int spill_stores;    /* bytes */
+    char *log;        /* NVRTC's log (may be ""), owned */
+    int regs;         /* registers per thread, -1 unknown */
+    int spill_stores; /* bytes */
     int spill_loads;
     int stack_bytes;
-    int smem_static;     /* static shared memory, bytes */
+    int smem_static; /* static shared memory, bytes */
 } lj_compiled;
 
 /* Loads NVRTC (once per process; thread-safe) and reports its version. LAJIT_ERR_NO_COMPILER

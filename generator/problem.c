@@ -58,22 +58,20 @@ lajit_status lj_assign(lj_env *env, lj_family *f, const char *assignment, lj_pro
 {
     const char *eq = strchr(assignment, '=');
     if (!eq || eq == assignment || eq - assignment >= LJ_PARAM_NAME)
-        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                        "\"%s\": expected KEY=VALUE", assignment);
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "\"%s\": expected KEY=VALUE", assignment);
     char key[LJ_PARAM_NAME];
     memcpy(key, assignment, (size_t)(eq - assignment));
     key[eq - assignment] = 0;
     const char *value = eq + 1;
     if (strcmp(key, "dtype") == 0) {
         if (!lj_dtype_parse(value, &p->dtype))
-            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                            "dtype=%s: expected f32, f16 or bf16", value);
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "dtype=%s: expected f32, f16 or bf16",
+                            value);
         return LAJIT_OK;
     }
     long long v;
     if (!parse_int(value, &v))
-        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s=%s: expected an integer", key,
-                        value);
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s=%s: expected an integer", key, value);
     /* D, E, B, H, N, T are problem sizes even though they are capitals. */
     int *field = problem_field(p, key);
     if (field) {
@@ -92,8 +90,7 @@ lajit_status lj_assign(lj_env *env, lj_family *f, const char *assignment, lj_pro
             known |= values[j] == v;
         if (!known)
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                            "%s=%lld is not a candidate value of %s", key, v,
-                            lj_family_name(f));
+                            "%s=%lld is not a candidate value of %s", key, v, lj_family_name(f));
         for (int j = 0; j < cfg->n; j++) {
             if (strcmp(cfg->names[j], key) == 0) {
                 cfg->values[j] = v;
@@ -103,8 +100,7 @@ lajit_status lj_assign(lj_env *env, lj_family *f, const char *assignment, lj_pro
         return lj_error(env, LAJIT_ERR_INTERNAL, "configuration lacks parameter %s", key);
     }
     return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                    "%s is neither a problem field nor a parameter of %s", key,
-                    lj_family_name(f));
+                    "%s is neither a problem field nor a parameter of %s", key, lj_family_name(f));
 }
 
 /* Parameters are capitalised names longer than one letter (TILE_V); B, H, N, D, E, T are
@@ -140,9 +136,8 @@ void lj_problem_format(const lj_problem *p, char *out, size_t cap)
     else if (p->op == LJ_OP_BWD)
         snprintf(steps, sizeof steps, " part=%d", p->part);
     snprintf(out, cap, "%s %s B=%d H=%d N=%d D=%d E=%d%s%s%s%s%s%s%s%s%s", lj_op_name(p->op),
-             lj_dtype_name(p->dtype), p->B, p->H, p->N, p->D, p->E, steps,
-             p->decay ? " decay" : "", p->has_initial ? " initial" : "",
-             p->has_final ? " final" : "", p->varlen ? " varlen" : "", p->vk ? " vk" : "",
-             p->want_ds ? " ds" : "", p->has_dsn ? " dsn" : "",
-             p->step_states ? " step_states" : "");
+             lj_dtype_name(p->dtype), p->B, p->H, p->N, p->D, p->E, steps, p->decay ? " decay" : "",
+             p->has_initial ? " initial" : "", p->has_final ? " final" : "",
+             p->varlen ? " varlen" : "", p->vk ? " vk" : "", p->want_ds ? " ds" : "",
+             p->has_dsn ? " dsn" : "", p->step_states ? " step_states" : "");
 }

@@ -30,7 +30,8 @@ int lj_resources_check(const lj_resources *claim, const lj_cache_entry *e, unsig
         why[0] = 0;
     int ok = 1;
     if (e->spill_stores > 0 || e->spill_loads > 0) {
-        finding(why, cap, &n, "spills (%d bytes stored, %d loaded)", e->spill_stores, e->spill_loads);
+        finding(why, cap, &n, "spills (%d bytes stored, %d loaded)", e->spill_stores,
+                e->spill_loads);
         ok = 0;
     }
     if (e->stack_bytes > 0) {
@@ -43,8 +44,9 @@ int lj_resources_check(const lj_resources *claim, const lj_cache_entry *e, unsig
     }
     long long smem = (long long)e->smem_static + smem_dynamic;
     if (smem > claim->smem) {
-        finding(why, cap, &n, "%lld bytes of shared memory (%d static), the spec claims at most %lld", smem,
-                   e->smem_static, claim->smem);
+        finding(why, cap, &n,
+                "%lld bytes of shared memory (%d static), the spec claims at most %lld", smem,
+                e->smem_static, claim->smem);
         ok = 0;
     }
     return ok;

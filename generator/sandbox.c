@@ -40,7 +40,7 @@ struct lj_lua {
     lj_lua_budget *budget;    /* shared by the calls that follow (lj_lua_set_budget), or NULL */
     long long budget_cpu0;    /* thread CPU time when it was set */
     read_file *files;
-    size_t files_bytes;   /* text held in files, against LJ_LUA_MAX_FILE_TOTAL */
+    size_t files_bytes; /* text held in files, against LJ_LUA_MAX_FILE_TOTAL */
 };
 
 static void *lua_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
@@ -83,9 +83,12 @@ static void count_hook(lua_State *L, lua_Debug *ar)
     if (++h->steps > h->step_limit) {
         h->over_budget = 1;
         if (h->budget_steps)
-            luaL_error(L, "Lua budget spent (%d million instructions, %d s of CPU, refilled over %d s)",
-                       (int)(LJ_LUA_BUDGET_INSTRUCTIONS / 1000000), LJ_LUA_BUDGET_CPU_S, LJ_LUA_BUDGET_REFILL_S);
-        luaL_error(L, "instruction limit exceeded (%d million)", (int)(LJ_LUA_MAX_INSTRUCTIONS / 1000000));
+            luaL_error(
+                L, "Lua budget spent (%d million instructions, %d s of CPU, refilled over %d s)",
+                (int)(LJ_LUA_BUDGET_INSTRUCTIONS / 1000000), LJ_LUA_BUDGET_CPU_S,
+                LJ_LUA_BUDGET_REFILL_S);
+        luaL_error(L, "instruction limit exceeded (%d million)",
+                   (int)(LJ_LUA_MAX_INSTRUCTIONS / 1000000));
     }
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
@@ -147,7 +150,8 @@ static int safe_rep(lua_State *L)
     }
     if ((lua_Unsigned)n > LJ_LUA_MAX_MEMORY / (len + lsep)) {
         h->over_memory = 1;
-        return luaL_error(L, "string.rep of %I copies exceeds the template memory limit", (LUAI_UACINT)n);
+        return luaL_error(L, "string.rep of %I copies exceeds the template memory limit",
+                          (LUAI_UACINT)n);
     }
     lua_pushvalue(L, lua_upvalueindex(1));
     lua_insert(L, 1);
@@ -210,7 +214,7 @@ static int import_lua(lua_State *L)
 static int open_sandbox(lua_State *L)
 {
     static const luaL_Reg libs[] = {
-        {LUA_GNAME, luaopen_base},      {LUA_STRLIBNAME, luaopen_string},
+        {LUA_GNAME, luaopen_base},       {LUA_STRLIBNAME, luaopen_string},
         {LUA_TABLIBNAME, luaopen_table}, {LUA_MATHLIBNAME, luaopen_math},
         {LUA_UTF8LIBNAME, luaopen_utf8},
     };
@@ -218,8 +222,8 @@ static int open_sandbox(lua_State *L)
         luaL_requiref(L, libs[i].name, libs[i].func, 1);
         lua_pop(L, 1);
     }
-    static const char *const base_removed[] = {"dofile", "loadfile", "load", "require", "xpcall",
-                                               "collectgarbage", "rawlen", NULL};
+    static const char *const base_removed[] = {"dofile", "loadfile",       "load",   "require",
+                                               "xpcall", "collectgarbage", "rawlen", NULL};
     for (const char *const *n = base_removed; *n; n++) {
         lua_pushnil(L);
         lua_setglobal(L, *n);
@@ -392,7 +396,8 @@ static lajit_status budget_spent(lj_lua *h)
 {
     return lj_error(h->env, LAJIT_ERR_LIMIT,
                     "Lua budget spent (%d million instructions, %d s of CPU, refilled over %d s)",
-                    (int)(LJ_LUA_BUDGET_INSTRUCTIONS / 1000000), LJ_LUA_BUDGET_CPU_S, LJ_LUA_BUDGET_REFILL_S);
+                    (int)(LJ_LUA_BUDGET_INSTRUCTIONS / 1000000), LJ_LUA_BUDGET_CPU_S,
+                    LJ_LUA_BUDGET_REFILL_S);
 }
 
 lajit_status lj_lua_load(lj_lua *h, const char *text, size_t len, const char *chunkname)
@@ -502,8 +507,8 @@ static int safe_template_path(const char *path)
             return 0;
         for (size_t i = 0; i < len; i++) {
             char ch = c[i];
-            if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-                  ch == '_' || ch == '-' || ch == '.'))
+            if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                  (ch >= '0' && ch <= '9') || ch == '_' || ch == '-' || ch == '.'))
                 return 0;
         }
         c += len;
@@ -528,8 +533,8 @@ static int open_below(lj_lua *h, const char *path)
         memcpy(comp, c, len);
         comp[len] = 0;
         int last = c[len] == 0;
-        int flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY |
-                    (last ? O_NONBLOCK : O_DIRECTORY);
+        int flags =
+            O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | (last ? O_NONBLOCK : O_DIRECTORY);
         int fd = lj_fs_openat(h->env, dir, comp, flags, 0);
         int saved = errno;
         close(dir);
@@ -553,8 +558,10 @@ lajit_status lj_lua_read_template(lj_lua *h, const char *path, const char **text
         return LAJIT_OK;
     }
     if (!safe_template_path(path))
-        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "template path %s leaves the template folder "
-                        "or is not a plain relative path", path);
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "template path %s leaves the template folder "
+                        "or is not a plain relative path",
+                        path);
     for (read_file *f = h->files; f; f = f->next) {
         if (strcmp(f->path, path) == 0) {
             *text = f->text;
@@ -565,11 +572,15 @@ lajit_status lj_lua_read_template(lj_lua *h, const char *path, const char **text
     int fd = open_below(h, path);
     if (fd < 0) {
         if (errno == ENOENT)
-            return lj_error(env, LAJIT_ERR_NOT_FOUND, "no template file %s/%s", h->template_dir, path);
+            return lj_error(env, LAJIT_ERR_NOT_FOUND, "no template file %s/%s", h->template_dir,
+                            path);
         if (errno == ELOOP || errno == ENOTDIR)
-            return lj_error(env, LAJIT_ERR_IO, "template file %s/%s: a symbolic link (or a non-folder) "
-                            "on its path is refused", h->template_dir, path);
-        return lj_error(env, LAJIT_ERR_IO, "template file %s/%s: %s", h->template_dir, path, strerror(errno));
+            return lj_error(env, LAJIT_ERR_IO,
+                            "template file %s/%s: a symbolic link (or a non-folder) "
+                            "on its path is refused",
+                            h->template_dir, path);
+        return lj_error(env, LAJIT_ERR_IO, "template file %s/%s: %s", h->template_dir, path,
+                        strerror(errno));
     }
     struct stat st;
     const char *refused = NULL;
@@ -583,7 +594,8 @@ lajit_status lj_lua_read_template(lj_lua *h, const char *path, const char **text
         refused = "would take the template files read over 16 MiB in all";
     if (refused) {
         close(fd);
-        return lj_error(env, LAJIT_ERR_IO, "template file %s/%s %s: refused", h->template_dir, path, refused);
+        return lj_error(env, LAJIT_ERR_IO, "template file %s/%s %s: refused", h->template_dir, path,
+                        refused);
     }
     read_file *f = lj_calloc(env, 1, sizeof *f);
     size_t cap = (size_t)st.st_size; /* the file may grow after fstat: never read past this */
@@ -612,7 +624,8 @@ lajit_status lj_lua_read_template(lj_lua *h, const char *path, const char **text
         lj_free(env, p);
         lj_free(env, data);
         lj_free(env, f);
-        return lj_error(env, LAJIT_ERR_IO, "template file %s/%s: %s", h->template_dir, path, strerror(failed));
+        return lj_error(env, LAJIT_ERR_IO, "template file %s/%s: %s", h->template_dir, path,
+                        strerror(failed));
     }
     data[got] = 0;
     f->path = p;

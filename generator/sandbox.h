@@ -12,12 +12,12 @@ typedef struct lua_State lua_State;
 typedef struct lj_lua lj_lua;
 
 /* Limits for one protected call. */
-#define LJ_LUA_MAX_INSTRUCTIONS 200000000LL /* counted in hook steps of 1000 */
-#define LJ_LUA_MAX_MEMORY (256u << 20)      /* bytes held by the Lua state */
+#define LJ_LUA_MAX_INSTRUCTIONS 200000000LL  /* counted in hook steps of 1000 */
+#define LJ_LUA_MAX_MEMORY       (256u << 20) /* bytes held by the Lua state */
 
 /* Files of a template dir are untrusted: each at most this large, and all the files one state
  * reads together at most LJ_LUA_MAX_FILE_TOTAL (the built-in tree is under 200 KB in all). */
-#define LJ_LUA_MAX_FILE (1u << 20)
+#define LJ_LUA_MAX_FILE       (1u << 20)
 #define LJ_LUA_MAX_FILE_TOTAL (16u << 20)
 
 /* A budget shared by many protected calls (each family keeps one): the per-call limits alone
@@ -32,12 +32,12 @@ typedef struct lj_lua lj_lua;
  * 5 % of it on expanding every valid configuration of every representative problem for four
  * archs (la_decode: 1,888 expansions, 0.5 s of CPU, 1.1 million instructions). */
 #define LJ_LUA_BUDGET_INSTRUCTIONS 1000000000LL
-#define LJ_LUA_BUDGET_CPU_S 10
-#define LJ_LUA_BUDGET_REFILL_S 100
+#define LJ_LUA_BUDGET_CPU_S        10
+#define LJ_LUA_BUDGET_REFILL_S     100
 
 typedef struct lj_lua_budget {
-    long long steps;  /* hook steps (of 1000 instructions) left */
-    long long cpu_ns; /* thread CPU nanoseconds left */
+    long long steps;   /* hook steps (of 1000 instructions) left */
+    long long cpu_ns;  /* thread CPU nanoseconds left */
     long long last_ns; /* monotonic time of the last refill */
 } lj_lua_budget;
 

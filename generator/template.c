@@ -108,7 +108,8 @@ lajit_status lj_template_translate(lj_env *env, const char *name, const char *te
                 }
                 if (j >= n) {
                     lj_buf_free(&b);
-                    return lj_error(env, LAJIT_ERR_TEMPLATE, "%s:%d: unterminated ${", name, lineno);
+                    return lj_error(env, LAJIT_ERR_TEMPLATE, "%s:%d: unterminated ${", name,
+                                    lineno);
                 }
                 if (i > start) {
                     lj_buf_puts(&b, OUT "(");
@@ -144,24 +145,20 @@ static int format_value(lua_State *L)
     int line = (int)luaL_checkinteger(L, 2);
     const char *expr = luaL_checkstring(L, 3);
     switch (lua_type(L, 1)) {
-    case LUA_TNUMBER:
-        if (lua_isinteger(L, 1)) {
-            lua_pushfstring(L, "%I", (LUAI_UACINT)lua_tointeger(L, 1));
-        } else {
-            char buf[64];
-            snprintf(buf, sizeof buf, "%.17g", (double)lua_tonumber(L, 1));
-            lua_pushstring(L, buf);
-        }
-        return 1;
-    case LUA_TSTRING:
-        lua_pushvalue(L, 1);
-        return 1;
-    case LUA_TBOOLEAN:
-        lua_pushstring(L, lua_toboolean(L, 1) ? "true" : "false");
-        return 1;
-    default:
-        return luaL_error(L, "line %d: ${%s} is %s, not a number, string or boolean", line, expr,
-                          luaL_typename(L, 1));
+        case LUA_TNUMBER:
+            if (lua_isinteger(L, 1)) {
+                lua_pushfstring(L, "%I", (LUAI_UACINT)lua_tointeger(L, 1));
+            } else {
+                char buf[64];
+                snprintf(buf, sizeof buf, "%.17g", (double)lua_tonumber(L, 1));
+                lua_pushstring(L, buf);
+            }
+            return 1;
+        case LUA_TSTRING: lua_pushvalue(L, 1); return 1;
+        case LUA_TBOOLEAN: lua_pushstring(L, lua_toboolean(L, 1) ? "true" : "false"); return 1;
+        default:
+            return luaL_error(L, "line %d: ${%s} is %s, not a number, string or boolean", line,
+                              expr, luaL_typename(L, 1));
     }
 }
 
@@ -182,10 +179,10 @@ static int env_index(lua_State *L)
 static int build_env(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
-    lua_newtable(L);                   /* env */
+    lua_newtable(L); /* env */
     lua_pushcfunction(L, format_value);
     lua_setfield(L, -2, FMT);
-    lua_newtable(L);                   /* metatable */
+    lua_newtable(L); /* metatable */
     lua_pushvalue(L, 1);
     lua_pushglobaltable(L);
     lua_pushcclosure(L, env_index, 2);
@@ -233,7 +230,8 @@ lajit_status lj_template_expand(lj_lua *h, const char *name, const char *text, s
     lua_Integer n = lua_tointegerx(L, -1, &isnum);
     if (!lua_istable(L, -2) || !isnum || n < 0 || (lua_Unsigned)n > lua_rawlen(L, -2)) {
         lua_pop(L, 2);
-        return lj_error(env, LAJIT_ERR_TEMPLATE, "%s: the template returned early or replaced its output", name);
+        return lj_error(env, LAJIT_ERR_TEMPLATE,
+                        "%s: the template returned early or replaced its output", name);
     }
     lj_buf b;
     lj_buf_init(&b, env);
@@ -241,7 +239,8 @@ lajit_status lj_template_expand(lj_lua *h, const char *name, const char *text, s
         if (lua_rawgeti(L, -2, i) != LUA_TSTRING) {
             lua_pop(L, 3);
             lj_buf_free(&b);
-            return lj_error(env, LAJIT_ERR_TEMPLATE, "%s: output piece %lld is not a string", name, (long long)i);
+            return lj_error(env, LAJIT_ERR_TEMPLATE, "%s: output piece %lld is not a string", name,
+                            (long long)i);
         }
         size_t plen;
         const char *piece = lua_tolstring(L, -1, &plen);

@@ -59,28 +59,28 @@ LAJIT_API const char *lajit_version_string(void);
 /* Pinned values: a value's meaning never changes and a retired value is never reused. */
 typedef enum lajit_status {
     LAJIT_OK = 0,
-    LAJIT_ERR_INVALID_ARGUMENT = 1, /* NULL, bad tensor, bad shape/dtype/stride, bad option */
-    LAJIT_ERR_OUT_OF_MEMORY = 2,    /* a host allocation failed */
-    LAJIT_ERR_NO_DRIVER = 3,        /* libcuda is absent or is the toolkit's stub */
-    LAJIT_ERR_NO_DEVICE = 4,        /* the driver is there but the device is not */
-    LAJIT_ERR_DRIVER = 5,           /* a driver call failed (name in lajit_errmsg, the
+    LAJIT_ERR_INVALID_ARGUMENT = 1,      /* NULL, bad tensor, bad shape/dtype/stride, bad option */
+    LAJIT_ERR_OUT_OF_MEMORY = 2,         /* a host allocation failed */
+    LAJIT_ERR_NO_DRIVER = 3,             /* libcuda is absent or is the toolkit's stub */
+    LAJIT_ERR_NO_DEVICE = 4,             /* the driver is there but the device is not */
+    LAJIT_ERR_DRIVER = 5,                /* a driver call failed (name in lajit_errmsg, the
                                        CUresult from lajit_last_driver_error) */
-    LAJIT_ERR_NO_COMPILER = 6,      /* NVRTC could not be loaded and no cached kernel exists */
-    LAJIT_ERR_COMPILE = 7,          /* NVRTC rejected a kernel (log excerpt in lajit_errmsg) */
-    LAJIT_ERR_TEMPLATE = 8,         /* a template or family spec failed (Lua traceback) */
-    LAJIT_ERR_LIMIT = 9,            /* a template exceeded its instruction or memory limit */
-    LAJIT_ERR_UNSUPPORTED = 10,     /* a valid request no kernel of the family supports */
-    LAJIT_ERR_IO = 11,              /* a file could not be read or written */
-    LAJIT_ERR_CACHE = 12,           /* a cache directory or entry was refused */
-    LAJIT_ERR_DATABASE = 13,        /* a tuning database or bundle error (SQLite message) */
-    LAJIT_ERR_STRUCT_SIZE = 14,     /* struct_size of a descriptor is unknown to this build */
-    LAJIT_ERR_CHECK_FAILED = 15,    /* checked mode found bad device-side values */
-    LAJIT_ERR_NOT_FOUND = 16,       /* no such family, parameter or entry */
-    LAJIT_ERR_INTERNAL = 17,        /* a bug in lajit; please report the message */
+    LAJIT_ERR_NO_COMPILER = 6,           /* NVRTC could not be loaded and no cached kernel exists */
+    LAJIT_ERR_COMPILE = 7,               /* NVRTC rejected a kernel (log excerpt in lajit_errmsg) */
+    LAJIT_ERR_TEMPLATE = 8,              /* a template or family spec failed (Lua traceback) */
+    LAJIT_ERR_LIMIT = 9,                 /* a template exceeded its instruction or memory limit */
+    LAJIT_ERR_UNSUPPORTED = 10,          /* a valid request no kernel of the family supports */
+    LAJIT_ERR_IO = 11,                   /* a file could not be read or written */
+    LAJIT_ERR_CACHE = 12,                /* a cache directory or entry was refused */
+    LAJIT_ERR_DATABASE = 13,             /* a tuning database or bundle error (SQLite message) */
+    LAJIT_ERR_STRUCT_SIZE = 14,          /* struct_size of a descriptor is unknown to this build */
+    LAJIT_ERR_CHECK_FAILED = 15,         /* checked mode found bad device-side values */
+    LAJIT_ERR_NOT_FOUND = 16,            /* no such family, parameter or entry */
+    LAJIT_ERR_INTERNAL = 17,             /* a bug in lajit; please report the message */
     LAJIT_ERR_DEVICE_OUT_OF_MEMORY = 18, /* device memory ran out (CUDA_ERROR_OUT_OF_MEMORY in
                                             an allocation, module load or launch): free device
                                             memory and retry; the context stays usable */
-    LAJIT_ERR_DEVICE_FAULT = 19     /* a kernel faulted (illegal address, launch failure,
+    LAJIT_ERR_DEVICE_FAULT = 19          /* a kernel faulted (illegal address, launch failure,
                                        misaligned address, assert, timeout, ...): the CUDA
                                        context is broken for good, every later call in it fails
                                        the same way. In the primary context (the one lajit and
@@ -121,32 +121,33 @@ typedef void (*lajit_log_fn)(void *user, lajit_log_level level, const char *mess
 
 /* Context flags. */
 #define LAJIT_CTX_NO_DISK_CACHE 0x1u /* keep compiled kernels in memory only */
-#define LAJIT_CTX_CHECKED 0x2u       /* validate device-side values (costs a synchronisation) */
-#define LAJIT_CTX_NO_DEVICE 0x4u     /* never touch the driver: generation and compile only */
+#define LAJIT_CTX_CHECKED       0x2u /* validate device-side values (costs a synchronisation) */
+#define LAJIT_CTX_NO_DEVICE     0x4u /* never touch the driver: generation and compile only */
 
 /* Autotune policies (lajit_ctx_desc.autotune). The tuning database is tune.db in the cache
  * directory (none with LAJIT_CTX_NO_DISK_CACHE); an unusable database means defaults. */
-#define LAJIT_AUTOTUNE_ENV 0u   /* from the environment: LAJIT_AUTOTUNE=off (default) | eager */
-#define LAJIT_AUTOTUNE_OFF 1u   /* a bucket uses the database's winner if any, else the default */
-#define LAJIT_AUTOTUNE_EAGER 2u /* a bucket with no winner is tuned on its first call (once per
+#define LAJIT_AUTOTUNE_ENV 0u /* from the environment: LAJIT_AUTOTUNE=off (default) | eager */
+#define LAJIT_AUTOTUNE_OFF 1u /* a bucket uses the database's winner if any, else the default */
+#define LAJIT_AUTOTUNE_EAGER \
+    2u /* a bucket with no winner is tuned on its first call (once per
                                    bucket and device, by one process at a time; others use the
                                    default meanwhile) */
 
 typedef struct lajit_ctx_desc {
-    size_t struct_size;       /* sizeof(lajit_ctx_desc): lets later versions grow the struct */
-    int device;               /* CUDA device ordinal */
-    lajit_alloc_fn alloc;     /* NULL: the C library's realloc/free */
+    size_t struct_size;   /* sizeof(lajit_ctx_desc): lets later versions grow the struct */
+    int device;           /* CUDA device ordinal */
+    lajit_alloc_fn alloc; /* NULL: the C library's realloc/free */
     void *alloc_user;
-    lajit_log_fn log;         /* NULL: diagnostics are dropped */
+    lajit_log_fn log; /* NULL: diagnostics are dropped */
     void *log_user;
     lajit_log_level log_level; /* messages above this level are not produced */
-    const char *cache_dir;    /* NULL: $LAJIT_CACHE_DIR, else $XDG_CACHE_HOME/lajit, else
+    const char *cache_dir;     /* NULL: $LAJIT_CACHE_DIR, else $XDG_CACHE_HOME/lajit, else
                                  ~/.cache/lajit. Copied at creation. */
-    uint32_t flags;           /* LAJIT_CTX_* */
-    uint32_t autotune;        /* LAJIT_AUTOTUNE_*; 0 (LAJIT_AUTOTUNE_ENV): the environment
+    uint32_t flags;            /* LAJIT_CTX_* */
+    uint32_t autotune;         /* LAJIT_AUTOTUNE_*; 0 (LAJIT_AUTOTUNE_ENV): the environment
                                  decides. Added in 0.1: a struct_size ending before it is
                                  accepted and means 0. */
-    const char *bundle;       /* an offline kernel set written by `lajit gen` (NULL:
+    const char *bundle;        /* an offline kernel set written by `lajit gen` (NULL:
                                  $LAJIT_BUNDLE, else none): kernels are taken from it before
                                  any compile, so NVRTC need not be installed. Opened (and
                                  checked) at creation: LAJIT_ERR_DATABASE for a missing or
@@ -215,11 +216,11 @@ typedef struct lajit_family_info {
  * smallest and largest of them. name and values are owned by ctx and stay valid until
  * lajit_ctx_destroy. */
 typedef struct lajit_param_info {
-    size_t struct_size;       /* set by the caller: sizeof(lajit_param_info) */
-    const char *name;         /* in capitals: "TILE_V" */
-    long long min, max;       /* bounds of the candidate values */
-    int n_values;             /* at least 1 */
-    const long long *values;  /* the candidate values */
+    size_t struct_size;      /* set by the caller: sizeof(lajit_param_info) */
+    const char *name;        /* in capitals: "TILE_V" */
+    long long min, max;      /* bounds of the candidate values */
+    int n_values;            /* at least 1 */
+    const long long *values; /* the candidate values */
 } lajit_param_info;
 
 /* Describes family (a name of lajit_family_names(), or one from LAJIT_TEMPLATE_DIR), loading its

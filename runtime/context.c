@@ -59,8 +59,7 @@ LAJIT_API lajit_status lajit_ctx_create(const lajit_ctx_desc *desc, lajit_ctx **
     /* The context itself comes from the caller's allocator too: a temporary env does the
      * allocation, then the context's own env takes over (same allocator, same counters). */
     lj_env env;
-    lj_env_init(&env, desc->alloc, desc->alloc_user, desc->log, desc->log_user,
-                desc->log_level);
+    lj_env_init(&env, desc->alloc, desc->alloc_user, desc->log, desc->log_user, desc->log_level);
     lajit_ctx *ctx = lj_raw_alloc(&env, NULL, 0, sizeof *ctx);
     if (!ctx)
         return LAJIT_ERR_OUT_OF_MEMORY;
@@ -272,8 +271,8 @@ LAJIT_API lajit_status lajit_expand(lajit_ctx *ctx, const char *family, const ch
     if (!ok) {
         char text[256];
         lj_config_format(&cfg, text, sizeof text);
-        return lj_error(env, LAJIT_ERR_UNSUPPORTED, "%s [%s] is not valid here: %s", family,
-                        text, reason);
+        return lj_error(env, LAJIT_ERR_UNSUPPORTED, "%s [%s] is not valid here: %s", family, text,
+                        reason);
     }
     return lj_family_source(f, &cfg, &p, &dev, source);
 }

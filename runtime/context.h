@@ -30,12 +30,12 @@ struct lajit_ctx {
     lj_device device;
     int device_open;
     lj_plan_table plans;
-    lj_bundle *bundle;  /* the offline kernel set, NULL when none */
+    lj_bundle *bundle;   /* the offline kernel set, NULL when none */
     CUdeviceptr scratch; /* the backward's ds workspace when the caller gives none (grow-only) */
     size_t scratch_bytes;
-    uint32_t autotune;  /* LAJIT_AUTOTUNE_OFF or _EAGER (resolved at creation) */
-    lj_tunedb *tunedb;  /* opened on the first plan built; NULL until then or if unusable */
-    int tunedb_failed;  /* 1: opening failed once; not retried for this context */
+    uint32_t autotune; /* LAJIT_AUTOTUNE_OFF or _EAGER (resolved at creation) */
+    lj_tunedb *tunedb; /* opened on the first plan built; NULL until then or if unusable */
+    int tunedb_failed; /* 1: opening failed once; not retried for this context */
     /* The passes of a multi-kernel op (the backward) as the named family's spec declares them,
      * by family index; [LJ_MAX_FAMILIES]: the op's defaults. Read on first use (plan_build.c). */
     lj_roles roles[LJ_MAX_FAMILIES + 1];

@@ -14,7 +14,8 @@ static lajit_status read_back(lajit_ctx *ctx, unsigned long long ptr, size_t byt
 {
     lj_env *env = &ctx->env;
     const lj_driver *drv = ctx->device.drv;
-    CUresult r = LJ_CU(env, drv, cuMemcpyDtoHAsync, host, (CUdeviceptr)ptr, bytes, (CUstream)stream);
+    CUresult r =
+        LJ_CU(env, drv, cuMemcpyDtoHAsync, host, (CUdeviceptr)ptr, bytes, (CUstream)stream);
     if (r == CUDA_SUCCESS)
         r = LJ_CU(env, drv, cuStreamSynchronize, (CUstream)stream);
     return r == CUDA_SUCCESS ? LAJIT_OK : lj_driver_error(env, drv, r, "checked mode read-back");
@@ -23,7 +24,7 @@ static lajit_status read_back(lajit_ctx *ctx, unsigned long long ptr, size_t byt
 /* Checks s (finite, >= 0), cu_seqlens (0, non-decreasing, ending at T) and slots (-1 or in
  * [0, P), no slot twice). */
 lajit_status lj_check_device_values(lajit_ctx *ctx, const la_params *lp, int n_slots,
-                                        long long total_tokens, void *stream)
+                                    long long total_tokens, void *stream)
 {
     lj_env *env = &ctx->env;
     lj_device *dev;
@@ -46,12 +47,13 @@ lajit_status lj_check_device_values(lajit_ctx *ctx, const la_params *lp, int n_s
             float s;
             memcpy(&s, &buf[h], 4);
             if (!isfinite(s) || s < 0)
-                st = lj_error(env, LAJIT_ERR_CHECK_FAILED, "s[%d] = %g: must be finite and >= 0",
-                              h, (double)s);
+                st = lj_error(env, LAJIT_ERR_CHECK_FAILED, "s[%d] = %g: must be finite and >= 0", h,
+                              (double)s);
         }
     }
     if (st == LAJIT_OK && lp->cu_seqlens &&
-        (st = read_back(ctx, lp->cu_seqlens, ((size_t)lp->nseq + 1) * 4, buf, stream)) == LAJIT_OK) {
+        (st = read_back(ctx, lp->cu_seqlens, ((size_t)lp->nseq + 1) * 4, buf, stream)) ==
+            LAJIT_OK) {
         if (buf[0] != 0)
             st = lj_error(env, LAJIT_ERR_CHECK_FAILED, "cu_seqlens[0] = %d, must be 0", buf[0]);
         for (int i = 0; st == LAJIT_OK && i < lp->nseq; i++)
@@ -82,8 +84,8 @@ lajit_status lj_check_device_values(lajit_ctx *ctx, const la_params *lp, int n_s
 
 /* What every op checks first: arguments given, a struct_size this build knows, known flags, and
  * a finite nonzero scale. struct_size is NULL when the arguments are. */
-lajit_status lj_check_args(lj_env *env, const char *fn, const size_t *struct_size,
-                               size_t expected, uint32_t flags, float scale)
+lajit_status lj_check_args(lj_env *env, const char *fn, const size_t *struct_size, size_t expected,
+                           uint32_t flags, float scale)
 {
     if (!struct_size)
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s: args is NULL", fn);
@@ -93,9 +95,10 @@ lajit_status lj_check_args(lj_env *env, const char *fn, const size_t *struct_siz
     if (flags & ~LAJIT_STATE_VK)
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s: unknown flags 0x%x", fn, flags);
     if (!isfinite(scale) || scale == 0.0f)
-        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                        "%s: scale = %g: must be finite and nonzero (1 for the lightning convention)",
-                        fn, (double)scale);
+        return lj_error(
+            env, LAJIT_ERR_INVALID_ARGUMENT,
+            "%s: scale = %g: must be finite and nonzero (1 for the lightning convention)", fn,
+            (double)scale);
     return LAJIT_OK;
 }
 
@@ -120,7 +123,8 @@ lajit_status lj_check_io(lajit_ctx *ctx, const lj_io_tensor *io, int n, const ch
     lj_env *env = &ctx->env;
     lajit_status st;
     for (int i = 0; i < n; i++)
-        if (io[i].t && (st = lj_tensor_check_device(env, io[i].name, io[i].t, ctx->ordinal)) != LAJIT_OK)
+        if (io[i].t &&
+            (st = lj_tensor_check_device(env, io[i].name, io[i].t, ctx->ordinal)) != LAJIT_OK)
             return st;
     for (int i = 0; i < n; i++) {
         if (!io[i].t || !io[i].output)
@@ -142,10 +146,11 @@ lajit_status lj_check_io(lajit_ctx *ctx, const lj_io_tensor *io, int n, const ch
                                 io[i].name, io[j].name);
             }
             if (io[j].output)
-                return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                                "outputs %s and %s share elements: two kernels would write the same "
-                                "memory",
-                                io[i].name, io[j].name);
+                return lj_error(
+                    env, LAJIT_ERR_INVALID_ARGUMENT,
+                    "outputs %s and %s share elements: two kernels would write the same "
+                    "memory",
+                    io[i].name, io[j].name);
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                             "output %s shares elements with input %s: writing %s would change %s "
                             "while it is being read",
@@ -172,7 +177,7 @@ lajit_status lj_view_decay(lj_env *env, const DLTensor *s, long long H, unsigned
 /* A state or pool: float32 [P, H, D, E] (KV) or [P, H, E, D] (VK), expressed to kernels as
  * logical (slot, h, d, e) strides. P < 0: any (returned in *P). */
 lajit_status lj_view_state(lj_env *env, const char *name, const DLTensor *t, long long *P,
-                               long long H, long long D, long long E, int vk, la_tensor4 *out)
+                           long long H, long long D, long long E, int vk, la_tensor4 *out)
 {
     int64_t shape[4] = {*P, H, vk ? E : D, vk ? D : E};
     la_tensor4 v;
@@ -232,7 +237,8 @@ static lajit_status view_sequences(lj_env *env, const DLTensor *cu_seqlens, cons
         sh->N = qs[0];
         int64_t cs[1] = {-1};
         la_tensor4 cu;
-        if ((st = lj_tensor_view(env, "cu_seqlens", cu_seqlens, 1, cs, LJ_TENSOR_INT32, &cu, NULL)) != LAJIT_OK)
+        if ((st = lj_tensor_view(env, "cu_seqlens", cu_seqlens, 1, cs, LJ_TENSOR_INT32, &cu,
+                                 NULL)) != LAJIT_OK)
             return st;
         if (cs[0] < 2)
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "cu_seqlens needs at least 2 entries");
@@ -276,7 +282,8 @@ lajit_status lj_seq_begin(lj_env *env, const lj_seq_call *c, lj_problem *p, la_p
         const lj_state_arg *s = &c->states[i];
         if (!s->t)
             continue;
-        if ((st = lj_view_state(env, s->name, s->t, P, sh->H, sh->D, sh->E, p->vk, s->out)) != LAJIT_OK)
+        if ((st = lj_view_state(env, s->name, s->t, P, sh->H, sh->D, sh->E, p->vk, s->out)) !=
+            LAJIT_OK)
             return st;
         *s->flag = 1;
         any_state = 1;
@@ -290,7 +297,8 @@ lajit_status lj_seq_begin(lj_env *env, const lj_seq_call *c, lj_problem *p, la_p
                             "varlen with states needs state_slots (int32 [nseq])");
         int64_t ss[1] = {sh->B};
         la_tensor4 sl;
-        if ((st = lj_tensor_view(env, "state_slots", c->state_slots, 1, ss, LJ_TENSOR_INT32, &sl, NULL)) != LAJIT_OK)
+        if ((st = lj_tensor_view(env, "state_slots", c->state_slots, 1, ss, LJ_TENSOR_INT32, &sl,
+                                 NULL)) != LAJIT_OK)
             return st;
         lp->slots = sl.ptr;
     } else if (c->state_slots) {

@@ -57,8 +57,8 @@ typedef struct lj_seq_call {
 
 /* What every op checks first: arguments given, a struct_size this build knows, known flags, a
  * finite nonzero scale. struct_size is NULL when the arguments are. */
-lajit_status lj_check_args(lj_env *env, const char *fn, const size_t *struct_size,
-                           size_t expected, uint32_t flags, float scale);
+lajit_status lj_check_args(lj_env *env, const char *fn, const size_t *struct_size, size_t expected,
+                           uint32_t flags, float scale);
 /* Head dimensions the kernels support: multiples of 16 up to 256. */
 lajit_status lj_check_head_dims(lj_env *env, long long D, long long E);
 /* The decay rates s: float32 [H], or absent (*ptr = 0). */

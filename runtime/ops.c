@@ -26,21 +26,36 @@ LAJIT_API lajit_status lajit_attn_fwd(lajit_ctx *ctx, const lajit_attn_fwd_args 
     lj_problem p;
     lj_seq_shape sh;
     long long P;
-    const lj_seq_tensor seqs[] = {{"q", a->q, 0, &lp.q}, {"k", a->k, 0, &lp.k},
-                                  {"v", a->v, 1, &lp.v}, {"o", a->o, 1, &lp.o}};
+    const lj_seq_tensor seqs[] = {
+        {"q", a->q, 0, &lp.q}, {"k", a->k, 0, &lp.k}, {"v", a->v, 1, &lp.v}, {"o", a->o, 1, &lp.o}};
     const lj_state_arg states[] = {{"initial_state", a->initial_state, &lp.s0, &p.has_initial},
                                    {"final_state", a->final_state, &lp.sn, &p.has_final}};
-    const lj_seq_call call = {"lajit_attn_fwd", "q, k, v and o", LJ_OP_FWD, a->flags,
-                              a->cu_seqlens, a->s, a->state_slots, seqs, 4, states, 2};
+    const lj_seq_call call = {"lajit_attn_fwd",
+                              "q, k, v and o",
+                              LJ_OP_FWD,
+                              a->flags,
+                              a->cu_seqlens,
+                              a->s,
+                              a->state_slots,
+                              seqs,
+                              4,
+                              states,
+                              2};
     if ((st = lj_seq_begin(env, &call, &p, &lp, &sh, &P)) != LAJIT_OK)
         return st;
     const lj_io_tensor io[] = {
-        {"q", a->q, 0}, {"k", a->k, 0}, {"v", a->v, 0}, {"s", a->s, 0},
-        {"initial_state", a->initial_state, 0}, {"cu_seqlens", a->cu_seqlens, 0},
-        {"state_slots", a->state_slots, 0}, {"o", a->o, 1}, {"final_state", a->final_state, 1},
+        {"q", a->q, 0},
+        {"k", a->k, 0},
+        {"v", a->v, 0},
+        {"s", a->s, 0},
+        {"initial_state", a->initial_state, 0},
+        {"cu_seqlens", a->cu_seqlens, 0},
+        {"state_slots", a->state_slots, 0},
+        {"o", a->o, 1},
+        {"final_state", a->final_state, 1},
     };
-    if ((st = lj_seq_finish(ctx, io, (int)(sizeof io / sizeof io[0]), "final_state", "initial_state",
-                            &sh, P, a->scale, a->stream, &p, &lp)) != LAJIT_OK)
+    if ((st = lj_seq_finish(ctx, io, (int)(sizeof io / sizeof io[0]), "final_state",
+                            "initial_state", &sh, P, a->scale, a->stream, &p, &lp)) != LAJIT_OK)
         return st;
     return lj_op_launch(ctx, a->family, &p, &lp, a->stream);
 }
@@ -57,7 +72,8 @@ LAJIT_API size_t lajit_attn_bwd_workspace_size(int64_t nseq, int64_t H, int64_t 
     size_t n, bytes;
     if (__builtin_mul_overflow((uint64_t)nseq, (uint64_t)H, &n) ||
         __builtin_mul_overflow(n, (uint64_t)(E / 16 + (E % 16 != 0)), &n) ||
-        __builtin_mul_overflow(n, (size_t)4, &bytes) || __builtin_add_overflow(bytes, (size_t)15 + 16, &bytes))
+        __builtin_mul_overflow(n, (size_t)4, &bytes) ||
+        __builtin_add_overflow(bytes, (size_t)15 + 16, &bytes))
         return SIZE_MAX;
     return 16 + ((bytes - 16) & ~(size_t)15);
 }
@@ -72,12 +88,14 @@ static lajit_status bwd_workspace(lajit_ctx *ctx, const DLTensor *given, size_t 
     if (given) {
         int64_t shape[1] = {-1};
         la_tensor4 w;
-        if ((st = lj_tensor_view(env, "workspace", given, 1, shape, LJ_TENSOR_F32 | LJ_TENSOR_INT32, &w, NULL)) != LAJIT_OK)
+        if ((st = lj_tensor_view(env, "workspace", given, 1, shape, LJ_TENSOR_F32 | LJ_TENSOR_INT32,
+                                 &w, NULL)) != LAJIT_OK)
             return st;
         if ((size_t)shape[0] * 4 < bytes)
-            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                            "workspace has %lld bytes, ds needs %zu (lajit_attn_bwd_workspace_size)",
-                            (long long)shape[0] * 4, bytes);
+            return lj_error(
+                env, LAJIT_ERR_INVALID_ARGUMENT,
+                "workspace has %lld bytes, ds needs %zu (lajit_attn_bwd_workspace_size)",
+                (long long)shape[0] * 4, bytes);
         if (w.s3 != 1 && shape[0] > 1)
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "workspace must be contiguous");
         *ptr = w.ptr;
@@ -85,7 +103,8 @@ static lajit_status bwd_workspace(lajit_ctx *ctx, const DLTensor *given, size_t 
     }
     if (ctx->scratch_bytes < bytes) {
         lj_device *dev;
-        if ((st = lajit__ctx_device(ctx, &dev)) != LAJIT_OK || (st = lj_device_make_current(env, dev)) != LAJIT_OK)
+        if ((st = lajit__ctx_device(ctx, &dev)) != LAJIT_OK ||
+            (st = lj_device_make_current(env, dev)) != LAJIT_OK)
             return st;
         if (ctx->scratch) {
             LJ_CU(env, dev->drv, cuMemFree, ctx->scratch);
@@ -109,7 +128,7 @@ LAJIT_API lajit_status lajit_attn_bwd(lajit_ctx *ctx, const lajit_attn_bwd_args 
         return LAJIT_ERR_INVALID_ARGUMENT;
     lj_env *env = &ctx->env;
     lajit_status st = lj_check_args(env, "lajit_attn_bwd", a ? &a->struct_size : NULL, sizeof *a,
-                                 a ? a->flags : 0, a ? a->scale : 0);
+                                    a ? a->flags : 0, a ? a->scale : 0);
     if (st != LAJIT_OK)
         return st;
     if (a->ds && !a->s)
@@ -120,15 +139,24 @@ LAJIT_API lajit_status lajit_attn_bwd(lajit_ctx *ctx, const lajit_attn_bwd_args 
     lj_problem p;
     lj_seq_shape sh;
     long long P;
-    const lj_seq_tensor seqs[] = {{"q", a->q, 0, &lp.q},     {"k", a->k, 0, &lp.k},
-                                  {"v", a->v, 1, &lp.v},     {"dout", a->dout, 1, &lp.dout},
-                                  {"dq", a->dq, 0, &lp.dq},  {"dk", a->dk, 0, &lp.dk},
+    const lj_seq_tensor seqs[] = {{"q", a->q, 0, &lp.q},    {"k", a->k, 0, &lp.k},
+                                  {"v", a->v, 1, &lp.v},    {"dout", a->dout, 1, &lp.dout},
+                                  {"dq", a->dq, 0, &lp.dq}, {"dk", a->dk, 0, &lp.dk},
                                   {"dv", a->dv, 1, &lp.dv}};
     const lj_state_arg states[] = {{"initial_state", a->initial_state, &lp.s0, &p.has_initial},
                                    {"d_final_state", a->d_final_state, &lp.dsn, &p.has_dsn},
                                    {"d_initial_state", a->d_initial_state, &lp.ds0, &p.has_final}};
-    const lj_seq_call call = {"lajit_attn_bwd", "q, k, v, dout, dq, dk and dv", LJ_OP_BWD,
-                              a->flags, a->cu_seqlens, a->s, a->state_slots, seqs, 7, states, 3};
+    const lj_seq_call call = {"lajit_attn_bwd",
+                              "q, k, v, dout, dq, dk and dv",
+                              LJ_OP_BWD,
+                              a->flags,
+                              a->cu_seqlens,
+                              a->s,
+                              a->state_slots,
+                              seqs,
+                              7,
+                              states,
+                              3};
     if ((st = lj_seq_begin(env, &call, &p, &lp, &sh, &P)) != LAJIT_OK)
         return st;
     if (a->ds) {
@@ -140,11 +168,21 @@ LAJIT_API lajit_status lajit_attn_bwd(lajit_ctx *ctx, const lajit_attn_bwd_args 
         p.want_ds = 1;
     }
     const lj_io_tensor io[] = {
-        {"q", a->q, 0}, {"k", a->k, 0}, {"v", a->v, 0}, {"dout", a->dout, 0}, {"s", a->s, 0},
-        {"initial_state", a->initial_state, 0}, {"d_final_state", a->d_final_state, 0},
-        {"cu_seqlens", a->cu_seqlens, 0}, {"state_slots", a->state_slots, 0},
-        {"dq", a->dq, 1}, {"dk", a->dk, 1}, {"dv", a->dv, 1}, {"ds", a->ds, 1},
-        {"d_initial_state", a->d_initial_state, 1}, {"workspace", a->ds ? a->workspace : NULL, 1},
+        {"q", a->q, 0},
+        {"k", a->k, 0},
+        {"v", a->v, 0},
+        {"dout", a->dout, 0},
+        {"s", a->s, 0},
+        {"initial_state", a->initial_state, 0},
+        {"d_final_state", a->d_final_state, 0},
+        {"cu_seqlens", a->cu_seqlens, 0},
+        {"state_slots", a->state_slots, 0},
+        {"dq", a->dq, 1},
+        {"dk", a->dk, 1},
+        {"dv", a->dv, 1},
+        {"ds", a->ds, 1},
+        {"d_initial_state", a->d_initial_state, 1},
+        {"workspace", a->ds ? a->workspace : NULL, 1},
     };
     if ((st = lj_seq_finish(ctx, io, (int)(sizeof io / sizeof io[0]), NULL, NULL, &sh, P, a->scale,
                             a->stream, &p, &lp)) != LAJIT_OK)
@@ -154,7 +192,8 @@ LAJIT_API lajit_status lajit_attn_bwd(lajit_ctx *ctx, const lajit_attn_bwd_args 
         if (bytes == SIZE_MAX)
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                             "lajit_attn_bwd: the ds workspace for nseq=%lld H=%lld E=%lld does not "
-                            "fit in size_t", sh.B, sh.H, sh.E);
+                            "fit in size_t",
+                            sh.B, sh.H, sh.E);
         if ((st = bwd_workspace(ctx, a->workspace, bytes, &lp.workspace)) != LAJIT_OK)
             return st;
     }
@@ -174,7 +213,8 @@ LAJIT_API lajit_status lajit_attn_bwd(lajit_ctx *ctx, const lajit_attn_bwd_args 
         lj_roles_params(r, &lp, &sp);
         if (r->ticket) {
             if (!lp.workspace)
-                return lj_error(env, LAJIT_ERR_TEMPLATE, "a pass with a ticket needs the workspace");
+                return lj_error(env, LAJIT_ERR_TEMPLATE,
+                                "a pass with a ticket needs the workspace");
             CUresult cr = LJ_CU(env, ctx->device.drv, cuMemsetD32Async, (CUdeviceptr)lp.workspace,
                                 0u, 4, (CUstream)a->stream);
             if (cr != CUDA_SUCCESS)
@@ -194,7 +234,7 @@ LAJIT_API lajit_status lajit_attn_decode(lajit_ctx *ctx, const lajit_attn_decode
         return LAJIT_ERR_INVALID_ARGUMENT;
     lj_env *env = &ctx->env;
     lajit_status st = lj_check_args(env, "lajit_attn_decode", a ? &a->struct_size : NULL, sizeof *a,
-                                 a ? a->flags : 0, a ? a->scale : 0);
+                                    a ? a->flags : 0, a ? a->scale : 0);
     if (st != LAJIT_OK)
         return st;
     if (!a->q || !a->k || !a->v || !a->o || !a->state)
@@ -255,7 +295,8 @@ LAJIT_API lajit_status lajit_attn_decode(lajit_ctx *ctx, const lajit_attn_decode
     if (a->state_slots) {
         int64_t ss[1] = {B};
         la_tensor4 sl;
-        if ((st = lj_tensor_view(env, "state_slots", a->state_slots, 1, ss, LJ_TENSOR_INT32, &sl, NULL)) != LAJIT_OK)
+        if ((st = lj_tensor_view(env, "state_slots", a->state_slots, 1, ss, LJ_TENSOR_INT32, &sl,
+                                 NULL)) != LAJIT_OK)
             return st;
         lp.slots = sl.ptr;
     } else if (P < B) {
@@ -297,8 +338,13 @@ LAJIT_API lajit_status lajit_attn_decode(lajit_ctx *ctx, const lajit_attn_decode
         p.step_states = 1;
     }
     const lj_io_tensor io[] = {
-        {"q", a->q, 0}, {"k", a->k, 0}, {"v", a->v, 0}, {"s", a->s, 0},
-        {"state_slots", a->state_slots, 0}, {"o", a->o, 1}, {"state", a->state, 1},
+        {"q", a->q, 0},
+        {"k", a->k, 0},
+        {"v", a->v, 0},
+        {"s", a->s, 0},
+        {"state_slots", a->state_slots, 0},
+        {"o", a->o, 1},
+        {"state", a->state, 1},
         {"step_states", a->step_states, 1},
     };
     if ((st = lj_check_io(ctx, io, (int)(sizeof io / sizeof io[0]), NULL, NULL)) != LAJIT_OK)

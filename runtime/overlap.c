@@ -13,10 +13,10 @@
 #include <stdint.h>
 
 typedef struct rows {
-    uint64_t lo, hi;  /* [lo, hi): the bytes from the first element to the end of the last */
-    uint64_t row;     /* bytes of one contiguous run */
-    uint64_t g;       /* gcd of the other strides in bytes; 0: a single run */
-    int negative;     /* a negative stride: only the range test is used */
+    uint64_t lo, hi; /* [lo, hi): the bytes from the first element to the end of the last */
+    uint64_t row;    /* bytes of one contiguous run */
+    uint64_t g;      /* gcd of the other strides in bytes; 0: a single run */
+    int negative;    /* a negative stride: only the range test is used */
 } rows;
 
 static uint64_t gcd_u64(uint64_t a, uint64_t b)

@@ -36,9 +36,9 @@ static const char *const decode_defaults[] = {"la_decode", NULL};
 static const char *const *default_families(lj_op op)
 {
     switch (op) {
-    case LJ_OP_FWD: return fwd_defaults;
-    case LJ_OP_BWD: return bwd_defaults;
-    case LJ_OP_DECODE: return decode_defaults;
+        case LJ_OP_FWD: return fwd_defaults;
+        case LJ_OP_BWD: return bwd_defaults;
+        case LJ_OP_DECODE: return decode_defaults;
     }
     return decode_defaults;
 }
@@ -92,8 +92,8 @@ static void apply_tuning(lajit_ctx *ctx, lj_family *f, lj_lua *L, lj_cache *cach
                    id.bucket, env->errmsg);
             lj_clear_error(env);
         } else if (!ok) {
-            lj_log(env, LAJIT_LOG_WARN, "tuned [%s] for %s is not valid here (%s): default",
-                   text, id.bucket, reason);
+            lj_log(env, LAJIT_LOG_WARN, "tuned [%s] for %s is not valid here (%s): default", text,
+                   id.bucket, reason);
         } else {
             *cfg = tuned;
             return;
@@ -143,7 +143,8 @@ static void bundle_config(lajit_ctx *ctx, lj_family *f, const lj_device *dev, co
     lj_config parsed;
     if (lj_family_key(f, p, bucket, sizeof bucket) != LAJIT_OK ||
         lj_bundle_config(ctx->bundle, lj_family_name(f), bucket, dev->info.arch, text, sizeof text,
-                         &found) != LAJIT_OK || !found) {
+                         &found) != LAJIT_OK ||
+        !found) {
         lj_clear_error(env);
         return;
     }
@@ -173,7 +174,8 @@ static lajit_status build_plan(lajit_ctx *ctx, const char *requested, const lj_p
         return st;
     lj_lua *L;
     lj_cache *cache;
-    if ((st = lajit__ctx_lua(ctx, &L)) != LAJIT_OK || (st = lajit__ctx_cache(ctx, &cache)) != LAJIT_OK)
+    if ((st = lajit__ctx_lua(ctx, &L)) != LAJIT_OK ||
+        (st = lajit__ctx_cache(ctx, &cache)) != LAJIT_OK)
         return st;
 
     /* The named family, or the op's defaults in order: the first whose default configuration
@@ -201,14 +203,16 @@ static lajit_status build_plan(lajit_ctx *ctx, const char *requested, const lj_p
             return st;
         int ok;
         char reason[256];
-        if ((st = lj_family_valid(cand, &plan.config, p, &dev->info, &ok, reason, sizeof reason)) != LAJIT_OK)
+        if ((st = lj_family_valid(cand, &plan.config, p, &dev->info, &ok, reason, sizeof reason)) !=
+            LAJIT_OK)
             return st;
         if (ok) {
             f = cand;
             name = names[i];
         } else {
             size_t used = strlen(reasons);
-            snprintf(reasons + used, sizeof reasons - used, "%s%s: %s", used ? "; " : "", names[i], reason);
+            snprintf(reasons + used, sizeof reasons - used, "%s%s: %s", used ? "; " : "", names[i],
+                     reason);
         }
     }
     if (!f) {
@@ -234,8 +238,8 @@ static lajit_status build_plan(lajit_ctx *ctx, const char *requested, const lj_p
         return st;
     if ((st = lj_device_make_current(env, dev)) != LAJIT_OK)
         return st;
-    st = lj_module_load(env, dev, image, plan.launch.entry, plan.launch.smem,
-                        &plan.module, &plan.fn);
+    st = lj_module_load(env, dev, image, plan.launch.entry, plan.launch.smem, &plan.module,
+                        &plan.fn);
     if (st != LAJIT_OK)
         return st;
     st = lj_plan_add(env, &ctx->plans, &plan);
@@ -253,7 +257,7 @@ static lajit_status build_plan(lajit_ctx *ctx, const char *requested, const lj_p
 }
 
 lajit_status lj_op_launch(lajit_ctx *ctx, const char *family, const lj_problem *p,
-                           const la_params *lp, void *stream)
+                          const la_params *lp, void *stream)
 {
     lj_env *env = &ctx->env;
     int index = family ? family_index(ctx, family) : DEFAULT_FAMILY_INDEX;

@@ -14,19 +14,19 @@ static const struct {
     const char *name;
     size_t offset;
 } tensors[] = {
-    {"q", offsetof(la_params, q)},     {"k", offsetof(la_params, k)},
-    {"v", offsetof(la_params, v)},     {"o", offsetof(la_params, o)},
+    {"q", offsetof(la_params, q)},       {"k", offsetof(la_params, k)},
+    {"v", offsetof(la_params, v)},       {"o", offsetof(la_params, o)},
     {"dout", offsetof(la_params, dout)}, {"dq", offsetof(la_params, dq)},
-    {"dk", offsetof(la_params, dk)},   {"dv", offsetof(la_params, dv)},
-    {"s0", offsetof(la_params, s0)},   {"sn", offsetof(la_params, sn)},
-    {"ds0", offsetof(la_params, ds0)}, {"dsn", offsetof(la_params, dsn)},
+    {"dk", offsetof(la_params, dk)},     {"dv", offsetof(la_params, dv)},
+    {"s0", offsetof(la_params, s0)},     {"sn", offsetof(la_params, sn)},
+    {"ds0", offsetof(la_params, ds0)},   {"dsn", offsetof(la_params, dsn)},
 };
 #define N_TENSORS ((int)(sizeof tensors / sizeof tensors[0]))
 
 static const char *const slot_names[LJ_N_SLOTS] = {"q", "k", "v", "o", "s0", "sn"};
-static const size_t slot_offsets[LJ_N_SLOTS] = {
-    offsetof(la_params, q), offsetof(la_params, k),  offsetof(la_params, v),
-    offsetof(la_params, o), offsetof(la_params, s0), offsetof(la_params, sn)};
+static const size_t slot_offsets[LJ_N_SLOTS] = {offsetof(la_params, q),  offsetof(la_params, k),
+                                                offsetof(la_params, v),  offsetof(la_params, o),
+                                                offsetof(la_params, s0), offsetof(la_params, sn)};
 
 static const struct {
     const char *name;
@@ -163,8 +163,9 @@ lajit_status lj_roles_load(lj_lua *h, lj_family *f, lj_roles *out)
 
 int lj_roles_problem(const lj_pass_role *r, const lj_problem *p, lj_problem *out)
 {
-    unsigned have = (p->has_initial ? LJ_ROLE_HAS_INITIAL : 0) | (p->has_final ? LJ_ROLE_HAS_FINAL : 0) |
-                    (p->has_dsn ? LJ_ROLE_HAS_DSN : 0) | (p->want_ds ? LJ_ROLE_WANT_DS : 0);
+    unsigned have = (p->has_initial ? LJ_ROLE_HAS_INITIAL : 0) |
+                    (p->has_final ? LJ_ROLE_HAS_FINAL : 0) | (p->has_dsn ? LJ_ROLE_HAS_DSN : 0) |
+                    (p->want_ds ? LJ_ROLE_WANT_DS : 0);
     if ((have & r->when) != r->when)
         return 0;
     *out = *p;

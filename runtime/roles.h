@@ -18,20 +18,20 @@ enum { LJ_SLOT_Q, LJ_SLOT_K, LJ_SLOT_V, LJ_SLOT_O, LJ_SLOT_S0, LJ_SLOT_SN, LJ_N_
 /* The problem flags a pass may keep or require (the others of these are cleared in its problem,
  * so passes whose kernels are the same share a plan and a tuning bucket). */
 #define LJ_ROLE_HAS_INITIAL 0x1u
-#define LJ_ROLE_HAS_FINAL 0x2u
-#define LJ_ROLE_HAS_DSN 0x4u
-#define LJ_ROLE_WANT_DS 0x8u
+#define LJ_ROLE_HAS_FINAL   0x2u
+#define LJ_ROLE_HAS_DSN     0x4u
+#define LJ_ROLE_WANT_DS     0x8u
 
 typedef struct lj_pass_role {
-    int part;               /* the problem's part: which kernel of the family */
-    int all;                /* the kernel takes la_params as the op filled them */
-    int ticket;             /* zero the workspace's first word (a ticket counter) before it */
-    int swap_de;            /* the kernel's D, E are the op's E, D */
-    unsigned keep;          /* LJ_ROLE_* flags kept from the op's problem */
-    unsigned when;          /* LJ_ROLE_* flags the op's problem must have for the pass to run */
+    int part;      /* the problem's part: which kernel of the family */
+    int all;       /* the kernel takes la_params as the op filled them */
+    int ticket;    /* zero the workspace's first word (a ticket counter) before it */
+    int swap_de;   /* the kernel's D, E are the op's E, D */
+    unsigned keep; /* LJ_ROLE_* flags kept from the op's problem */
+    unsigned when; /* LJ_ROLE_* flags the op's problem must have for the pass to run */
     signed char slot[LJ_N_SLOTS]; /* per kernel argument: the op tensor (lj_roles_tensor_name's
                                      index), -1: none */
-    unsigned transpose;     /* bit per slot: its (d, e) strides swapped */
+    unsigned transpose;           /* bit per slot: its (d, e) strides swapped */
 } lj_pass_role;
 
 typedef struct lj_roles {

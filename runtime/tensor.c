@@ -41,10 +41,10 @@ static int classify(DLDataType dt)
 const char *lj_tensor_dtype_name(DLDataType dt)
 {
     switch (classify(dt)) {
-    case LJ_F32: return "float32";
-    case LJ_F16: return "float16";
-    case LJ_BF16: return "bfloat16";
-    case DT_INT32: return "int32";
+        case LJ_F32: return "float32";
+        case LJ_F16: return "float16";
+        case LJ_BF16: return "bfloat16";
+        case DT_INT32: return "int32";
     }
     return "unsupported";
 }
@@ -128,10 +128,10 @@ static void layout_of(const DLTensor *t, layout *l)
 static const char *device_text(DLDeviceType type)
 {
     switch (type) {
-    case kDLCPU: return "host memory (kDLCPU)";
-    case kDLCUDAHost: return "pinned host memory (kDLCUDAHost)";
-    case kDLROCM: return "ROCm memory (kDLROCM)";
-    default: return "non-CUDA memory";
+        case kDLCPU: return "host memory (kDLCPU)";
+        case kDLCUDAHost: return "pinned host memory (kDLCUDAHost)";
+        case kDLROCM: return "ROCm memory (kDLROCM)";
+        default: return "non-CUDA memory";
     }
 }
 
@@ -145,8 +145,8 @@ lajit_status lj_tensor_view(lj_env *env, const char *name, const DLTensor *t, in
     if (!t)
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s is required (got NULL)", name);
     if (t->ndim != ndim)
-        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s has %d dimension%s, expected %d",
-                        name, t->ndim, t->ndim == 1 ? "" : "s", ndim);
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s has %d dimension%s, expected %d", name,
+                        t->ndim, t->ndim == 1 ? "" : "s", ndim);
     if (!t->shape)
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s has no shape (NULL)", name);
     if (!t->data)
@@ -175,8 +175,8 @@ lajit_status lj_tensor_view(lj_env *env, const char *name, const DLTensor *t, in
     for (int i = 0; i < ndim; i++) {
         if (t->shape[i] <= 0) {
             shape_text(t->shape, ndim, got, sizeof got);
-            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s has a %s dimension: %s %s",
-                            name, t->shape[i] == 0 ? "zero" : "negative", name, got);
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s has a %s dimension: %s %s", name,
+                            t->shape[i] == 0 ? "zero" : "negative", name, got);
         }
     }
     if (shape) {
@@ -186,8 +186,7 @@ lajit_status lj_tensor_view(lj_env *env, const char *name, const DLTensor *t, in
                 char exp[96];
                 shape_text(shape, ndim, exp, sizeof exp);
                 return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                                "%s is %s, expected %s (dimension %d differs)", name, got, exp,
-                                i);
+                                "%s is %s, expected %s (dimension %d differs)", name, got, exp, i);
             }
         }
     }
@@ -283,8 +282,7 @@ lajit_status lj_tensor_view(lj_env *env, const char *name, const DLTensor *t, in
     return LAJIT_OK;
 }
 
-lajit_status lj_tensor_check_device(lj_env *env, const char *name, const DLTensor *t,
-                                    int ordinal)
+lajit_status lj_tensor_check_device(lj_env *env, const char *name, const DLTensor *t, int ordinal)
 {
     if (t && t->device.device_id != ordinal)
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,

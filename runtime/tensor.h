@@ -18,11 +18,11 @@
 
 /* dtype masks: bit (1u << dt) accepts lj_dtype dt; LJ_TENSOR_INT32 accepts int32 (indices:
  * cu_seqlens, slots). */
-#define LJ_TENSOR_F32 (1u << LJ_F32)
-#define LJ_TENSOR_F16 (1u << LJ_F16)
-#define LJ_TENSOR_BF16 (1u << LJ_BF16)
+#define LJ_TENSOR_F32    (1u << LJ_F32)
+#define LJ_TENSOR_F16    (1u << LJ_F16)
+#define LJ_TENSOR_BF16   (1u << LJ_BF16)
 #define LJ_TENSOR_FLOATS (LJ_TENSOR_F32 | LJ_TENSOR_F16 | LJ_TENSOR_BF16)
-#define LJ_TENSOR_INT32 (1u << 8)
+#define LJ_TENSOR_INT32  (1u << 8)
 
 /* The alignment every tensor's address and non-last strides must have, in bytes. */
 #define LJ_TENSOR_ALIGN 16
@@ -54,8 +54,7 @@ lajit_status lj_tensor_view(lj_env *env, const char *name, const DLTensor *t, in
 
 /* t must be on CUDA device `ordinal` (the context's): "q is on CUDA device 1, but the context
  * uses device 0". */
-lajit_status lj_tensor_check_device(lj_env *env, const char *name, const DLTensor *t,
-                                    int ordinal);
+lajit_status lj_tensor_check_device(lj_env *env, const char *name, const DLTensor *t, int ordinal);
 
 /* a and b must be on the same CUDA device. */
 lajit_status lj_tensor_same_device(lj_env *env, const char *a_name, const DLTensor *a,

@@ -38,8 +38,8 @@ lajit_ctx *cli_open_ctx(int verbose, uint32_t flags)
     lajit_status st = lajit_ctx_create(&desc, &ctx);
     if (st != LAJIT_OK) {
         /* No context to ask: the failed create leaves its message for the calling thread. */
-        fprintf(stderr, "%s: cannot create a context: %s: %s\n", cli_prog,
-                lajit_status_string(st), lajit_errmsg(NULL));
+        fprintf(stderr, "%s: cannot create a context: %s: %s\n", cli_prog, lajit_status_string(st),
+                lajit_errmsg(NULL));
         return NULL;
     }
     return ctx;
@@ -58,14 +58,14 @@ double cli_now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-int cli_parse_int(const char *cmd, const char *option, const char *text, long lo, long hi,
-                  int *out)
+int cli_parse_int(const char *cmd, const char *option, const char *text, long lo, long hi, int *out)
 {
     char *end;
     errno = 0;
     long v = strtol(text, &end, 10);
     if (errno || end == text || *end || v < lo || v > hi) {
-        fprintf(stderr, "%s: %s: %s wants an integer from %ld to %ld, not '%s' (see %s %s --help)\n",
+        fprintf(stderr,
+                "%s: %s: %s wants an integer from %ld to %ld, not '%s' (see %s %s --help)\n",
                 cli_prog, cmd, option, lo, hi, text, cli_prog, cmd);
         return 0;
     }

@@ -35,15 +35,17 @@ int cmd_cache(int argc, char **argv)
         help = 1;
     }
     if (help || optind >= argc) {
-        printf("usage: %s cache list|verify|clear\n\n"
-               "list: the entries of the kernel cache directory; verify: check every entry's\n"
-               "header and checksum (exit 1 if any is bad); clear: remove every entry.\n"
-               "The directory is $LAJIT_CACHE_DIR, else $XDG_CACHE_HOME/lajit, else ~/.cache/lajit.\n",
-               cli_prog);
+        printf(
+            "usage: %s cache list|verify|clear\n\n"
+            "list: the entries of the kernel cache directory; verify: check every entry's\n"
+            "header and checksum (exit 1 if any is bad); clear: remove every entry.\n"
+            "The directory is $LAJIT_CACHE_DIR, else $XDG_CACHE_HOME/lajit, else ~/.cache/lajit.\n",
+            cli_prog);
         return help ? 0 : 2;
     }
     const char *action = argv[optind];
-    if (strcmp(action, "list") != 0 && strcmp(action, "verify") != 0 && strcmp(action, "clear") != 0)
+    if (strcmp(action, "list") != 0 && strcmp(action, "verify") != 0 &&
+        strcmp(action, "clear") != 0)
         return cli_usage_error("cache: unknown action %s", action);
     if (optind + 1 < argc)
         return cli_usage_error("cache: unexpected argument %s", argv[optind + 1]);

@@ -24,8 +24,8 @@ typedef struct compile_opts {
     char *archtext; /* a copy of --arch LIST, split in place into archs */
     char **archs;
     int n_archs;
-    int all_configs; /* --all-configs */
-    int jobs;        /* -j: compile threads (0: the compiler's default) */
+    int all_configs;    /* --all-configs */
+    int jobs;           /* -j: compile threads (0: the compiler's default) */
     cli_assigns assign; /* -p KEY=VALUE */
 } compile_opts;
 
@@ -38,8 +38,8 @@ typedef struct compile_item {
     unsigned smem_dynamic;
     lj_kernel_job job;
     int have_job;
-    int cached;            /* served by the cache */
-    lj_cache_entry entry;  /* report (from the cache or the compile) */
+    int cached;           /* served by the cache */
+    lj_cache_entry entry; /* report (from the cache or the compile) */
     lajit_status status;
     char error[1024];
 } compile_item;
@@ -72,35 +72,27 @@ static int compile_usage(int rc)
 /* Fills o from the arguments; returns -1 to go on, else the exit status. */
 static int compile_parse(int argc, char **argv, compile_opts *o)
 {
-    static const struct option longopts[] = {
-        {"help", no_argument, NULL, 'h'},
-        {"arch", required_argument, NULL, 'a'},
-        {"all-configs", no_argument, NULL, 'A'},
-        {0}};
+    static const struct option longopts[] = {{"help", no_argument, NULL, 'h'},
+                                             {"arch", required_argument, NULL, 'a'},
+                                             {"all-configs", no_argument, NULL, 'A'},
+                                             {0}};
     const char *archlist = "sm_80,sm_90a,sm_100a,sm_120";
     int c, help = 0;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":hp:j:", longopts, NULL)) != -1) {
         switch (c) {
-        case 'h':
-            help = 1;
-            break;
-        case 'a':
-            archlist = optarg;
-            break;
-        case 'A':
-            o->all_configs = 1;
-            break;
-        case 'p':
-            if (!cli_assigns_add(&o->assign, optarg))
-                return 1;
-            break;
-        case 'j':
-            if (!cli_parse_int("compile", "-j", optarg, 1, CLI_MAX_JOBS, &o->jobs))
-                return 2;
-            break;
-        default:
-            return cli_option_error("compile", c, argv);
+            case 'h': help = 1; break;
+            case 'a': archlist = optarg; break;
+            case 'A': o->all_configs = 1; break;
+            case 'p':
+                if (!cli_assigns_add(&o->assign, optarg))
+                    return 1;
+                break;
+            case 'j':
+                if (!cli_parse_int("compile", "-j", optarg, 1, CLI_MAX_JOBS, &o->jobs))
+                    return 2;
+                break;
+            default: return cli_option_error("compile", c, argv);
         }
     }
     if (help || optind >= argc)
@@ -208,11 +200,12 @@ static int compile_family(lajit_ctx *ctx, lj_lua *L, lj_cache *cache, const comp
                     st = lj_assign_all(env, f, assign, n_assign, &dev, &it->problem, &it->config);
                 }
                 if (st == LAJIT_OK)
-                    st = lj_family_valid(f, &it->config, &it->problem, &dev, &it->valid,
-                                         it->reason, sizeof it->reason);
+                    st = lj_family_valid(f, &it->config, &it->problem, &dev, &it->valid, it->reason,
+                                         sizeof it->reason);
                 lj_launch launch;
                 if (st == LAJIT_OK && it->valid &&
-                    (st = lj_family_launch(f, &it->config, &it->problem, &dev, &launch)) == LAJIT_OK)
+                    (st = lj_family_launch(f, &it->config, &it->problem, &dev, &launch)) ==
+                        LAJIT_OK)
                     it->smem_dynamic = launch.smem;
                 if (st == LAJIT_OK && it->valid &&
                     (st = lj_kernel_prepare(L, f, &it->config, &it->problem, &dev, 0, &it->job)) ==
@@ -239,7 +232,8 @@ static int compile_family(lajit_ctx *ctx, lj_lua *L, lj_cache *cache, const comp
     }
     for (int i = 0; i < n; i++)
         tasks[i].job = items[i].have_job && !items[i].cached && items[i].status == LAJIT_OK
-                           ? &items[i].job : NULL;
+                           ? &items[i].job
+                           : NULL;
     lj_kernel_compile_parallel(env, tasks, n, o->jobs);
     for (int i = 0; i < n; i++) {
         compile_item *it = &items[i];
@@ -315,7 +309,8 @@ int cmd_compile(int argc, char **argv)
     lj_cache *cache;
     lajit_status st;
     rc = 0;
-    if ((st = lajit__ctx_lua(ctx, &L)) != LAJIT_OK || (st = lajit__ctx_cache(ctx, &cache)) != LAJIT_OK) {
+    if ((st = lajit__ctx_lua(ctx, &L)) != LAJIT_OK ||
+        (st = lajit__ctx_cache(ctx, &cache)) != LAJIT_OK) {
         rc = cli_fail(ctx, st);
     } else {
         printf("%-13s %-8s %-44s %-36s %-7s %8s %5s %7s %8s %s\n", "family", "arch", "problem",

@@ -57,9 +57,7 @@ static int database_exists(const char *dir, int quiet_when_absent)
 int cmd_db(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"help", no_argument, NULL, 'h'},
-        {"force", no_argument, NULL, 'f'},
-        {0}};
+        {"help", no_argument, NULL, 'h'}, {"force", no_argument, NULL, 'f'}, {0}};
     int c, help = 0, force = 0, exists = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
@@ -78,7 +76,8 @@ int cmd_db(int argc, char **argv)
                "machines of the same GPU. import: adds FILE's rows (replacing equal ones);\n"
                "rows for another device name or compute capability than this machine's GPU are\n"
                "refused unless --force (also needed when this machine has no GPU).\n"
-               "show and export never create the database or its directory.\n", cli_prog);
+               "show and export never create the database or its directory.\n",
+               cli_prog);
         return help ? 0 : 2;
     }
     const char *action = argv[optind], *file = optind + 1 < argc ? argv[optind + 1] : NULL;

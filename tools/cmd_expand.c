@@ -8,9 +8,7 @@
 int cmd_expand(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"help", no_argument, NULL, 'h'},
-        {"arch", required_argument, NULL, 'a'},
-        {0}};
+        {"help", no_argument, NULL, 'h'}, {"arch", required_argument, NULL, 'a'}, {0}};
     const char *arch = "sm_90a";
     cli_assigns assign = {0};
     int c, help = 0;
@@ -37,7 +35,8 @@ int cmd_expand(int argc, char **argv)
                "(dtype=bf16, D=128, E=64, decay=1, has_initial=1, vk=1, varlen=1, T=4, ...) or a\n"
                "parameter in capitals (TILE_V=32). Unset fields come from the family's first\n"
                "representative problem and its default configuration. ARCH: sm_80, sm_86, sm_89,\n"
-               "sm_90a (default), sm_100a, sm_120.\n", cli_prog);
+               "sm_90a (default), sm_100a, sm_120.\n",
+               cli_prog);
         return help ? 0 : 2;
     }
     if (optind + 1 < argc) {

@@ -15,7 +15,8 @@ int cmd_families(int argc, char **argv)
         if (c != 'h')
             return cli_option_error("families", c, argv);
         printf("usage: %s families\n\nLists the built-in families, their op and their tunable "
-               "parameters with candidate values.\n", cli_prog);
+               "parameters with candidate values.\n",
+               cli_prog);
         return 0;
     }
     if (optind < argc)

@@ -22,8 +22,8 @@ static int gen_usage(int rc)
            "plain (not arch-specific) archs so newer GPUs can fall back on it. Every kernel is\n"
            "checksummed. A context opened with the bundle (lajit_ctx_desc.bundle or\n"
            "LAJIT_BUNDLE=FILE) launches its kernels without NVRTC. --db must name an existing\n"
-           "tune.db file (it is only read). -j: compile threads, 1 to %d.\n", cli_prog,
-           CLI_MAX_JOBS);
+           "tune.db file (it is only read). -j: compile threads, 1 to %d.\n",
+           cli_prog, CLI_MAX_JOBS);
     return rc;
 }
 
@@ -33,8 +33,8 @@ static void print_event(void *user, const lj_gen_event *ev)
     if (ev->skipped)
         printf("%-12s %-8s %-48s skipped: %s\n", ev->family, ev->arch, ev->problem, ev->skipped);
     else
-        printf("%-12s %-8s %-48s %-36s %s %8zu%s\n", ev->family, ev->arch, ev->problem,
-               ev->config, ev->ptx ? "ptx  " : "cubin", ev->size, ev->tuned ? " (tuned)" : "");
+        printf("%-12s %-8s %-48s %-36s %s %8zu%s\n", ev->family, ev->arch, ev->problem, ev->config,
+               ev->ptx ? "ptx  " : "cubin", ev->size, ev->tuned ? " (tuned)" : "");
 }
 
 static lajit_status load_family(void *user, const char *name, lj_family **out)
@@ -44,12 +44,11 @@ static lajit_status load_family(void *user, const char *name, lj_family **out)
 
 int cmd_gen(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"help", no_argument, NULL, 'h'},
-        {"arch", required_argument, NULL, 'a'},
-        {"family", required_argument, NULL, 'F'},
-        {"db", required_argument, NULL, 'd'},
-        {0}};
+    static const struct option longopts[] = {{"help", no_argument, NULL, 'h'},
+                                             {"arch", required_argument, NULL, 'a'},
+                                             {"family", required_argument, NULL, 'F'},
+                                             {"db", required_argument, NULL, 'd'},
+                                             {0}};
     const char *archlist = "sm_80,sm_90a,sm_100a,sm_120", *famlist = NULL;
     char *archbuf = NULL, *fambuf = NULL; /* copies, split in place */
     char **archs = NULL, **families = NULL;
@@ -61,31 +60,20 @@ int cmd_gen(int argc, char **argv)
     opterr = 0;
     while (rc < 0 && (c = getopt_long(argc, argv, ":hp:j:o:", longopts, NULL)) != -1) {
         switch (c) {
-        case 'h':
-            rc = gen_usage(0);
-            break;
-        case 'a':
-            archlist = optarg;
-            break;
-        case 'F':
-            famlist = optarg;
-            break;
-        case 'd':
-            o.db_path = optarg;
-            break;
-        case 'o':
-            out_path = optarg;
-            break;
-        case 'p':
-            if (!cli_assigns_add(&assign, optarg))
-                rc = 1;
-            break;
-        case 'j':
-            if (!cli_parse_int("gen", "-j", optarg, 1, CLI_MAX_JOBS, &o.jobs))
-                rc = 2;
-            break;
-        default:
-            rc = cli_option_error("gen", c, argv);
+            case 'h': rc = gen_usage(0); break;
+            case 'a': archlist = optarg; break;
+            case 'F': famlist = optarg; break;
+            case 'd': o.db_path = optarg; break;
+            case 'o': out_path = optarg; break;
+            case 'p':
+                if (!cli_assigns_add(&assign, optarg))
+                    rc = 1;
+                break;
+            case 'j':
+                if (!cli_parse_int("gen", "-j", optarg, 1, CLI_MAX_JOBS, &o.jobs))
+                    rc = 2;
+                break;
+            default: rc = cli_option_error("gen", c, argv);
         }
     }
     if (rc < 0 && optind < argc)

@@ -15,7 +15,8 @@ int cmd_info(int argc, char **argv)
         if (c != 'h')
             return cli_option_error("info", c, argv);
         printf("usage: %s info\n\nPrints the CUDA driver, NVRTC, the devices (or \"no GPU\"), the "
-               "cache directory and the built-in families.\n", cli_prog);
+               "cache directory and the built-in families.\n",
+               cli_prog);
         return 0;
     }
     if (optind < argc)

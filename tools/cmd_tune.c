@@ -96,7 +96,8 @@ static int tune_usage(int rc)
            "(5 to 100000, default 5), inputs rotated beyond the L2 size. A faulting candidate is\n"
            "recorded as failed.\n"
            "A progress bar goes to stderr on a terminal. --json writes a summary: per bucket\n"
-           "the default and the tuned configuration with their times.\n", cli_prog, CLI_MAX_JOBS);
+           "the default and the tuned configuration with their times.\n",
+           cli_prog, CLI_MAX_JOBS);
     return rc;
 }
 
@@ -118,27 +119,42 @@ static int add_field(cli_assigns *a, const char *key, const char *value)
 /* Fills o from the arguments; returns -1 to go on, else the exit status. */
 static int tune_parse(int argc, char **argv, tune_opts *o)
 {
-    enum { O_FAMILY = 256, O_JSON, O_RUNS, O_WARMUP, O_B, O_H, O_N, O_D, O_E, O_T, O_DTYPE,
-           O_DECAY, O_INITIAL, O_FINAL, O_VK, O_STEP_STATES };
-    static const struct option longopts[] = {
-        {"help", no_argument, NULL, 'h'},
-        {"family", required_argument, NULL, O_FAMILY},
-        {"json", required_argument, NULL, O_JSON},
-        {"runs", required_argument, NULL, O_RUNS},
-        {"warmup", required_argument, NULL, O_WARMUP},
-        {"B", required_argument, NULL, O_B},
-        {"H", required_argument, NULL, O_H},
-        {"N", required_argument, NULL, O_N},
-        {"D", required_argument, NULL, O_D},
-        {"E", required_argument, NULL, O_E},
-        {"T", required_argument, NULL, O_T},
-        {"dtype", required_argument, NULL, O_DTYPE},
-        {"decay", no_argument, NULL, O_DECAY},
-        {"initial", no_argument, NULL, O_INITIAL},
-        {"final", no_argument, NULL, O_FINAL},
-        {"vk", no_argument, NULL, O_VK},
-        {"step-states", no_argument, NULL, O_STEP_STATES},
-        {0}};
+    enum {
+        O_FAMILY = 256,
+        O_JSON,
+        O_RUNS,
+        O_WARMUP,
+        O_B,
+        O_H,
+        O_N,
+        O_D,
+        O_E,
+        O_T,
+        O_DTYPE,
+        O_DECAY,
+        O_INITIAL,
+        O_FINAL,
+        O_VK,
+        O_STEP_STATES
+    };
+    static const struct option longopts[] = {{"help", no_argument, NULL, 'h'},
+                                             {"family", required_argument, NULL, O_FAMILY},
+                                             {"json", required_argument, NULL, O_JSON},
+                                             {"runs", required_argument, NULL, O_RUNS},
+                                             {"warmup", required_argument, NULL, O_WARMUP},
+                                             {"B", required_argument, NULL, O_B},
+                                             {"H", required_argument, NULL, O_H},
+                                             {"N", required_argument, NULL, O_N},
+                                             {"D", required_argument, NULL, O_D},
+                                             {"E", required_argument, NULL, O_E},
+                                             {"T", required_argument, NULL, O_T},
+                                             {"dtype", required_argument, NULL, O_DTYPE},
+                                             {"decay", no_argument, NULL, O_DECAY},
+                                             {"initial", no_argument, NULL, O_INITIAL},
+                                             {"final", no_argument, NULL, O_FINAL},
+                                             {"vk", no_argument, NULL, O_VK},
+                                             {"step-states", no_argument, NULL, O_STEP_STATES},
+                                             {0}};
     /* --D alone means D = E, as in the benchmarks (the representative problem may have another
      * E): whether --E is given anywhere decides, whatever the order. */
     int e_given = 0;
@@ -149,70 +165,53 @@ static int tune_parse(int argc, char **argv, tune_opts *o)
     while ((c = getopt_long(argc, argv, ":hp:j:", longopts, NULL)) != -1) {
         const char *flag = NULL; /* a problem flag standing for an assignment */
         switch (c) {
-        case 'h':
-            help = 1;
-            break;
-        case O_FAMILY:
-            o->family = optarg;
-            break;
-        case O_JSON:
-            o->json = optarg;
-            break;
-        case 'p':
-            if (!cli_assigns_add(&o->assign, optarg))
-                return 1;
-            break;
-        case O_RUNS:
-            if (!cli_parse_int("tune", "--runs", optarg, 5, 100000, &o->search.runs))
-                return 2;
-            break;
-        case O_WARMUP:
-            if (!cli_parse_int("tune", "--warmup", optarg, 1, 100000, &o->search.warmup))
-                return 2;
-            break;
-        case 'j':
-            if (!cli_parse_int("tune", "-j", optarg, 1, CLI_MAX_JOBS, &o->search.threads))
-                return 2;
-            break;
-        case O_B:
-            if (!(o->nB = int_list(optarg, o->Bs)))
-                return cli_usage_error("tune: bad --B list %s", optarg);
-            break;
-        case O_H:
-            if (!(o->nH = int_list(optarg, o->Hs)))
-                return cli_usage_error("tune: bad --H list %s", optarg);
-            break;
-        case O_N:
-            if (!(o->nN = int_list(optarg, o->Ns)))
-                return cli_usage_error("tune: bad --N list %s", optarg);
-            break;
-        case O_D:
-        case O_E:
-        case O_T:
-        case O_DTYPE: {
-            const char *key = c == O_D ? "D" : c == O_E ? "E" : c == O_T ? "T" : "dtype";
-            if (!add_field(&o->assign, key, optarg) ||
-                (c == O_D && !e_given && !add_field(&o->assign, "E", optarg)))
-                return 1;
-            break;
-        }
-        case O_DECAY:
-            flag = "decay=1";
-            break;
-        case O_INITIAL:
-            flag = "has_initial=1";
-            break;
-        case O_FINAL:
-            flag = "has_final=1";
-            break;
-        case O_VK:
-            flag = "vk=1";
-            break;
-        case O_STEP_STATES:
-            flag = "step_states=1";
-            break;
-        default:
-            return cli_option_error("tune", c, argv);
+            case 'h': help = 1; break;
+            case O_FAMILY: o->family = optarg; break;
+            case O_JSON: o->json = optarg; break;
+            case 'p':
+                if (!cli_assigns_add(&o->assign, optarg))
+                    return 1;
+                break;
+            case O_RUNS:
+                if (!cli_parse_int("tune", "--runs", optarg, 5, 100000, &o->search.runs))
+                    return 2;
+                break;
+            case O_WARMUP:
+                if (!cli_parse_int("tune", "--warmup", optarg, 1, 100000, &o->search.warmup))
+                    return 2;
+                break;
+            case 'j':
+                if (!cli_parse_int("tune", "-j", optarg, 1, CLI_MAX_JOBS, &o->search.threads))
+                    return 2;
+                break;
+            case O_B:
+                if (!(o->nB = int_list(optarg, o->Bs)))
+                    return cli_usage_error("tune: bad --B list %s", optarg);
+                break;
+            case O_H:
+                if (!(o->nH = int_list(optarg, o->Hs)))
+                    return cli_usage_error("tune: bad --H list %s", optarg);
+                break;
+            case O_N:
+                if (!(o->nN = int_list(optarg, o->Ns)))
+                    return cli_usage_error("tune: bad --N list %s", optarg);
+                break;
+            case O_D:
+            case O_E:
+            case O_T:
+            case O_DTYPE: {
+                const char *key = c == O_D ? "D" : c == O_E ? "E" : c == O_T ? "T" : "dtype";
+                if (!add_field(&o->assign, key, optarg) ||
+                    (c == O_D && !e_given && !add_field(&o->assign, "E", optarg)))
+                    return 1;
+                break;
+            }
+            case O_DECAY: flag = "decay=1"; break;
+            case O_INITIAL: flag = "has_initial=1"; break;
+            case O_FINAL: flag = "has_final=1"; break;
+            case O_VK: flag = "vk=1"; break;
+            case O_STEP_STATES: flag = "step_states=1"; break;
+            default: return cli_option_error("tune", c, argv);
         }
         if (flag && !cli_assigns_add(&o->assign, flag))
             return 1;
@@ -241,7 +240,8 @@ static int tune_run(tune_opts *o)
     lj_device *dev;
     lajit_status st;
     if ((st = lajit__ctx_family(ctx, family, &f)) != LAJIT_OK ||
-        (st = lajit__ctx_lua(ctx, &L)) != LAJIT_OK || (st = lajit__ctx_cache(ctx, &cache)) != LAJIT_OK ||
+        (st = lajit__ctx_lua(ctx, &L)) != LAJIT_OK ||
+        (st = lajit__ctx_cache(ctx, &cache)) != LAJIT_OK ||
         (st = lajit__ctx_device(ctx, &dev)) != LAJIT_OK) {
         int rc = cli_fail(ctx, st);
         lajit_ctx_destroy(ctx);
@@ -262,7 +262,8 @@ static int tune_run(tune_opts *o)
     lj_free(env, problems);
     lj_config unused;
     memset(&unused, 0, sizeof unused);
-    if ((st = lj_assign_all(env, f, (const char *const *)o->assign.v, o->assign.n, &dev->info, &base, &unused)) != LAJIT_OK) {
+    if ((st = lj_assign_all(env, f, (const char *const *)o->assign.v, o->assign.n, &dev->info,
+                            &base, &unused)) != LAJIT_OK) {
         int rc = cli_fail(ctx, st);
         lajit_ctx_destroy(ctx);
         return rc;
@@ -295,8 +296,8 @@ static int tune_run(tune_opts *o)
     tune_progress prog_state = {isatty(2), family};
     opts.progress = tune_progress_fn;
     opts.progress_user = &prog_state;
-    printf("%-10s %-44s %-34s %10s %-34s %10s %7s\n", "family", "problem", "default", "ms",
-           "tuned", "ms", "speedup");
+    printf("%-10s %-44s %-34s %10s %-34s %10s %7s\n", "family", "problem", "default", "ms", "tuned",
+           "ms", "speedup");
     for (int bi = 0; bi < nB; bi++) {
         for (int hi = 0; hi < nH; hi++) {
             for (int ni = 0; ni < nN; ni++) {
@@ -315,8 +316,8 @@ static int tune_run(tune_opts *o)
                     continue;
                 }
                 if (db && lj_tunedb_lease(db, &id, 1800, &got) == LAJIT_OK && !got) {
-                    fprintf(stderr, "%s: %s %s is being tuned by another process; skipped\n", cli_prog,
-                            family, what);
+                    fprintf(stderr, "%s: %s %s is being tuned by another process; skipped\n",
+                            cli_prog, family, what);
                     rc = 1;
                     continue;
                 }
@@ -337,7 +338,8 @@ static int tune_run(tune_opts *o)
                 if (res.have_best)
                     lj_config_format(&res.best, btext, sizeof btext);
                 if (db) {
-                    if (lj_tunedb_record(db, &id, res.results, res.n_results, dtext, res.default_ms) != LAJIT_OK)
+                    if (lj_tunedb_record(db, &id, res.results, res.n_results, dtext,
+                                         res.default_ms) != LAJIT_OK)
                         rc = cli_fail(ctx, LAJIT_ERR_DATABASE);
                     lj_tunedb_release(db, &id);
                 }
@@ -360,7 +362,8 @@ static int tune_run(tune_opts *o)
                     json_string(out, id.bucket);
                     fputs(",\"problem\":", out);
                     json_string(out, what);
-                    fprintf(out, ",\"B\":%d,\"H\":%d,\"N\":%d,\"D\":%d,\"E\":%d,\"default_config\":",
+                    fprintf(out,
+                            ",\"B\":%d,\"H\":%d,\"N\":%d,\"D\":%d,\"E\":%d,\"default_config\":",
                             p.B, p.H, p.N, p.D, p.E);
                     json_string(out, dtext);
                     fputs(",\"default_ms\":", out);

@@ -71,8 +71,10 @@ static lajit_status call_bwd(lajit_ctx *ctx, sweep_fixture *x)
 LJ_TEST(bwd_with_ds_and_states)
 {
     sweep_require_nvrtc();
-    sweep_case c = {.name = "bwd (ds, S_0, dS_N, dS_0; f32)", .build = build_bwd_full,
-                    .call = call_bwd, .max_injections = 300};
+    sweep_case c = {.name = "bwd (ds, S_0, dS_N, dS_0; f32)",
+                    .build = build_bwd_full,
+                    .call = call_bwd,
+                    .max_injections = 300};
     sweep_result r;
     sweep_run(&c, &r);
 }
@@ -80,8 +82,10 @@ LJ_TEST(bwd_with_ds_and_states)
 LJ_TEST(bwd_without_ds)
 {
     sweep_require_nvrtc();
-    sweep_case c = {.name = "bwd (no ds, S_0; bf16 D=64)", .build = build_bwd_no_ds,
-                    .call = call_bwd, .max_injections = 300};
+    sweep_case c = {.name = "bwd (no ds, S_0; bf16 D=64)",
+                    .build = build_bwd_no_ds,
+                    .call = call_bwd,
+                    .max_injections = 300};
     sweep_result r;
     sweep_run(&c, &r);
 }
@@ -118,8 +122,8 @@ static lajit_status call_decode(lajit_ctx *ctx, sweep_fixture *x)
 LJ_TEST(decode_with_slots_and_step_states)
 {
     sweep_require_nvrtc();
-    sweep_case c = {.name = "decode (T=2, slots, step states)", .build = build_decode,
-                    .call = call_decode};
+    sweep_case c = {
+        .name = "decode (T=2, slots, step states)", .build = build_decode, .call = call_decode};
     sweep_result r;
     sweep_run(&c, &r);
 }
@@ -158,8 +162,10 @@ static lajit_status call_fwd(lajit_ctx *ctx, sweep_fixture *x)
 LJ_TEST(varlen_fwd_with_pool)
 {
     sweep_require_nvrtc();
-    sweep_case c = {.name = "varlen fwd (3 sequences, pool in place)", .build = build_varlen,
-                    .call = call_fwd, .max_injections = 600};
+    sweep_case c = {.name = "varlen fwd (3 sequences, pool in place)",
+                    .build = build_varlen,
+                    .call = call_fwd,
+                    .max_injections = 600};
     sweep_result r;
     sweep_run(&c, &r);
 }

@@ -178,11 +178,13 @@ LJ_TEST(search_driver_failures_are_clean)
     lj_problem p = toy_problem();
     lj_search_out res;
     lj_fake_driver_fail("cuCtxCreate", CUDA_ERROR_OUT_OF_MEMORY);
-    ASSERT_STATUS(lj_search_run(env, L, f, cache, dev, &p, NULL, &res), LAJIT_ERR_DEVICE_OUT_OF_MEMORY);
+    ASSERT_STATUS(lj_search_run(env, L, f, cache, dev, &p, NULL, &res),
+                  LAJIT_ERR_DEVICE_OUT_OF_MEMORY);
     ASSERT_CONTAINS(lajit_errmsg(ctx), "cuCtxCreate");
     /* Allocation of the inputs fails: same. */
     lj_fake_driver_fail("cuMemAlloc", CUDA_ERROR_OUT_OF_MEMORY);
-    ASSERT_STATUS(lj_search_run(env, L, f, cache, dev, &p, NULL, &res), LAJIT_ERR_DEVICE_OUT_OF_MEMORY);
+    ASSERT_STATUS(lj_search_run(env, L, f, cache, dev, &p, NULL, &res),
+                  LAJIT_ERR_DEVICE_OUT_OF_MEMORY);
     lj_fake_driver_fail(NULL, CUDA_SUCCESS);
     /* Every launch refused (not sticky): every candidate fails, the search still returns. */
     lj_fake_driver_fail("cuLaunchKernel", CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
@@ -226,8 +228,13 @@ LJ_TEST(config_text_round_trip)
     ASSERT_OK(lj_config_parse(env, f, &base, "  WARPS=2  UNROLL=2 ", &cfg));
     lj_config_format(&cfg, text, sizeof text);
     ASSERT_STREQ(text, "UNROLL=2 WARPS=2");
-    const char *bad[] = {"UNROLL=1", "UNROLL=1 WARPS=1 WARPS=2", "UNROLL=3 WARPS=1",
-                         "UNROLL=1 WARPS=1 BLOCK=64", "UNROLL=1 WARPS=1 D=64", "", "UNROLL WARPS"};
+    const char *bad[] = {"UNROLL=1",
+                         "UNROLL=1 WARPS=1 WARPS=2",
+                         "UNROLL=3 WARPS=1",
+                         "UNROLL=1 WARPS=1 BLOCK=64",
+                         "UNROLL=1 WARPS=1 D=64",
+                         "",
+                         "UNROLL WARPS"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ASSERT_TRUE(lj_config_parse(env, f, &base, bad[i], &cfg) != LAJIT_OK);
     lajit_ctx_destroy(ctx);
@@ -391,7 +398,7 @@ LJ_TEST(policy_off_with_a_corrupt_database)
     ASSERT_OK(lajit_attn_fwd(ctx, &u.args));
     unsigned block, smem;
     last_launch(&block, &smem);
-    ASSERT_EQ(block, 64); /* the default */
+    ASSERT_EQ(block, 64);       /* the default */
     ASSERT_TRUE(warnings >= 1); /* set aside, said once */
     lajit_ctx_destroy(ctx);
     /* An unusable directory: defaults, no crash. */
@@ -638,7 +645,8 @@ LJ_TEST(dense_params_match_decode)
             ASSERT_EQ(drv->cuMemAlloc(&st, l.s0), CUDA_SUCCESS);
             if (l.step_states)
                 ASSERT_EQ(drv->cuMemAlloc(&ss, l.step_states), CUDA_SUCCESS);
-            int64_t q4[4] = {B, T, H, D}, v4[4] = {B, T, H, E}, q3[3] = {B, H, D}, v3[3] = {B, H, E};
+            int64_t q4[4] = {B, T, H, D}, v4[4] = {B, T, H, E}, q3[3] = {B, H, D},
+                    v3[3] = {B, H, E};
             int64_t sh[1] = {H}, pool[4] = {B, H, vk ? E : D, vk ? D : E};
             int64_t steps[5] = {B, T, H, vk ? E : D, vk ? D : E};
             int nd = T == 1 ? 3 : 4;
@@ -706,19 +714,26 @@ LJ_TEST(cli_db_show_export_import)
     snprintf(file, sizeof file, "%s/shared.jsonl", lj_test_tmpdir());
     snprintf(cmd, sizeof cmd, "'%s/tools/lajit' db show | grep -q 'BLOCK=64'", bin);
     ASSERT_EQ(system(cmd), 0);
-    snprintf(cmd, sizeof cmd, "'%s/tools/lajit' db export '%s' >/dev/null && grep -c winner '%s' "
-             "| grep -qx 1", bin, file, file);
+    snprintf(cmd, sizeof cmd,
+             "'%s/tools/lajit' db export '%s' >/dev/null && grep -c winner '%s' "
+             "| grep -qx 1",
+             bin, file, file);
     ASSERT_EQ(system(cmd), 0);
     /* Into another cache directory: no GPU here, so only --force imports. */
-    snprintf(cmd, sizeof cmd, "LAJIT_DRIVER_PATH=/nonexistent LAJIT_CACHE_DIR='%s/other' "
-             "'%s/tools/lajit' db import '%s' >/dev/null 2>&1", lj_test_tmpdir(), bin, file);
+    snprintf(cmd, sizeof cmd,
+             "LAJIT_DRIVER_PATH=/nonexistent LAJIT_CACHE_DIR='%s/other' "
+             "'%s/tools/lajit' db import '%s' >/dev/null 2>&1",
+             lj_test_tmpdir(), bin, file);
     ASSERT_NE(system(cmd), 0);
-    snprintf(cmd, sizeof cmd, "LAJIT_DRIVER_PATH=/nonexistent LAJIT_CACHE_DIR='%s/other' "
+    snprintf(cmd, sizeof cmd,
+             "LAJIT_DRIVER_PATH=/nonexistent LAJIT_CACHE_DIR='%s/other' "
              "'%s/tools/lajit' db import '%s' --force >/dev/null && LAJIT_CACHE_DIR='%s/other' "
              "'%s/tools/lajit' db show | grep -q 'BLOCK=64'",
              lj_test_tmpdir(), bin, file, lj_test_tmpdir(), bin);
     ASSERT_EQ(system(cmd), 0);
-    snprintf(cmd, sizeof cmd, "'%s/tools/lajit' db --help | grep -q export && "
-             "'%s/tools/lajit' tune --help | grep -q family", bin, bin);
+    snprintf(cmd, sizeof cmd,
+             "'%s/tools/lajit' db --help | grep -q export && "
+             "'%s/tools/lajit' tune --help | grep -q family",
+             bin, bin);
     ASSERT_EQ(system(cmd), 0);
 }

@@ -24,11 +24,12 @@ static void gen_bundle(const char *path, const char *archs, int n_value)
     const char *bin = getenv("LAJIT_TEST_BINARY_DIR");
     ASSERT_TRUE(bin != NULL);
     char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "LAJIT_CACHE_DIR=%s.cache %s/tools/lajit gen --arch %s --family la_recurrent -p dtype=f32 "
-             "-p B=%d -p H=%d -p N=%d -p D=%d -p E=%d -p decay=1 -p has_initial=1 -p has_final=1 "
-             "-o %s > %s.log 2>&1",
-             path, bin, archs, B, H, n_value, D, E, path, path);
+    snprintf(
+        cmd, sizeof cmd,
+        "LAJIT_CACHE_DIR=%s.cache %s/tools/lajit gen --arch %s --family la_recurrent -p dtype=f32 "
+        "-p B=%d -p H=%d -p N=%d -p D=%d -p E=%d -p decay=1 -p has_initial=1 -p has_final=1 "
+        "-o %s > %s.log 2>&1",
+        path, bin, archs, B, H, n_value, D, E, path, path);
     int rc = system(cmd);
     if (rc != 0) {
         char info[1024];
@@ -138,8 +139,8 @@ static lajit_status bundle_ctx(const char *bundle, lajit_ctx **out)
 static void tmp_path(char *out, size_t cap, const char *name)
 {
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/lajit-bundle-test-%ld", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
-             (long)getpid());
+    snprintf(dir, sizeof dir, "%s/lajit-bundle-test-%ld",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (long)getpid());
     char cmd[600];
     snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
     ASSERT_EQ(system(cmd), 0);
@@ -158,13 +159,15 @@ LJ_TEST(round_trip_and_ptx_choice)
     for (size_t i = 0; i < sizeof cubin; i++)
         cubin[i] = (unsigned char)(i * 7 + 1);
     lj_key key = {0x1234, 0x5678};
-    lj_bundle_item it = {"la_fwd", "sm_90a", "bucket", "BLOCK=64", "problem", "la_fwd", key, 0, cubin, sizeof cubin};
+    lj_bundle_item it = {"la_fwd", "sm_90a", "bucket", "BLOCK=64", "problem",
+                         "la_fwd", key,      0,        cubin,      sizeof cubin};
     ASSERT_OK(lj_bundle_add(b, &it));
     const char *archs[] = {"sm_80", "sm_86", "sm_90a"};
     for (int i = 0; i < 3; i++) {
         char ptx[64];
         int n = snprintf(ptx, sizeof ptx, "// ptx for %s", archs[i]);
-        lj_bundle_item p = {"la_fwd", archs[i], "bucket", "BLOCK=64", "problem", "la_fwd", key, 1, ptx, (size_t)n + 1};
+        lj_bundle_item p = {"la_fwd", archs[i], "bucket", "BLOCK=64", "problem",
+                            "la_fwd", key,      1,        ptx,        (size_t)n + 1};
         ASSERT_OK(lj_bundle_add(b, &p));
     }
     ASSERT_OK(lj_bundle_finish(b));
@@ -188,7 +191,8 @@ LJ_TEST(round_trip_and_ptx_choice)
     ASSERT_STREQ(config, "BLOCK=64");
     /* PTX: the newest plain arch not newer than the device; sm_90a PTX is never a fallback. */
     char arch[16];
-    ASSERT_OK(lj_bundle_find_ptx(b, "la_fwd", "bucket", "BLOCK=64", 120, &img, &size, arch, &found));
+    ASSERT_OK(
+        lj_bundle_find_ptx(b, "la_fwd", "bucket", "BLOCK=64", 120, &img, &size, arch, &found));
     ASSERT_EQ(found, 1);
     ASSERT_STREQ(arch, "sm_86");
     ASSERT_TRUE(strstr((const char *)img, "sm_86") != NULL);
@@ -213,13 +217,16 @@ LJ_TEST(checksum_mismatch_is_never_used)
     ASSERT_OK(lj_bundle_create(&env, path, &b));
     unsigned char cubin[64] = {1, 2, 3};
     lj_key key = {1, 2};
-    lj_bundle_item it = {"la_fwd", "sm_90a", "bucket", "BLOCK=64", "p", "la_fwd", key, 0, cubin, sizeof cubin};
+    lj_bundle_item it = {"la_fwd", "sm_90a", "bucket", "BLOCK=64", "p",
+                         "la_fwd", key,      0,        cubin,      sizeof cubin};
     ASSERT_OK(lj_bundle_add(b, &it));
     ASSERT_OK(lj_bundle_finish(b));
     /* Flip one byte of the stored kernel. */
     sqlite3 *db;
     ASSERT_EQ(sqlite3_open(path, &db), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db, "UPDATE kernels SET image = X'010203FF' || substr(image, 5)", NULL, NULL, NULL), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "UPDATE kernels SET image = X'010203FF' || substr(image, 5)", NULL,
+                           NULL, NULL),
+              SQLITE_OK);
     sqlite3_close(db);
     ASSERT_OK(lj_bundle_open(&env, path, &b));
     const void *img = NULL;
@@ -253,7 +260,8 @@ LJ_TEST(damaged_or_foreign_files_refused_at_creation)
         snprintf(bad, sizeof bad, "%s.x", path);
         lajit_status st = bundle_ctx(bad, &ctx);
         if (st != LAJIT_ERR_DATABASE)
-            lj_test_fail(__FILE__, __LINE__, "%s bundle: status %s", cases[i][0], lajit_status_string(st));
+            lj_test_fail(__FILE__, __LINE__, "%s bundle: status %s", cases[i][0],
+                         lajit_status_string(st));
     }
     /* A later format version. */
     snprintf(cmd, sizeof cmd, "cp %s %s.v", path, path);
@@ -356,8 +364,8 @@ static void hand_bundle(const char *path, const char *sql)
 }
 
 /* The kernels table without its NOT NULL constraints, so NULLs and other types can be stored. */
-#define LOOSE_KERNELS                                                                           \
-    "CREATE TABLE kernels(source_key TEXT, arch TEXT, ptx INTEGER, family TEXT, bucket TEXT,"   \
+#define LOOSE_KERNELS                                                                         \
+    "CREATE TABLE kernels(source_key TEXT, arch TEXT, ptx INTEGER, family TEXT, bucket TEXT," \
     " config TEXT, problem TEXT, entry TEXT, image BLOB, checksum TEXT);"
 
 /* NULL and wrong-typed values in every column are refused row by row, never dereferenced. */
@@ -367,12 +375,13 @@ LJ_TEST(null_and_wrong_typed_columns)
     lj_env_init(&env, NULL, NULL, capture_log, NULL, LAJIT_LOG_WARN);
     char path[1024];
     tmp_path(path, sizeof path, "null.lajitpack");
-    hand_bundle(path, LOOSE_KERNELS
-                "INSERT INTO kernels VALUES(NULL, NULL, 1, 'la_fwd', 'b', 'c', NULL, NULL, NULL, NULL);"
-                "INSERT INTO kernels VALUES('k', 'sm_80', 1, 'la_fwd', 'b', 'c', 'p', 'e', X'00', NULL);"
-                "INSERT INTO kernels VALUES('k', 'sm_80', 'x', NULL, 'b', 'c', 'p', 'e', 3.5, 'zz');"
-                "INSERT INTO kernels VALUES(NULL, 'sm_90a', 0, 'la_fwd', 'b', NULL, 'p', 'e', X'01', 'x');"
-                "INSERT INTO kernels VALUES(NULL, 'sm_90a', 0, 'la_fwd', 'b', 7, 'p', 'e', X'01', 'x');");
+    hand_bundle(
+        path, LOOSE_KERNELS
+        "INSERT INTO kernels VALUES(NULL, NULL, 1, 'la_fwd', 'b', 'c', NULL, NULL, NULL, NULL);"
+        "INSERT INTO kernels VALUES('k', 'sm_80', 1, 'la_fwd', 'b', 'c', 'p', 'e', X'00', NULL);"
+        "INSERT INTO kernels VALUES('k', 'sm_80', 'x', NULL, 'b', 'c', 'p', 'e', 3.5, 'zz');"
+        "INSERT INTO kernels VALUES(NULL, 'sm_90a', 0, 'la_fwd', 'b', NULL, 'p', 'e', X'01', 'x');"
+        "INSERT INTO kernels VALUES(NULL, 'sm_90a', 0, 'la_fwd', 'b', 7, 'p', 'e', X'01', 'x');");
     lj_bundle *b;
     ASSERT_OK(lj_bundle_open(&env, path, &b));
     const void *img = NULL;
@@ -402,11 +411,12 @@ LJ_TEST(kernels_view_refused_at_open)
     lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
     char path[1024];
     tmp_path(path, sizeof path, "view.lajitpack");
-    hand_bundle(path,
-                "CREATE VIEW kernels AS WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n)"
-                " SELECT 'k' AS source_key, 'sm_90a' AS arch, 0 AS ptx, 'la_fwd' AS family,"
-                " 'b' AS bucket, 'c' AS config, 'p' AS problem, 'e' AS entry, X'00' AS image,"
-                " 'x' AS checksum FROM n WHERE i < 0;");
+    hand_bundle(
+        path,
+        "CREATE VIEW kernels AS WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n)"
+        " SELECT 'k' AS source_key, 'sm_90a' AS arch, 0 AS ptx, 'la_fwd' AS family,"
+        " 'b' AS bucket, 'c' AS config, 'p' AS problem, 'e' AS entry, X'00' AS image,"
+        " 'x' AS checksum FROM n WHERE i < 0;");
     lj_bundle *b = NULL;
     lajit_status st = lj_bundle_open(&env, path, &b);
     if (st == LAJIT_OK) {
@@ -443,7 +453,8 @@ LJ_TEST(row_moved_to_another_key_is_refused)
         ASSERT_OK(lj_bundle_create(&env, path, &b));
         unsigned char cubin[64] = {9, 8, 7};
         lj_key key = {0, 9};
-        lj_bundle_item it = {"la_fwd", "sm_80", "bucket", "BLOCK=64", "p", "la_fwd", key, 0, cubin, sizeof cubin};
+        lj_bundle_item it = {"la_fwd", "sm_80", "bucket", "BLOCK=64", "p",
+                             "la_fwd", key,     0,        cubin,      sizeof cubin};
         ASSERT_OK(lj_bundle_add(b, &it));
         ASSERT_OK(lj_bundle_finish(b));
         sqlite3 *db;
@@ -525,7 +536,8 @@ LJ_TEST(written_through_a_private_temporary)
     char path[1024];
     tmp_path(path, sizeof path, "w/out.lajitpack");
     char cmd[2400];
-    snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname '%s')\" && rm -f \"$(dirname '%s')\"/*", path, path);
+    snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname '%s')\" && rm -f \"$(dirname '%s')\"/*", path,
+             path);
     ASSERT_EQ(system(cmd), 0);
     lj_bundle *b;
     ASSERT_OK(lj_bundle_create(&env, path, &b));

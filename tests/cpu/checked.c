@@ -50,10 +50,12 @@ static void make(tensor *x, int ndim, const int64_t *shape, uint8_t code, uint8_
     x->t.shape = x->shape;
 }
 
-#define F32(x, ...) make(x, (int)(sizeof(int64_t[]){__VA_ARGS__} / sizeof(int64_t)), \
-                         (int64_t[]){__VA_ARGS__}, kDLFloat, 32)
-#define I32(x, ...) make(x, (int)(sizeof(int64_t[]){__VA_ARGS__} / sizeof(int64_t)), \
-                         (int64_t[]){__VA_ARGS__}, kDLInt, 32)
+#define F32(x, ...)                                                                            \
+    make(x, (int)(sizeof(int64_t[]){__VA_ARGS__} / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}, \
+         kDLFloat, 32)
+#define I32(x, ...)                                                                            \
+    make(x, (int)(sizeof(int64_t[]){__VA_ARGS__} / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}, \
+         kDLInt, 32)
 
 static float *floats(tensor *x)
 {
@@ -127,8 +129,7 @@ static lajit_status call_decode(lajit_ctx *ctx, const void *a)
 }
 
 /* The call must be refused in checked mode with `needle` in the message and nothing launched. */
-static void expect_refused(lajit_ctx *ctx, op_fn op, const void *args, const char *needle,
-                           int line)
+static void expect_refused(lajit_ctx *ctx, op_fn op, const void *args, const char *needle, int line)
 {
     int launches = lj_fake_launch_count();
     lajit_status st = op(ctx, args);

@@ -106,7 +106,8 @@ LJ_TEST(many_assignments)
     ASSERT_CONTAINS(out, "extern \"C\"");
     /* The assignments took effect: the same expansion as the two given once. */
     static char once[1 << 16];
-    ASSERT_EQ(run_cli("expand la_recurrent --arch sm_80 -p D=64 -p TILE_V=16", once, sizeof once), 0);
+    ASSERT_EQ(run_cli("expand la_recurrent --arch sm_80 -p D=64 -p TILE_V=16", once, sizeof once),
+              0);
     ASSERT_STREQ(out, once);
 }
 
@@ -130,8 +131,14 @@ LJ_TEST(many_assignments_compile_and_gen)
 /* Malformed assignments are errors with the assignment named, never a crash. */
 LJ_TEST(bad_assignments_are_errors)
 {
-    static const char *bad[] = {"=", "D=", "=64", "D=64x", "D=99999999999999999999",
-                                "NOT_A_PARAMETER_OF_ANY_FAMILY_AT_ALL=1", "TILE_V=7", "dtype=f8"};
+    static const char *bad[] = {"=",
+                                "D=",
+                                "=64",
+                                "D=64x",
+                                "D=99999999999999999999",
+                                "NOT_A_PARAMETER_OF_ANY_FAMILY_AT_ALL=1",
+                                "TILE_V=7",
+                                "dtype=f8"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char args[512], out[8192];
         snprintf(args, sizeof args, "expand la_recurrent -p '%s'", bad[i]);
@@ -235,8 +242,10 @@ LJ_TEST(gen_db_winner_is_used)
     lajit_ctx_destroy(ctx);
 
     char args[4096], out[8192];
-    snprintf(args, sizeof args, "gen --family la_recurrent --arch sm_80 -p dtype=f32 -p D=64 "
-             "-p E=64 --db '%s/tune.db' -o '%s/tuned.bundle'", dbdir, lj_test_tmpdir());
+    snprintf(args, sizeof args,
+             "gen --family la_recurrent --arch sm_80 -p dtype=f32 -p D=64 "
+             "-p E=64 --db '%s/tune.db' -o '%s/tuned.bundle'",
+             dbdir, lj_test_tmpdir());
     int rc = run_cli(args, out, sizeof out);
     if (rc != 0 && strstr(out, "NVRTC"))
         lj_test_skip("NVRTC not available to write the bundle");

@@ -28,7 +28,7 @@
 #include "search.h"
 #include "tunedb.h"
 
-#define RUN_LIMIT_S 60
+#define RUN_LIMIT_S    60
 #define SANITIZER_EXIT 86
 
 /* The sanitizer build runs the command 5-10 times slower: there each sweep injects at most this
@@ -41,8 +41,8 @@
 
 typedef struct run_out {
     int exited, code, signal, hung;
-    int fired;                 /* the shim injected its failure */
-    unsigned long long calls;  /* allocations the shim counted */
+    int fired;                /* the shim injected its failure */
+    unsigned long long calls; /* allocations the shim counted */
     char out[65536], err[16384];
 } run_out;
 
@@ -256,8 +256,9 @@ LJ_TEST(expand)
 /* The kernel cache is warm after the first run: the sweep runs the cache path. */
 LJ_TEST(compile)
 {
-    cli_case c = {"compile", "compile la_recurrent --arch sm_80 -p D=64 -p E=64 -j 1", 0, NULL, NULL,
-                  NULL, 150};
+    cli_case c = {
+        "compile", "compile la_recurrent --arch sm_80 -p D=64 -p E=64 -j 1", 0, NULL, NULL, NULL,
+        150};
     sweep_cli(&c);
 }
 
@@ -271,7 +272,8 @@ static void gen_after(const run_out *r, long long site, void *user)
     gen_paths *g = user;
     if (r->code == 0) {
         if (!exists(g->bundle))
-            lj_test_fail(__FILE__, __LINE__, "gen, allocation %lld failing: exit 0, no bundle", site);
+            lj_test_fail(__FILE__, __LINE__, "gen, allocation %lld failing: exit 0, no bundle",
+                         site);
         ASSERT_EQ(unlink(g->bundle), 0);
     }
     DIR *d = opendir(g->dir);
@@ -279,8 +281,9 @@ static void gen_after(const run_out *r, long long site, void *user)
     struct dirent *e;
     while ((e = readdir(d)) != NULL)
         if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-            lj_test_fail(__FILE__, __LINE__, "gen, allocation %lld failing (exit %d): %s left behind",
-                         site, r->code, e->d_name);
+            lj_test_fail(__FILE__, __LINE__,
+                         "gen, allocation %lld failing (exit %d): %s left behind", site, r->code,
+                         e->d_name);
     closedir(d);
 }
 
@@ -388,8 +391,10 @@ static void export_after(const run_out *r, long long site, void *user)
     } else if (r->code == 0) {
         ASSERT_TRUE(read_file(x->file, x->got, sizeof x->got) != NULL);
         if (strcmp(x->got, x->ref) != 0)
-            lj_test_fail(__FILE__, __LINE__, "db export, allocation %lld failing: exit 0 with a "
-                         "different file:\n%s", site, x->got);
+            lj_test_fail(__FILE__, __LINE__,
+                         "db export, allocation %lld failing: exit 0 with a "
+                         "different file:\n%s",
+                         site, x->got);
     }
     unlink(x->file);
 }
@@ -420,11 +425,15 @@ static void import_after(const run_out *r, long long site, void *user)
     int rows = strstr(show.out, "bucket_0") != NULL && strstr(show.out, "bucket_1") != NULL;
     int none = strstr(show.out, "bucket_") == NULL;
     if (r->code == 0 && !rows)
-        lj_test_fail(__FILE__, __LINE__, "db import, allocation %lld failing: exit 0 but the "
-                     "database holds:\n%s", site, show.out);
+        lj_test_fail(__FILE__, __LINE__,
+                     "db import, allocation %lld failing: exit 0 but the "
+                     "database holds:\n%s",
+                     site, show.out);
     if (r->code != 0 && !none)
-        lj_test_fail(__FILE__, __LINE__, "db import, allocation %lld failing: exit %d but part "
-                     "was imported:\n%s", site, r->code, show.out);
+        lj_test_fail(__FILE__, __LINE__,
+                     "db import, allocation %lld failing: exit %d but part "
+                     "was imported:\n%s",
+                     site, r->code, show.out);
     char cmd[2200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", x->cache);
     ASSERT_EQ(system(cmd), 0);

@@ -166,8 +166,9 @@ static void sweep_tunedb(lj_fault_kind kind, lajit_status want, const char *want
         expect_tunedb_usable(dir);
     }
     printf("tune.db %s sweep: %llu sites, %llu failures injected, %d reported as a status, "
-           "%d absorbed, all clean\n", kind == LJ_FAULT_SQLITE ? "SQLite" : "allocation",
-           (unsigned long long)sites, (unsigned long long)sites, reported, absorbed);
+           "%d absorbed, all clean\n",
+           kind == LJ_FAULT_SQLITE ? "SQLite" : "allocation", (unsigned long long)sites,
+           (unsigned long long)sites, reported, absorbed);
     ASSERT_TRUE(reported > 0);
 }
 
@@ -194,12 +195,12 @@ static lajit_status bundle_session(lj_env *env, const char *path)
     if (st != LAJIT_OK)
         return st;
     const char *archs[] = {"sm_80", "sm_86"};
-    lj_bundle_item it = {"la_fwd", "sm_90a", "bucket", "BLOCK=64", "p", "e", bundle_key, 0,
-                         cubin, sizeof cubin};
+    lj_bundle_item it = {"la_fwd", "sm_90a",   "bucket", "BLOCK=64", "p",
+                         "e",      bundle_key, 0,        cubin,      sizeof cubin};
     st = lj_bundle_add(b, &it);
     for (int i = 0; i < 2 && st == LAJIT_OK; i++) {
-        lj_bundle_item p = {"la_fwd", archs[i], "bucket", "BLOCK=64", "p", "e", bundle_key, 1,
-                            "// ptx", 7};
+        lj_bundle_item p = {"la_fwd", archs[i],   "bucket", "BLOCK=64", "p",
+                            "e",      bundle_key, 1,        "// ptx",   7};
         st = lj_bundle_add(b, &p);
     }
     if (st != LAJIT_OK) {
@@ -217,8 +218,8 @@ static lajit_status bundle_session(lj_env *env, const char *path)
     if ((st = lj_bundle_find(b, bundle_key, "sm_90a", 0, &img, &size, &found)) == LAJIT_OK &&
         (st = lj_bundle_find_ptx(b, "la_fwd", "bucket", "BLOCK=64", 90, &img, &size, arch,
                                  &found)) == LAJIT_OK &&
-        (st = lj_bundle_config(b, "la_fwd", "bucket", "sm_90a", config, sizeof config,
-                               &found)) == LAJIT_OK)
+        (st = lj_bundle_config(b, "la_fwd", "bucket", "sm_90a", config, sizeof config, &found)) ==
+            LAJIT_OK)
         st = lj_bundle_count(b, &cubins, &ptxs);
     lj_bundle_close(b);
     return st;
@@ -276,8 +277,9 @@ static void sweep_bundle(lj_fault_kind kind, lajit_status want, const char *want
         expect_bundle_sound(dir, path);
     }
     printf("bundle %s sweep: %llu sites, %llu failures injected, %d reported as a status, "
-           "%d absorbed, all clean\n", kind == LJ_FAULT_SQLITE ? "SQLite" : "allocation",
-           (unsigned long long)sites, (unsigned long long)sites, reported, absorbed);
+           "%d absorbed, all clean\n",
+           kind == LJ_FAULT_SQLITE ? "SQLite" : "allocation", (unsigned long long)sites,
+           (unsigned long long)sites, reported, absorbed);
     ASSERT_TRUE(reported > 0);
 }
 

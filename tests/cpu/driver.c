@@ -8,7 +8,8 @@
 #include "test.h"
 
 /* A minimal "cubin": the fake driver only looks at the ELF magic. */
-static const char elf_image[64] = "\x7f" "ELF fake cubin";
+static const char elf_image[64] = "\x7f"
+                                  "ELF fake cubin";
 
 static void env_init(lj_env *env)
 {
@@ -82,8 +83,7 @@ LJ_TEST(error_names_and_statuses)
                   LAJIT_ERR_DRIVER);
     ASSERT_STREQ(env.errmsg,
                  "cuModuleLoadData: CUDA_ERROR_INVALID_IMAGE (device kernel image is invalid)");
-    ASSERT_STATUS(lj_driver_error(&env, fake, CUDA_ERROR_NO_DEVICE, "cuInit"),
-                  LAJIT_ERR_NO_DEVICE);
+    ASSERT_STATUS(lj_driver_error(&env, fake, CUDA_ERROR_NO_DEVICE, "cuInit"), LAJIT_ERR_NO_DEVICE);
     ASSERT_CONTAINS(env.errmsg, "CUDA_ERROR_NO_DEVICE");
     ASSERT_STATUS(lj_driver_error(&env, fake, CUDA_ERROR_STUB_LIBRARY, "cuInit"),
                   LAJIT_ERR_NO_DRIVER);
@@ -94,9 +94,9 @@ LJ_TEST(error_names_and_statuses)
     ASSERT_EQ(env.driver_result, CUDA_ERROR_OUT_OF_MEMORY);
     ASSERT_STREQ(env.driver_result_name, "CUDA_ERROR_OUT_OF_MEMORY");
     static const CUresult sticky[] = {
-        CUDA_ERROR_ILLEGAL_ADDRESS,     CUDA_ERROR_LAUNCH_FAILED,  CUDA_ERROR_ILLEGAL_INSTRUCTION,
-        CUDA_ERROR_MISALIGNED_ADDRESS,  CUDA_ERROR_INVALID_PC,     CUDA_ERROR_HARDWARE_STACK_ERROR,
-        CUDA_ERROR_INVALID_ADDRESS_SPACE, CUDA_ERROR_ASSERT,       CUDA_ERROR_LAUNCH_TIMEOUT,
+        CUDA_ERROR_ILLEGAL_ADDRESS,       CUDA_ERROR_LAUNCH_FAILED, CUDA_ERROR_ILLEGAL_INSTRUCTION,
+        CUDA_ERROR_MISALIGNED_ADDRESS,    CUDA_ERROR_INVALID_PC,    CUDA_ERROR_HARDWARE_STACK_ERROR,
+        CUDA_ERROR_INVALID_ADDRESS_SPACE, CUDA_ERROR_ASSERT,        CUDA_ERROR_LAUNCH_TIMEOUT,
         CUDA_ERROR_ECC_UNCORRECTABLE,
     };
     for (size_t i = 0; i < sizeof sticky / sizeof sticky[0]; i++) {
@@ -228,9 +228,9 @@ LJ_TEST(module_load_and_launch)
     p.q.ptr = 0x1000;
     p.scale = 0.5f;
     void *args[] = {&p};
-    ASSERT_EQ(LJ_CU(&env, d.drv, cuLaunchKernel, f, 4, 2, 1, 256, 1, 1, 100 * 1024, NULL, args,
-                    NULL),
-              CUDA_SUCCESS);
+    ASSERT_EQ(
+        LJ_CU(&env, d.drv, cuLaunchKernel, f, 4, 2, 1, 256, 1, 1, 100 * 1024, NULL, args, NULL),
+        CUDA_SUCCESS);
     ASSERT_EQ(lj_fake_launch_count(), 1);
     const lj_fake_launch *l = lj_fake_launch_get(0);
     ASSERT_STREQ(l->entry, "la_fwd_kernel");
@@ -248,9 +248,9 @@ LJ_TEST(module_load_and_launch)
     CUfunction f2;
     ASSERT_OK(lj_module_load(&env, &d, elf_image, "small", 1024, &m2, &f2));
     ASSERT_EQ(lj_fake_driver_counts()->smem_attrs, 1);
-    ASSERT_NE(LJ_CU(&env, d.drv, cuLaunchKernel, f2, 1, 1, 1, 32, 1, 1, 64 * 1024, NULL, args,
-                    NULL),
-              CUDA_SUCCESS);
+    ASSERT_NE(
+        LJ_CU(&env, d.drv, cuLaunchKernel, f2, 1, 1, 1, 32, 1, 1, 64 * 1024, NULL, args, NULL),
+        CUDA_SUCCESS);
 
     ASSERT_EQ(LJ_CU(&env, d.drv, cuModuleUnload, m), CUDA_SUCCESS);
     ASSERT_EQ(LJ_CU(&env, d.drv, cuModuleUnload, m2), CUDA_SUCCESS);
@@ -284,8 +284,7 @@ LJ_TEST(module_load_missing_entry_is_internal)
     lj_fake_driver_fail("cuModuleGetFunction", CUDA_ERROR_NOT_FOUND);
     CUmodule m;
     CUfunction f;
-    ASSERT_STATUS(lj_module_load(&env, &d, elf_image, "la_missing", 0, &m, &f),
-                  LAJIT_ERR_INTERNAL);
+    ASSERT_STATUS(lj_module_load(&env, &d, elf_image, "la_missing", 0, &m, &f), LAJIT_ERR_INTERNAL);
     ASSERT_CONTAINS(env.errmsg, "la_missing");
     ASSERT_EQ(lj_fake_driver_counts()->loads, 1);
     ASSERT_EQ(lj_fake_driver_counts()->unloads, 1);
@@ -308,8 +307,7 @@ LJ_TEST(module_load_smem_limits)
     ASSERT_EQ(lj_fake_driver_counts()->loads, 0);
     /* The attribute call failing unloads the module. */
     lj_fake_driver_fail("cuFuncSetAttribute", CUDA_ERROR_INVALID_VALUE);
-    ASSERT_STATUS(lj_module_load(&env, &d, elf_image, "mid", 64 * 1024, &m, &f),
-                  LAJIT_ERR_DRIVER);
+    ASSERT_STATUS(lj_module_load(&env, &d, elf_image, "mid", 64 * 1024, &m, &f), LAJIT_ERR_DRIVER);
     ASSERT_CONTAINS(env.errmsg, "cuFuncSetAttribute");
     ASSERT_CONTAINS(env.errmsg, "mid");
     ASSERT_EQ(lj_fake_driver_counts()->loads, lj_fake_driver_counts()->unloads);

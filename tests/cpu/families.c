@@ -68,10 +68,13 @@ LJ_TEST(golden_expansions)
             } else {
                 char *want = read_file(path);
                 if (!want)
-                    lj_test_fail(__FILE__, __LINE__, "no golden file %s (LAJIT_UPDATE_GOLDEN=1 "
-                                 "writes it)", path);
+                    lj_test_fail(__FILE__, __LINE__,
+                                 "no golden file %s (LAJIT_UPDATE_GOLDEN=1 "
+                                 "writes it)",
+                                 path);
                 if (strcmp(want, src) != 0)
-                    lj_test_fail(__FILE__, __LINE__, "%s differs from the expansion of %s "
+                    lj_test_fail(__FILE__, __LINE__,
+                                 "%s differs from the expansion of %s "
                                  "problem %d: run with LAJIT_UPDATE_GOLDEN=1 and read the diff",
                                  path, *name, i);
                 free(want);
@@ -120,8 +123,8 @@ LJ_TEST(every_config_valid_or_rejected_with_reason)
                     } else if (reason[0] == 0) {
                         char text[256];
                         lj_config_format(&configs[c], text, sizeof text);
-                        lj_test_fail(__FILE__, __LINE__, "%s [%s] rejected without a reason",
-                                     *name, text);
+                        lj_test_fail(__FILE__, __LINE__, "%s [%s] rejected without a reason", *name,
+                                     text);
                     }
                 }
             }
@@ -155,8 +158,9 @@ LJ_TEST(defaults_are_valid_on_every_arch)
                 ASSERT_OK(lj_family_default(f, &problems[p], &dev, &cfg));
                 ASSERT_OK(lj_family_valid(f, &cfg, &problems[p], &dev, &ok, reason, sizeof reason));
                 if (!ok)
-                    lj_test_fail(__FILE__, __LINE__, "%s default for problem %d on %s is invalid: %s",
-                                 *name, p, archs[a], reason);
+                    lj_test_fail(__FILE__, __LINE__,
+                                 "%s default for problem %d on %s is invalid: %s", *name, p,
+                                 archs[a], reason);
             }
         }
         lj_free(env, problems);
@@ -334,8 +338,9 @@ static void sweep_allocations_mode(const char *name, int persistent)
              * expansion must then be the same text. */
             absorbed++;
             if (!got || strcmp(got, want) != 0)
-                lj_test_fail(__FILE__, __LINE__, "%s, allocation %llu failing: a different expansion",
-                             name, (unsigned long long)n);
+                lj_test_fail(__FILE__, __LINE__,
+                             "%s, allocation %llu failing: a different expansion", name,
+                             (unsigned long long)n);
             free(got);
             continue;
         }
@@ -346,18 +351,38 @@ static void sweep_allocations_mode(const char *name, int persistent)
                          (unsigned long long)n, lajit_status_string(st), e.errmsg);
     }
     printf("%s: %llu allocations from open to expansion, %s: %d reported as out of memory, %d "
-           "absorbed by Lua's retry with the same expansion\n", name, (unsigned long long)n - 1,
-           persistent ? "failing every one from the n-th on" : "each failed once", failures, absorbed);
+           "absorbed by Lua's retry with the same expansion\n",
+           name, (unsigned long long)n - 1,
+           persistent ? "failing every one from the n-th on" : "each failed once", failures,
+           absorbed);
     free(want);
     ASSERT_TRUE(failures > 0);
 }
 
-LJ_TEST(fault_every_allocation_la_fwd) { sweep_allocations("la_fwd"); }
-LJ_TEST(fault_every_allocation_la_fwd_sm90) { sweep_allocations("la_fwd_sm90"); }
-LJ_TEST(fault_every_allocation_la_bwd) { sweep_allocations("la_bwd"); }
-LJ_TEST(fault_every_allocation_la_bwd_sm90) { sweep_allocations("la_bwd_sm90"); }
-LJ_TEST(fault_every_allocation_la_decode) { sweep_allocations("la_decode"); }
-LJ_TEST(fault_every_allocation_la_recurrent) { sweep_allocations("la_recurrent"); }
+LJ_TEST(fault_every_allocation_la_fwd)
+{
+    sweep_allocations("la_fwd");
+}
+LJ_TEST(fault_every_allocation_la_fwd_sm90)
+{
+    sweep_allocations("la_fwd_sm90");
+}
+LJ_TEST(fault_every_allocation_la_bwd)
+{
+    sweep_allocations("la_bwd");
+}
+LJ_TEST(fault_every_allocation_la_bwd_sm90)
+{
+    sweep_allocations("la_bwd_sm90");
+}
+LJ_TEST(fault_every_allocation_la_decode)
+{
+    sweep_allocations("la_decode");
+}
+LJ_TEST(fault_every_allocation_la_recurrent)
+{
+    sweep_allocations("la_recurrent");
+}
 
 /* Every built-in family must stay well within its limits. */
 LJ_TEST(built_in_families_fit_their_limits)

@@ -101,7 +101,8 @@ typedef struct tally {
 static void print_tally(const char *what, const tally *t)
 {
     printf("%s: %llu file-system calls, %llu failures injected, %d reported as a status, %d "
-           "absorbed, all clean\n", what, t->sites, t->sites, t->reported, t->absorbed);
+           "absorbed, all clean\n",
+           what, t->sites, t->sites, t->reported, t->absorbed);
 }
 
 /* A failing status must say what failed. */
@@ -366,8 +367,7 @@ LJ_TEST(damaged_tunedb_recovery_fs_fault_sweep)
 
 /* ---- (c) Export and import -------------------------------------------------------------------- */
 
-static lajit_status export_import(lj_env *env, const char *dir, const char *out,
-                                  const char *in)
+static lajit_status export_import(lj_env *env, const char *dir, const char *out, const char *in)
 {
     lj_tunedb *db;
     lajit_status st = lj_tunedb_open(env, dir, &db);
@@ -501,10 +501,10 @@ static lajit_status bundle_session(lj_env *env, const char *path)
     lajit_status st = lj_bundle_create(env, path, &b);
     if (st != LAJIT_OK)
         return st;
-    lj_bundle_item it = {"la_fwd", "sm_90a", "bucket", "BLOCK=64", "p", "e", bundle_key, 0,
-                         cubin, sizeof cubin};
-    lj_bundle_item p = {"la_fwd", "sm_80", "bucket", "BLOCK=64", "p", "e", bundle_key, 1,
-                        "// ptx", 7};
+    lj_bundle_item it = {"la_fwd", "sm_90a",   "bucket", "BLOCK=64", "p",
+                         "e",      bundle_key, 0,        cubin,      sizeof cubin};
+    lj_bundle_item p = {"la_fwd", "sm_80",    "bucket", "BLOCK=64", "p",
+                        "e",      bundle_key, 1,        "// ptx",   7};
     if ((st = lj_bundle_add(b, &it)) != LAJIT_OK || (st = lj_bundle_add(b, &p)) != LAJIT_OK) {
         lj_bundle_abort(b);
         return st;
@@ -585,8 +585,8 @@ LJ_TEST(gen_write_fs_fault_sweep)
     lj_lua *L;
     ASSERT_OK(lajit__ctx_lua(ctx, &L));
     static const char *const families[] = {"la_recurrent"}, *const archs[] = {"sm_80"};
-    static const char *const assign[] = {"dtype=f32", "B=2", "H=3", "N=5", "D=32", "E=16",
-                                         "decay=1"};
+    static const char *const assign[] = {"dtype=f32", "B=2",  "H=3",    "N=5",
+                                         "D=32",      "E=16", "decay=1"};
     lj_gen_opts o;
     memset(&o, 0, sizeof o);
     o.families = families;

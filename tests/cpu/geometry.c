@@ -72,8 +72,8 @@ static void check_family(const char *name)
             if (lj_kernel_compile(env, &job, &c) != LAJIT_OK)
                 lj_test_fail(__FILE__, __LINE__, "%s problem %d on %s: %s", name, i, archs[a],
                              lajit_errmsg(ctx));
-            lj_cache_entry e = {c.image, c.image_size, c.regs, c.spill_stores, c.spill_loads,
-                                c.stack_bytes, c.smem_static, 0};
+            lj_cache_entry e = {c.image,       c.image_size,  c.regs,        c.spill_stores,
+                                c.spill_loads, c.stack_bytes, c.smem_static, 0};
             char why[512];
             if (!lj_resources_check(&claim, &e, launch.smem, why, sizeof why))
                 lj_test_fail(__FILE__, __LINE__, "%s problem %d on %s: %s", name, i, archs[a], why);
@@ -87,12 +87,30 @@ static void check_family(const char *name)
     lajit_ctx_destroy(ctx);
 }
 
-LJ_TEST(la_fwd_constants_compile) { check_family("la_fwd"); }
-LJ_TEST(la_fwd_sm90_constants_compile) { check_family("la_fwd_sm90"); }
-LJ_TEST(la_bwd_constants_compile) { check_family("la_bwd"); }
-LJ_TEST(la_bwd_sm90_constants_compile) { check_family("la_bwd_sm90"); }
-LJ_TEST(la_decode_constants_compile) { check_family("la_decode"); }
-LJ_TEST(la_recurrent_constants_compile) { check_family("la_recurrent"); }
+LJ_TEST(la_fwd_constants_compile)
+{
+    check_family("la_fwd");
+}
+LJ_TEST(la_fwd_sm90_constants_compile)
+{
+    check_family("la_fwd_sm90");
+}
+LJ_TEST(la_bwd_constants_compile)
+{
+    check_family("la_bwd");
+}
+LJ_TEST(la_bwd_sm90_constants_compile)
+{
+    check_family("la_bwd_sm90");
+}
+LJ_TEST(la_decode_constants_compile)
+{
+    check_family("la_decode");
+}
+LJ_TEST(la_recurrent_constants_compile)
+{
+    check_family("la_recurrent");
+}
 
 /* A kernel given less shared memory than its layout needs does not compile: the static_assert
  * is live (for each family whose kernel checks SMEM against a dynamic layout). */
@@ -131,9 +149,18 @@ static void check_smem_assert(const char *name, const char *arch)
     lajit_ctx_destroy(ctx);
 }
 
-LJ_TEST(inconsistent_smem_trips_static_assert_la_fwd) { check_smem_assert("la_fwd", "sm_80"); }
-LJ_TEST(inconsistent_smem_trips_static_assert_la_fwd_sm90) { check_smem_assert("la_fwd_sm90", "sm_90a"); }
-LJ_TEST(inconsistent_smem_trips_static_assert_la_decode) { check_smem_assert("la_decode", "sm_90a"); }
+LJ_TEST(inconsistent_smem_trips_static_assert_la_fwd)
+{
+    check_smem_assert("la_fwd", "sm_80");
+}
+LJ_TEST(inconsistent_smem_trips_static_assert_la_fwd_sm90)
+{
+    check_smem_assert("la_fwd_sm90", "sm_90a");
+}
+LJ_TEST(inconsistent_smem_trips_static_assert_la_decode)
+{
+    check_smem_assert("la_decode", "sm_90a");
+}
 
 /* The resource check: within the claim passes; spills, a stack frame, too many registers or too
  * much shared memory (static + dynamic) each fail with a reason. */

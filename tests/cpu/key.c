@@ -4,8 +4,7 @@
 #include "key.h"
 #include "test.h"
 
-static const char *const k_opts[] = {"--gpu-architecture=sm_90a", "-std=c++17",
-                                     "-default-device"};
+static const char *const k_opts[] = {"--gpu-architecture=sm_90a", "-std=c++17", "-default-device"};
 
 typedef struct fixture {
     char source[64];
@@ -74,16 +73,16 @@ LJ_TEST(sensitive_to_every_input)
     const lj_key base = key_of(&f);
     lj_key seen[16];
     int n = 0;
-#define MUTATE(stmt)                                                    \
-    do {                                                                \
-        fixture_init(&f);                                               \
-        stmt;                                                           \
-        lj_key k_ = key_of(&f);                                         \
-        if (lj_key_equal(k_, base))                                     \
+#define MUTATE(stmt)                                                        \
+    do {                                                                    \
+        fixture_init(&f);                                                   \
+        stmt;                                                               \
+        lj_key k_ = key_of(&f);                                             \
+        if (lj_key_equal(k_, base))                                         \
             lj_test_fail(__FILE__, __LINE__, "key unchanged by %s", #stmt); \
-        for (int i_ = 0; i_ < n; i_++)                                  \
-            ASSERT_TRUE(!lj_key_equal(k_, seen[i_]));                   \
-        seen[n++] = k_;                                                 \
+        for (int i_ = 0; i_ < n; i_++)                                      \
+            ASSERT_TRUE(!lj_key_equal(k_, seen[i_]));                       \
+        seen[n++] = k_;                                                     \
     } while (0)
     MUTATE(f.source[0] = 'E');
     MUTATE(f.source[strlen(f.source) - 1] = ' ');

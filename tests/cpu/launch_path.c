@@ -286,7 +286,8 @@ LJ_TEST(bwd_passes_and_their_params)
     setup_open(&u);
     const lj_driver *drv = lj_fake_driver();
     CUdeviceptr g, dq, dk, dv, dsn, ds0, ds;
-    size_t nq = (size_t)B * H * N * D * 4, nv = (size_t)B * H * N * E * 4, ns = (size_t)B * H * D * E * 4;
+    size_t nq = (size_t)B * H * N * D * 4, nv = (size_t)B * H * N * E * 4,
+           ns = (size_t)B * H * D * E * 4;
     ASSERT_EQ(drv->cuMemAlloc(&g, nv), CUDA_SUCCESS);
     ASSERT_EQ(drv->cuMemAlloc(&dq, nq), CUDA_SUCCESS);
     ASSERT_EQ(drv->cuMemAlloc(&dk, nq), CUDA_SUCCESS);
@@ -296,7 +297,8 @@ LJ_TEST(bwd_passes_and_their_params)
     ASSERT_EQ(drv->cuMemAlloc(&ds, H * 4), CUDA_SUCCESS);
     DLTensor tg = make(g, 4, u.vshape, kDLFloat, 32), tdq = make(dq, 4, u.qshape, kDLFloat, 32);
     DLTensor tdk = make(dk, 4, u.qshape, kDLFloat, 32), tdv = make(dv, 4, u.vshape, kDLFloat, 32);
-    DLTensor tdsn = make(dsn, 4, u.stshape, kDLFloat, 32), tds0 = make(ds0, 4, u.stshape, kDLFloat, 32);
+    DLTensor tdsn = make(dsn, 4, u.stshape, kDLFloat, 32),
+             tds0 = make(ds0, 4, u.stshape, kDLFloat, 32);
     DLTensor tds = make(ds, 1, u.sshape, kDLFloat, 32);
     lajit_attn_bwd_args a;
     memset(&a, 0, sizeof a);

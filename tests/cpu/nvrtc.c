@@ -38,7 +38,10 @@ static void compile_cubin(const char *arch)
     if (s != LAJIT_OK)
         lj_test_fail(__FILE__, __LINE__, "%s: %s", arch, env.errmsg);
     ASSERT_TRUE(c.image_size > 4);
-    ASSERT_TRUE(memcmp(c.image, "\x7f" "ELF", 4) == 0);
+    ASSERT_TRUE(memcmp(c.image,
+                       "\x7f"
+                       "ELF",
+                       4) == 0);
     ASSERT_TRUE(c.log != NULL);
     ASSERT_TRUE(c.regs >= 0);
     ASSERT_EQ(c.smem_static, 64 * 4);
@@ -331,7 +334,10 @@ static int compile_all(lj_env *env, lj_kernel_job jobs[N_TASKS])
             ASSERT_CONTAINS(tasks[i].error, "out of host memory");
             ASSERT_TRUE(tasks[i].compiled.image == NULL);
         } else {
-            ASSERT_TRUE(memcmp(tasks[i].compiled.image, "\x7f" "ELF", 4) == 0);
+            ASSERT_TRUE(memcmp(tasks[i].compiled.image,
+                               "\x7f"
+                               "ELF",
+                               4) == 0);
         }
         lj_compile_task_free(env, &tasks[i]);
     }

@@ -74,8 +74,10 @@ static void fwd_case_open(fwd_case *c)
     c->p.B = B, c->p.H = H, c->p.N = N, c->p.D = D, c->p.E = E, c->p.T = 1;
 }
 
-static const char memory_image[] = "\x7f" "ELF memory cache image";
-static const char bundle_image[] = "\x7f" "ELF bundle image";
+static const char memory_image[] = "\x7f"
+                                   "ELF memory cache image";
+static const char bundle_image[] = "\x7f"
+                                   "ELF bundle image";
 
 /* A bundle at path holding bundle_image for la_recurrent on the fake device's arch with the
  * configuration `config` (for the source key of `key_config`, or none when NULL). */

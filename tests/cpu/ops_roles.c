@@ -41,23 +41,23 @@ static la_params reference_pass(const la_params *lp, int part, int has_initial, 
     sp.s0 = sp.sn = sp.ds0 = sp.dsn = (la_tensor4){0};
     sp.dsdecay = sp.workspace = 0;
     switch (part) {
-    case 0:
-        sp.q = lp->dout, sp.k = lp->v, sp.v = lp->k, sp.o = lp->dq;
-        if (has_initial)
-            sp.s0 = transposed(lp->s0);
-        sp.D = lp->E, sp.E = lp->D;
-        break;
-    case 1:
-        sp.q = lp->k, sp.k = lp->q, sp.v = lp->dout, sp.o = lp->dv;
-        sp.s0 = lp->dsn;
-        sp.sn = lp->ds0;
-        break;
-    default:
-        sp.q = lp->v, sp.k = lp->dout, sp.v = lp->q, sp.o = lp->dk;
-        if (has_dsn)
-            sp.s0 = transposed(lp->dsn);
-        sp.D = lp->E, sp.E = lp->D;
-        break;
+        case 0:
+            sp.q = lp->dout, sp.k = lp->v, sp.v = lp->k, sp.o = lp->dq;
+            if (has_initial)
+                sp.s0 = transposed(lp->s0);
+            sp.D = lp->E, sp.E = lp->D;
+            break;
+        case 1:
+            sp.q = lp->k, sp.k = lp->q, sp.v = lp->dout, sp.o = lp->dv;
+            sp.s0 = lp->dsn;
+            sp.sn = lp->ds0;
+            break;
+        default:
+            sp.q = lp->v, sp.k = lp->dout, sp.v = lp->q, sp.o = lp->dk;
+            if (has_dsn)
+                sp.s0 = transposed(lp->dsn);
+            sp.D = lp->E, sp.E = lp->D;
+            break;
     }
     return sp;
 }

@@ -62,11 +62,13 @@ LJ_TEST(forward_and_backward_match_the_python_specification)
 {
     data d;
     load(&d);
-    double lam = exp(-d.s), o[N * E], SN[D * E], dq[N * D], dk[N * D], dv[N * E], dS0[D * E], ds, bound;
+    double lam = exp(-d.s), o[N * E], SN[D * E], dq[N * D], dk[N * D], dv[N * E], dS0[D * E], ds,
+           bound;
     la_ref_forward(N, D, E, d.q, d.k, d.v, lam, d.sigma, d.S0, o, SN);
     ASSERT_LE_F(max_diff(o, d.o, N * E), 1e-12);
     ASSERT_LE_F(max_diff(SN, d.SN, D * E), 1e-12);
-    la_ref_backward(N, D, E, d.q, d.k, d.v, d.dO, lam, d.sigma, d.S0, d.dSN, dq, dk, dv, dS0, &ds, &bound);
+    la_ref_backward(N, D, E, d.q, d.k, d.v, d.dO, lam, d.sigma, d.S0, d.dSN, dq, dk, dv, dS0, &ds,
+                    &bound);
     ASSERT_LE_F(max_diff(dq, d.dq, N * D), 1e-12);
     ASSERT_LE_F(max_diff(dk, d.dk, N * D), 1e-12);
     ASSERT_LE_F(max_diff(dv, d.dv, N * E), 1e-12);
@@ -93,7 +95,8 @@ LJ_TEST(backward_matches_finite_differences)
     data d;
     load(&d);
     double lam = exp(-d.s), dq[N * D], dk[N * D], dv[N * E], dS0[D * E], ds, bound;
-    la_ref_backward(N, D, E, d.q, d.k, d.v, d.dO, lam, d.sigma, d.S0, d.dSN, dq, dk, dv, dS0, &ds, &bound);
+    la_ref_backward(N, D, E, d.q, d.k, d.v, d.dO, lam, d.sigma, d.S0, d.dSN, dq, dk, dv, dS0, &ds,
+                    &bound);
     const double h = 1e-6;
     double *params[4] = {d.q, d.k, d.v, d.S0};
     const double *grads[4] = {dq, dk, dv, dS0};
@@ -109,7 +112,8 @@ LJ_TEST(backward_matches_finite_differences)
             ASSERT_LE_F(fabs((up - down) / (2 * h) - grads[p][i]), 1e-6);
         }
     }
-    double fd = (loss(&d, d.q, d.k, d.v, d.s + h, d.S0) - loss(&d, d.q, d.k, d.v, d.s - h, d.S0)) / (2 * h);
+    double fd =
+        (loss(&d, d.q, d.k, d.v, d.s + h, d.S0) - loss(&d, d.q, d.k, d.v, d.s - h, d.S0)) / (2 * h);
     ASSERT_LE_F(fabs(fd - ds), 1e-6);
 }
 

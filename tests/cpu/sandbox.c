@@ -71,15 +71,18 @@ LJ_TEST(loops_that_hooks_cannot_see_are_closed)
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     ASSERT_STATUS(run(L, "xpcall(error, function() while true do end end)"), LAJIT_ERR_TEMPLATE);
-    ASSERT_STATUS(run(L, "setmetatable({}, {__gc = function() while true do end end})"), LAJIT_ERR_TEMPLATE);
-    ASSERT_CONTAINS(env.errmsg, "__gc");
-    ASSERT_STATUS(run(L, "local x <close> = setmetatable({}, {__close = function() while true do end end})"),
+    ASSERT_STATUS(run(L, "setmetatable({}, {__gc = function() while true do end end})"),
                   LAJIT_ERR_TEMPLATE);
+    ASSERT_CONTAINS(env.errmsg, "__gc");
+    ASSERT_STATUS(
+        run(L, "local x <close> = setmetatable({}, {__close = function() while true do end end})"),
+        LAJIT_ERR_TEMPLATE);
     ASSERT_OK(run(L, "assert(string.rep('', math.maxinteger) == '')"));
     ASSERT_STATUS(run(L, "local s = string.rep('x', math.maxinteger)"), LAJIT_ERR_LIMIT);
     ASSERT_STATUS(run(L, "table.move({1}, 1, math.maxinteger, 2)"), LAJIT_ERR_TEMPLATE);
     /* pcall cannot swallow the instruction limit. */
-    ASSERT_STATUS(run(L, "while true do pcall(function() while true do end end) end"), LAJIT_ERR_LIMIT);
+    ASSERT_STATUS(run(L, "while true do pcall(function() while true do end end) end"),
+                  LAJIT_ERR_LIMIT);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     ASSERT_LE_F(secs, 120.0);
@@ -151,7 +154,8 @@ LJ_TEST(template_dir_cannot_escape)
     size_t len;
     ASSERT_OK(lj_lua_read_template(L, "toy/toy.cu", &text, &len));
     ASSERT_TRUE(len > 0);
-    ASSERT_STATUS(lj_lua_read_template(L, "../../../etc/passwd", &text, &len), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_STATUS(lj_lua_read_template(L, "../../../etc/passwd", &text, &len),
+                  LAJIT_ERR_INVALID_ARGUMENT);
     ASSERT_STATUS(lj_lua_read_template(L, "/etc/passwd", &text, &len), LAJIT_ERR_INVALID_ARGUMENT);
     ASSERT_STATUS(lj_lua_read_template(L, "toy/missing.cu", &text, &len), LAJIT_ERR_NOT_FOUND);
     lj_lua_close(L);
@@ -206,8 +210,8 @@ LJ_TEST(template_dir_refuses_links_fifos_and_huge_files)
     ASSERT_STATUS(lj_lua_read_template(L, "toy/huge.cu", &text, &len), LAJIT_ERR_IO);
     ASSERT_CONTAINS(env.errmsg, "larger than");
     /* Paths that are not plain relative paths never reach the file system. */
-    static const char *const odd[] = {"toy/./ok.cu", "toy//ok.cu", "toy/", "./toy/ok.cu", "toy/../toy/ok.cu",
-                                      "toy/ok.cu\n", "", "toy/o k.cu"};
+    static const char *const odd[] = {"toy/./ok.cu",      "toy//ok.cu",  "toy/", "./toy/ok.cu",
+                                      "toy/../toy/ok.cu", "toy/ok.cu\n", "",     "toy/o k.cu"};
     for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++)
         ASSERT_STATUS(lj_lua_read_template(L, odd[i], &text, &len), LAJIT_ERR_INVALID_ARGUMENT);
     /* All the files one state reads together are capped too: 17 of 1 MiB each go over 16 MiB. */
@@ -255,8 +259,11 @@ LJ_TEST(import_runs_template_lua_only)
     ASSERT_OK(run(L, "local s = import('common/scan.lua') assert(type(s.valid) == 'function')"
                      " assert(import('common/scan.lua') == s)"));
     const char *refused[] = {
-        "import('common/la_params.h')", "import('/etc/passwd.lua')", "import('../x.lua')",
-        "import('common/missing.lua')", "import(42)",
+        "import('common/la_params.h')",
+        "import('/etc/passwd.lua')",
+        "import('../x.lua')",
+        "import('common/missing.lua')",
+        "import(42)",
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         lajit_status st = run(L, refused[i]);
@@ -318,13 +325,15 @@ LJ_TEST(fault_every_allocation_open_load_expand)
         }
         if (st != LAJIT_OK) {
             failures++;
-            if (!(st == LAJIT_ERR_OUT_OF_MEMORY || st == LAJIT_ERR_TEMPLATE || st == LAJIT_ERR_LIMIT))
+            if (!(st == LAJIT_ERR_OUT_OF_MEMORY || st == LAJIT_ERR_TEMPLATE ||
+                  st == LAJIT_ERR_LIMIT))
                 lj_test_fail(__FILE__, __LINE__, "allocation %llu: %s: %s", (unsigned long long)n,
                              lajit_status_string(st), env.errmsg);
             ASSERT_TRUE(env.errmsg[0] != 0);
         }
     }
-    printf("%llu allocations on the path, %d failures reported\n", (unsigned long long)n - 1, failures);
+    printf("%llu allocations on the path, %d failures reported\n", (unsigned long long)n - 1,
+           failures);
     ASSERT_TRUE(failures > 0);
 }
 
@@ -367,10 +376,11 @@ LJ_TEST(fault_every_file_system_call_load_expand)
         }
         failures++;
         if (st != LAJIT_ERR_IO)
-            lj_test_fail(__FILE__, __LINE__, "file-system call %llu failing: %s: %s", (unsigned long long)n,
-                         lajit_status_string(st), env.errmsg);
+            lj_test_fail(__FILE__, __LINE__, "file-system call %llu failing: %s: %s",
+                         (unsigned long long)n, lajit_status_string(st), env.errmsg);
         ASSERT_TRUE(env.errmsg[0] != 0);
     }
-    printf("%llu file-system calls on the path, %d failures reported\n", (unsigned long long)n - 1, failures);
+    printf("%llu file-system calls on the path, %d failures reported\n", (unsigned long long)n - 1,
+           failures);
     ASSERT_TRUE(failures > 0);
 }

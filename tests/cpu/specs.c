@@ -39,18 +39,19 @@ static lj_lua *open_spec(const char *override)
     snprintf(path, sizeof path, "%s/bad/k.cu", dir);
     write_text(path, "// ${NAME} ${UNROLL}\n");
     char spec[8192];
-    snprintf(spec, sizeof spec,
-             "local s = {\n"
-             "  name = 'bad', op = 'fwd', params = { UNROLL = { 1, 2 } },\n"
-             "  problems = { { D = 16 } },\n"
-             "  valid = function() return true end,\n"
-             "  default = function() return { UNROLL = 1 } end,\n"
-             "  key = function() return 'k' end,\n"
-             "  launch = function() return { grid = { 1, 'H', 'B' }, block = { 32, 1, 1 }, smem = 0,\n"
-             "                               entry = 'k' } end,\n"
-             "  source = function() return { template = 'bad/k.cu', consts = { NAME = 'k' } } end,\n"
-             "}\n%s\nreturn s\n",
-             override);
+    snprintf(
+        spec, sizeof spec,
+        "local s = {\n"
+        "  name = 'bad', op = 'fwd', params = { UNROLL = { 1, 2 } },\n"
+        "  problems = { { D = 16 } },\n"
+        "  valid = function() return true end,\n"
+        "  default = function() return { UNROLL = 1 } end,\n"
+        "  key = function() return 'k' end,\n"
+        "  launch = function() return { grid = { 1, 'H', 'B' }, block = { 32, 1, 1 }, smem = 0,\n"
+        "                               entry = 'k' } end,\n"
+        "  source = function() return { template = 'bad/k.cu', consts = { NAME = 'k' } } end,\n"
+        "}\n%s\nreturn s\n",
+        override);
     snprintf(path, sizeof path, "%s/bad/family.lua", dir);
     write_text(path, spec);
     lj_lua *L;
@@ -67,7 +68,8 @@ typedef struct bad_case {
 /* Calls fn of the loaded family; returns its status. */
 static lajit_status call_fn(lj_family *f, const char *fn)
 {
-    lj_problem p = {.op = LJ_OP_FWD, .dtype = LJ_BF16, .B = 1, .H = 1, .N = 64, .D = 16, .E = 16, .T = 1};
+    lj_problem p = {
+        .op = LJ_OP_FWD, .dtype = LJ_BF16, .B = 1, .H = 1, .N = 64, .D = 16, .E = 16, .T = 1};
     lj_device_info d;
     ASSERT_TRUE(lj_device_info_for_arch("sm_90a", &d));
     lj_config c = {.n = 1, .names = {"UNROLL"}, .values = {1}};
@@ -108,8 +110,8 @@ static void expect_errors(const bad_case *cases, size_t n)
         char want[64];
         snprintf(want, sizeof want, "bad.%s", cases[i].fn);
         if (!strstr(env.errmsg, want) || !strstr(env.errmsg, cases[i].says))
-            lj_test_fail(__FILE__, __LINE__, "%s: message \"%s\" lacks \"%s\" or \"%s\"", cases[i].override,
-                         env.errmsg, want, cases[i].says);
+            lj_test_fail(__FILE__, __LINE__, "%s: message \"%s\" lacks \"%s\" or \"%s\"",
+                         cases[i].override, env.errmsg, want, cases[i].says);
         ASSERT_EQ(lua_gettop(lj_lua_state(L)), top);
         /* The state is still good: a well-formed call goes through. */
         ASSERT_OK(call_fn(f, strcmp(cases[i].fn, "key") == 0 ? "valid" : "key"));
@@ -124,36 +126,52 @@ static void expect_errors(const bad_case *cases, size_t n)
 LJ_TEST(bad_launch_results_are_errors)
 {
     static const bad_case cases[] = {
-        {LAUNCH("{ grid = { 0, 'H', 'B' }, block = { 32, 1, 1 }, entry = 'k' }"), "launch", "grid[1]"},
+        {LAUNCH("{ grid = { 0, 'H', 'B' }, block = { 32, 1, 1 }, entry = 'k' }"), "launch",
+         "grid[1]"},
         {LAUNCH("{ block = { 32, 1, 1 }, entry = 'k' }"), "launch", "grid"},
         {LAUNCH("{ grid = { 1, 1, 1, 1 }, block = { 32, 1, 1 }, entry = 'k' }"), "launch", "grid"},
-        {LAUNCH("{ grid = { 1, 'Q', 1 }, block = { 32, 1, 1 }, entry = 'k' }"), "launch", "grid[2]"},
-        {LAUNCH("{ grid = { 1, 1, 1 << 40 }, block = { 32, 1, 1 }, entry = 'k' }"), "launch", "grid[3]"},
-        {LAUNCH("{ grid = { 1.5, 1, 1 }, block = { 32, 1, 1 }, entry = 'k' }"), "launch", "grid[1]"},
+        {LAUNCH("{ grid = { 1, 'Q', 1 }, block = { 32, 1, 1 }, entry = 'k' }"), "launch",
+         "grid[2]"},
+        {LAUNCH("{ grid = { 1, 1, 1 << 40 }, block = { 32, 1, 1 }, entry = 'k' }"), "launch",
+         "grid[3]"},
+        {LAUNCH("{ grid = { 1.5, 1, 1 }, block = { 32, 1, 1 }, entry = 'k' }"), "launch",
+         "grid[1]"},
         {LAUNCH("{ grid = { -3, 1, 1 }, block = { 32, 1, 1 }, entry = 'k' }"), "launch", "grid[1]"},
-        {LAUNCH("{ grid = { { 'N' }, 1, 1 }, block = { 32, 1, 1 }, entry = 'k' }"), "launch", "grid[1]"},
-        {LAUNCH("{ grid = { { 'N', 0 }, 1, 1 }, block = { 32, 1, 1 }, entry = 'k' }"), "launch", "grid[1]"},
-        {LAUNCH("{ grid = { { 'N', 64, 9 }, 1, 1 }, block = { 32, 1, 1 }, entry = 'k' }"), "launch", "grid[1]"},
+        {LAUNCH("{ grid = { { 'N' }, 1, 1 }, block = { 32, 1, 1 }, entry = 'k' }"), "launch",
+         "grid[1]"},
+        {LAUNCH("{ grid = { { 'N', 0 }, 1, 1 }, block = { 32, 1, 1 }, entry = 'k' }"), "launch",
+         "grid[1]"},
+        {LAUNCH("{ grid = { { 'N', 64, 9 }, 1, 1 }, block = { 32, 1, 1 }, entry = 'k' }"), "launch",
+         "grid[1]"},
         {LAUNCH("{ grid = { {}, 1, 1 }, block = { 32, 1, 1 }, entry = 'k' }"), "launch", "grid[1]"},
         {LAUNCH("{ grid = 'N', block = { 32, 1, 1 }, entry = 'k' }"), "launch", "grid"},
-        {LAUNCH("{ grid = { 1, 1, 1 }, block = { 32, 'x', 1 }, entry = 'k' }"), "launch", "block[2]"},
+        {LAUNCH("{ grid = { 1, 1, 1 }, block = { 32, 'x', 1 }, entry = 'k' }"), "launch",
+         "block[2]"},
         {LAUNCH("{ grid = { 1, 1, 1 }, block = { -1, 1, 1 }, entry = 'k' }"), "launch", "block[1]"},
-        {LAUNCH("{ grid = { 1, 1, 1 }, block = { 1 << 62, 1 << 62, 1 << 62 }, entry = 'k' }"), "launch", "block[1]"},
-        {LAUNCH("{ grid = { 1, 1, 1 }, block = { 1024, 1024, 1 }, entry = 'k' }"), "launch", "threads"},
+        {LAUNCH("{ grid = { 1, 1, 1 }, block = { 1 << 62, 1 << 62, 1 << 62 }, entry = 'k' }"),
+         "launch", "block[1]"},
+        {LAUNCH("{ grid = { 1, 1, 1 }, block = { 1024, 1024, 1 }, entry = 'k' }"), "launch",
+         "threads"},
         {LAUNCH("{ grid = { 1, 1, 1 }, block = { 32, 1 }, entry = 'k' }"), "launch", "block"},
-        {LAUNCH("{ grid = { 1, 1, 1 }, block = { 32, 1, 1 }, smem = -5, entry = 'k' }"), "launch", "smem"},
-        {LAUNCH("{ grid = { 1, 1, 1 }, block = { 32, 1, 1 }, smem = 'big', entry = 'k' }"), "launch", "smem"},
-        {LAUNCH("{ grid = { 1, 1, 1 }, block = { 32, 1, 1 }, smem = 1 << 40, entry = 'k' }"), "launch", "smem"},
+        {LAUNCH("{ grid = { 1, 1, 1 }, block = { 32, 1, 1 }, smem = -5, entry = 'k' }"), "launch",
+         "smem"},
+        {LAUNCH("{ grid = { 1, 1, 1 }, block = { 32, 1, 1 }, smem = 'big', entry = 'k' }"),
+         "launch", "smem"},
+        {LAUNCH("{ grid = { 1, 1, 1 }, block = { 32, 1, 1 }, smem = 1 << 40, entry = 'k' }"),
+         "launch", "smem"},
         {LAUNCH("{ grid = { 1, 1, 1 }, block = { 32, 1, 1 } }"), "launch", "entry"},
         {LAUNCH("{ grid = { 1, 1, 1 }, block = { 32, 1, 1 }, entry = 5 }"), "launch", "entry"},
         {LAUNCH("{ grid = { 1, 1, 1 }, block = { 32, 1, 1 }, entry = 'a b' }"), "launch", "entry"},
-        {LAUNCH("{ grid = { 1, 1, 1 }, block = { 32, 1, 1 }, entry = string.rep('k', 100) }"), "launch", "entry"},
+        {LAUNCH("{ grid = { 1, 1, 1 }, block = { 32, 1, 1 }, entry = string.rep('k', 100) }"),
+         "launch", "entry"},
         {LAUNCH("42"), "launch", "table"},
         {LAUNCH("nil"), "launch", "table"},
         /* Metamethods never run while results are read: an __index that loops, or a __len that
          * lies, is not consulted. */
-        {LAUNCH("setmetatable({}, { __index = function() while true do end end })"), "launch", "grid"},
-        {LAUNCH("{ grid = setmetatable({}, { __len = function() return 3 end }), block = { 32, 1, 1 }, entry = 'k' }"),
+        {LAUNCH("setmetatable({}, { __index = function() while true do end end })"), "launch",
+         "grid"},
+        {LAUNCH("{ grid = setmetatable({}, { __len = function() return 3 end }), block = { 32, 1, "
+                "1 }, entry = 'k' }"),
          "launch", "grid"},
     };
     expect_errors(cases, sizeof cases / sizeof cases[0]);
@@ -166,8 +184,9 @@ LJ_TEST(bad_results_of_the_other_functions_are_errors)
         {"s.default = function() return {} end", "default", "UNROLL"},
         {"s.default = function() return { UNROLL = 'x' } end", "default", "UNROLL"},
         {"s.default = function() return { UNROLL = 2^70 } end", "default", "UNROLL"},
-        {"s.default = function() return setmetatable({}, { __index = function() return 1 end }) end", "default",
-         "UNROLL"},
+        {"s.default = function() return setmetatable({}, { __index = function() return 1 end }) "
+         "end",
+         "default", "UNROLL"},
         {"s.valid = function() return 'yes' end", "valid", "true, or false"},
         {"s.valid = function() return {} end", "valid", "true, or false"},
         {"s.key = function() return 5 end", "key", "string"},
@@ -176,8 +195,10 @@ LJ_TEST(bad_results_of_the_other_functions_are_errors)
         {"s.key = function() return '' end", "key", "printable"},
         {"s.source = function() return 5 end", "source", "template"},
         {"s.source = function() return { template = 5 } end", "source", "template"},
-        {"s.source = function() return { template = string.rep('a', 300) } end", "source", "template"},
-        {"s.source = function() return { template = 'bad/k.cu', consts = 5 } end", "source", "consts"},
+        {"s.source = function() return { template = string.rep('a', 300) } end", "source",
+         "template"},
+        {"s.source = function() return { template = 'bad/k.cu', consts = 5 } end", "source",
+         "consts"},
         {"s.source = function() error('boom') end", "source", "boom"},
     };
     expect_errors(cases, sizeof cases / sizeof cases[0]);
@@ -193,14 +214,17 @@ LJ_TEST(bad_declarations_are_refused_at_load)
         {"s.problems = { { B = -1 } }", "problems[1]: problem.B"},
         {"s.problems = { { D = 16 }, { dtype = 5 } }", "problems[2]: problem.dtype"},
         {"s.problems = { { D = 16 }, 7 }", "problems[2]"},
-        {"s.problems = {} for i = 1, 1000 do s.problems[i] = { D = 16 } end", "problems must be a list of 1 to 16"},
+        {"s.problems = {} for i = 1, 1000 do s.problems[i] = { D = 16 } end",
+         "problems must be a list of 1 to 16"},
         {"s.params = { UNROLL = { 1, 'x' } }", "params.UNROLL[2]"},
         {"s.params = { UNROLL = { 1, 1 } }", "params.UNROLL[2]"},
         {"s.params = { unroll = { 1 } }", "parameter names"},
         {"s.params = { UNROLL = 5 }", "params.UNROLL must be a list"},
         /* 4^7 = 16384 configurations: over the cap, refused at once instead of swept for days. */
-        {"s.params = {} for i = 1, 7 do s.params['P' .. i] = { 1, 2, 3, 4 } end", "over 4096 configurations"},
-        {"s.params = {} for i = 1, 5 do s.params['P' .. i] = {} for j = 1, 64 do s.params['P' .. i][j] = j end end",
+        {"s.params = {} for i = 1, 7 do s.params['P' .. i] = { 1, 2, 3, 4 } end",
+         "over 4096 configurations"},
+        {"s.params = {} for i = 1, 5 do s.params['P' .. i] = {} for j = 1, 64 do s.params['P' .. "
+         "i][j] = j end end",
          "over 4096 configurations"},
         {"s.archs = 'sm_90a'", "archs must be a list"},
         {"s = setmetatable({}, { __index = s })", "name must be"},
@@ -240,7 +264,8 @@ LJ_TEST(bad_declarations_are_refused_at_load)
  * instructions: an ADD and a FORLOOP per iteration.) */
 LJ_TEST(a_family_budget_bounds_repeated_calls)
 {
-    lj_lua *L = open_spec("s.valid = function() local n = 0 for i = 1, 75000000 do n = n + 1 end return true end");
+    lj_lua *L = open_spec(
+        "s.valid = function() local n = 0 for i = 1, 75000000 do n = n + 1 end return true end");
     lj_family *f;
     ASSERT_OK(lj_family_load(&env, L, "bad", &f));
     struct timespec t0, t1;
@@ -271,7 +296,8 @@ LJ_TEST(a_family_budget_bounds_repeated_calls)
     clock_gettime(CLOCK_MONOTONIC, &t1);
     ASSERT_LE_F((double)(t1.tv_sec - t2.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t2.tv_nsec), 5.0);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    printf("%d calls of 150 M instructions before the budget stopped them, %.1f s\n", ok_calls, secs);
+    printf("%d calls of 150 M instructions before the budget stopped them, %.1f s\n", ok_calls,
+           secs);
     lj_family_free(f);
     lj_lua_close(L);
 }

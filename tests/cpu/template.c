@@ -166,7 +166,8 @@ LJ_TEST(unterminated_substitution_is_an_error)
     lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
     const char text[] = "ok\nint x = ${1 + \n";
     char *code = NULL;
-    ASSERT_STATUS(lj_template_translate(&env, "u.cu", text, sizeof text - 1, &code), LAJIT_ERR_TEMPLATE);
+    ASSERT_STATUS(lj_template_translate(&env, "u.cu", text, sizeof text - 1, &code),
+                  LAJIT_ERR_TEMPLATE);
     ASSERT_CONTAINS(env.errmsg, "u.cu:2");
 }
 

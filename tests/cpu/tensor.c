@@ -40,7 +40,8 @@ static void expect_reject(const char *name, const DLTensor *t, int ndim, const i
                      lajit_status_string(st), env.errmsg);
     if (!strstr(env.errmsg, needle))
         lj_test_fail(__FILE__, line, "message \"%s\" lacks \"%s\"", env.errmsg, needle);
-    if (memcmp(before, shape, sizeof before) != 0 || dt != (lj_dtype)77 || out.s0 != 0x5a5a5a5a5a5a5a5aLL)
+    if (memcmp(before, shape, sizeof before) != 0 || dt != (lj_dtype)77 ||
+        out.s0 != 0x5a5a5a5a5a5a5a5aLL)
         lj_test_fail(__FILE__, line, "outputs written on failure");
 }
 #define REJECT(name, t, ndim, want, mask, needle) \
@@ -339,8 +340,9 @@ LJ_TEST(aliasing_and_overlap)
     ASSERT_TRUE(lj_tensor_overlaps(&s0.t, &far.t));
 
     ASSERT_OK(lj_tensor_check_disjoint(&env, "final_state", &sn.t, "initial_state", &s0.t, 1));
-    ASSERT_STATUS(lj_tensor_check_disjoint(&env, "final_state", &other.t, "initial_state", &s0.t, 1),
-                  LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_STATUS(
+        lj_tensor_check_disjoint(&env, "final_state", &other.t, "initial_state", &s0.t, 1),
+        LAJIT_ERR_INVALID_ARGUMENT);
     ASSERT_CONTAINS(env.errmsg, "final_state overlaps initial_state in memory without being");
     ASSERT_STATUS(lj_tensor_check_disjoint(&env, "o", &sn.t, "q", &s0.t, 0),
                   LAJIT_ERR_INVALID_ARGUMENT);
@@ -396,19 +398,19 @@ LJ_TEST(half_conversions_round_to_nearest_even)
     ASSERT_EQ(lj_f32_to_f16(65519.0f), 0x7bff);
     ASSERT_EQ(lj_f32_to_f16(65520.0f), 0x7c00); /* the tie rounds to even: Inf */
     ASSERT_EQ(lj_f32_to_f16(1e9f), 0x7c00);
-    ASSERT_EQ(lj_f32_to_f16(1.0f + 0x1p-11f), 0x3c00);        /* tie, to even */
-    ASSERT_EQ(lj_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02);    /* tie, to even */
+    ASSERT_EQ(lj_f32_to_f16(1.0f + 0x1p-11f), 0x3c00);     /* tie, to even */
+    ASSERT_EQ(lj_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02); /* tie, to even */
     ASSERT_EQ(lj_f32_to_f16(1.0f + 0x1p-11f + 0x1p-20f), 0x3c01);
     ASSERT_EQ(lj_f32_to_f16(0x1p-24f), 0x0001);
-    ASSERT_EQ(lj_f32_to_f16(0x1p-25f), 0x0000);               /* tie, to even */
-    ASSERT_EQ(lj_f32_to_f16(3 * 0x1p-25f), 0x0002);           /* tie, to even */
-    ASSERT_EQ(lj_f32_to_f16(0x1p-14f - 0x1p-26f), 0x0400);    /* rounds up to the normal */
+    ASSERT_EQ(lj_f32_to_f16(0x1p-25f), 0x0000);            /* tie, to even */
+    ASSERT_EQ(lj_f32_to_f16(3 * 0x1p-25f), 0x0002);        /* tie, to even */
+    ASSERT_EQ(lj_f32_to_f16(0x1p-14f - 0x1p-26f), 0x0400); /* rounds up to the normal */
     ASSERT_TRUE(isnan(lj_f16_to_f32(lj_f32_to_f16(NAN))));
     ASSERT_TRUE(isinf(lj_f16_to_f32(lj_f32_to_f16(-INFINITY))));
     ASSERT_EQ(lj_f32_to_bf16(1.0f), 0x3f80);
-    ASSERT_EQ(lj_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);        /* tie, to even */
-    ASSERT_EQ(lj_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82);    /* tie, to even */
-    ASSERT_EQ(lj_f32_to_bf16(3.4e38f), 0x7f80);               /* overflows to Inf */
+    ASSERT_EQ(lj_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);     /* tie, to even */
+    ASSERT_EQ(lj_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82); /* tie, to even */
+    ASSERT_EQ(lj_f32_to_bf16(3.4e38f), 0x7f80);            /* overflows to Inf */
     ASSERT_TRUE(isnan(lj_bf16_to_f32(lj_f32_to_bf16(NAN))));
     /* Every non-NaN 16-bit value survives a round trip exactly. */
     for (uint32_t h = 0; h < 0x10000; h++) {
@@ -497,7 +499,8 @@ LJ_TEST(rejects_negative_and_overflowing_strides)
     REJECT("k", &t.t, 3, NULL, LJ_TENSOR_FLOATS, "overflow 32 bits");
     /* Terms that fit alone but whose sum overflows. */
     int64_t two[3] = {2, 2, 64};
-    int64_t s_sum[3] = {INT64_MAX / 2 + 16 - (INT64_MAX / 2) % 16, INT64_MAX / 2 + 16 - (INT64_MAX / 2) % 16, 1};
+    int64_t s_sum[3] = {INT64_MAX / 2 + 16 - (INT64_MAX / 2) % 16,
+                        INT64_MAX / 2 + 16 - (INT64_MAX / 2) % 16, 1};
     make(&t, 3, two, s_sum, LJ_F32);
     REJECT("k", &t.t, 3, NULL, LJ_TENSOR_FLOATS, "overflow 32 bits");
 }

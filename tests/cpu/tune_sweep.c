@@ -98,12 +98,18 @@ LJ_TEST(eager_tuner)
     use_test_templates();
     sweep_launch dflt[SWEEP_MAX_LAUNCHES], tuned[SWEEP_MAX_LAUNCHES];
     int n_dflt, n_tuned;
-    sweep_case off = {.name = "toy, autotune off", .build = build_toy, .call = call_fwd,
-                      .before = remove_tunedb};
+    sweep_case off = {
+        .name = "toy, autotune off", .build = build_toy, .call = call_fwd, .before = remove_tunedb};
     sweep_reference(&off, dflt, &n_dflt);
-    sweep_case c = {.name = "eager tuner (toy: 6 candidates, one faults)", .build = build_toy,
-                    .call = call_fwd, .autotune = LAJIT_AUTOTUNE_EAGER, .before = remove_tunedb,
-                    .alt = dflt, .n_alt = n_dflt, .after = retune_after, .max_injections = 100};
+    sweep_case c = {.name = "eager tuner (toy: 6 candidates, one faults)",
+                    .build = build_toy,
+                    .call = call_fwd,
+                    .autotune = LAJIT_AUTOTUNE_EAGER,
+                    .before = remove_tunedb,
+                    .alt = dflt,
+                    .n_alt = n_dflt,
+                    .after = retune_after,
+                    .max_injections = 100};
     sweep_reference(&c, tuned, &n_tuned);
     /* The sweep means something only if tuning changes the launch. */
     ASSERT_TRUE(n_tuned == 1 && n_dflt == 1 && memcmp(&tuned[0], &dflt[0], sizeof tuned[0]) != 0);
@@ -124,9 +130,9 @@ static void log_event(void *user, const lj_gen_event *ev)
 {
     gen_log *g = user;
     ASSERT_TRUE(g->n < MAX_EVENTS);
-    snprintf(g->line[g->n++], sizeof g->line[0], "%s %s %s [%s] %s ptx=%d tuned=%d %zu",
-             ev->family, ev->arch, ev->problem, ev->config, ev->skipped ? ev->skipped : "-",
-             ev->ptx, ev->tuned, ev->size);
+    snprintf(g->line[g->n++], sizeof g->line[0], "%s %s %s [%s] %s ptx=%d tuned=%d %zu", ev->family,
+             ev->arch, ev->problem, ev->config, ev->skipped ? ev->skipped : "-", ev->ptx, ev->tuned,
+             ev->size);
 }
 
 static lajit_status load_family(void *user, const char *name, lj_family **out)
@@ -260,18 +266,22 @@ static uint64_t gen_iterate(gen_setup *s, uint64_t n, const gen_log *ref, gen_lo
                 lj_test_fail(__FILE__, __LINE__, "gen: allocation %llu failed: %s left behind",
                              (unsigned long long)n, first);
             if (lj_nvrtc_live_programs() != 0)
-                lj_test_fail(__FILE__, __LINE__, "gen: allocation %llu failed: %ld NVRTC programs "
-                             "alive", (unsigned long long)n, lj_nvrtc_live_programs());
+                lj_test_fail(__FILE__, __LINE__,
+                             "gen: allocation %llu failed: %ld NVRTC programs "
+                             "alive",
+                             (unsigned long long)n, lj_nvrtc_live_programs());
             lajit_status again = gen_call(ctx, s, got);
             if (again != LAJIT_OK)
-                lj_test_fail(__FILE__, __LINE__, "gen: after allocation %llu failed, the same "
-                             "write failed: %s: %s", (unsigned long long)n,
-                             lajit_status_string(again), lajit_errmsg(ctx));
+                lj_test_fail(__FILE__, __LINE__,
+                             "gen: after allocation %llu failed, the same "
+                             "write failed: %s: %s",
+                             (unsigned long long)n, lajit_status_string(again), lajit_errmsg(ctx));
         }
         if (!same_log(got, ref))
-            lj_test_fail(__FILE__, __LINE__, "gen: allocation %llu failed (%s): the bundle's "
-                         "kernels differ from the reference", (unsigned long long)n,
-                         lajit_status_string(st));
+            lj_test_fail(__FILE__, __LINE__,
+                         "gen: allocation %llu failed (%s): the bundle's "
+                         "kernels differ from the reference",
+                         (unsigned long long)n, lajit_status_string(st));
     }
     lajit_ctx_destroy(ctx);
     ASSERT_EQ(lj_nvrtc_live_programs(), 0);
@@ -394,8 +404,11 @@ LJ_TEST(first_call_from_a_bundle)
 {
     char path[1024];
     bundle_only(path, sizeof path);
-    sweep_case c = {.name = "fwd from a bundle (toy, sm_90a, no NVRTC)", .build = build_toy_plain,
-                    .call = call_fwd, .ctx_flags = LAJIT_CTX_NO_DISK_CACHE, .bundle = path};
+    sweep_case c = {.name = "fwd from a bundle (toy, sm_90a, no NVRTC)",
+                    .build = build_toy_plain,
+                    .call = call_fwd,
+                    .ctx_flags = LAJIT_CTX_NO_DISK_CACHE,
+                    .bundle = path};
     sweep_result r;
     sweep_run(&c, &r);
 }
@@ -452,8 +465,9 @@ LJ_TEST(ctx_create_with_a_bundle)
         }
         lajit_ctx_destroy(ctx);
     }
-    printf("lajit_ctx_create with a bundle: %llu allocation sites, %llu failures injected: %d ended "
-           "in out of memory, %llu recovered; every one clean\n",
-           sites, sites, errors, sites - (unsigned long long)errors);
+    printf(
+        "lajit_ctx_create with a bundle: %llu allocation sites, %llu failures injected: %d ended "
+        "in out of memory, %llu recovered; every one clean\n",
+        sites, sites, errors, sites - (unsigned long long)errors);
     ASSERT_TRUE(errors > 0);
 }

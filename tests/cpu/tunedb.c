@@ -215,7 +215,8 @@ LJ_TEST(eight_processes)
                 int found = 0;
                 if (lj_tunedb_record(db, &id, r, 2, "BLOCK=8", 9.0) != LAJIT_OK ||
                     lj_tunedb_release(db, &id) != LAJIT_OK ||
-                    lj_tunedb_winner(db, &id, found_cfg, sizeof found_cfg, NULL, &found) != LAJIT_OK ||
+                    lj_tunedb_winner(db, &id, found_cfg, sizeof found_cfg, NULL, &found) !=
+                        LAJIT_OK ||
                     !found || strcmp(found_cfg, cfg) != 0) {
                     fprintf(stderr, "child %d bucket %d: %s\n", p, b, env.errmsg);
                     _exit(1);
@@ -548,8 +549,9 @@ LJ_TEST(foreign_sqlite_file)
     db_path(path, sizeof path);
     sqlite3 *s;
     ASSERT_EQ(sqlite3_open(path, &s), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(s, "CREATE TABLE winners(x); INSERT INTO winners VALUES(1)", NULL,
-                           NULL, NULL), SQLITE_OK);
+    ASSERT_EQ(
+        sqlite3_exec(s, "CREATE TABLE winners(x); INSERT INTO winners VALUES(1)", NULL, NULL, NULL),
+        SQLITE_OK);
     sqlite3_close(s);
     expect_recovered();
 }
@@ -769,9 +771,9 @@ LJ_TEST(import_refuses_hostile_values)
     ASSERT_OK(lj_tunedb_open(&env, dir(), &db));
     char file[1024];
     snprintf(file, sizeof file, "%s/hostile.jsonl", lj_test_tmpdir());
-#define ROW(fields)                                                                           \
-    "{\"kind\":\"measurement\",\"device\":\"NVIDIA H200\",\"cc\":90,\"sms\":132,"            \
-    "\"driver\":13000,\"nvrtc\":12080,\"family\":\"la_fwd\",\"template_hash\":"              \
+#define ROW(fields)                                                               \
+    "{\"kind\":\"measurement\",\"device\":\"NVIDIA H200\",\"cc\":90,\"sms\":132," \
+    "\"driver\":13000,\"nvrtc\":12080,\"family\":\"la_fwd\",\"template_hash\":"   \
     "\"0123456789abcdef\",\"bucket\":\"b\"," fields "}\n"
     const char *good = ROW("\"config\":\"BLOCK=64\",\"ms\":1.5,\"at\":100");
     const char *bad[] = {
@@ -812,7 +814,8 @@ LJ_TEST(import_refuses_hostile_values)
         int rows = -1;
         lajit_status st = lj_tunedb_import(db, file, &local, 1, &rows);
         if (st != LAJIT_ERR_INVALID_ARGUMENT)
-            lj_test_fail(__FILE__, __LINE__, "line %zu accepted (%s): %s", i, lajit_status_string(st), bad[i]);
+            lj_test_fail(__FILE__, __LINE__, "line %zu accepted (%s): %s", i,
+                         lajit_status_string(st), bad[i]);
         ASSERT_EQ(rows, -1);
         ASSERT_CONTAINS(env.errmsg, "hostile.jsonl:2:");
     }
@@ -845,9 +848,9 @@ LJ_TEST(import_measurement_needs_one_result)
     ASSERT_OK(lj_tunedb_open(&env, dir(), &db));
     char file[1024];
     snprintf(file, sizeof file, "%s/results.jsonl", lj_test_tmpdir());
-#define ROW(fields)                                                                           \
-    "{\"kind\":\"measurement\",\"device\":\"NVIDIA H200\",\"cc\":90,\"sms\":132,"            \
-    "\"driver\":13000,\"nvrtc\":12080,\"family\":\"la_fwd\",\"template_hash\":"              \
+#define ROW(fields)                                                               \
+    "{\"kind\":\"measurement\",\"device\":\"NVIDIA H200\",\"cc\":90,\"sms\":132," \
+    "\"driver\":13000,\"nvrtc\":12080,\"family\":\"la_fwd\",\"template_hash\":"   \
     "\"0123456789abcdef\",\"bucket\":\"b\",\"config\":\"BLOCK=64\"," fields "}\n"
     const char *bad[] = {
         ROW("\"failure\":\"\""),

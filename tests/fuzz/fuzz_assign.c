@@ -12,7 +12,7 @@
 #include "problem.h"
 
 #define MAX_LINES 64
-#define MAX_LINE 512
+#define MAX_LINE  512
 
 static const char *const family_names[] = {"la_fwd", "la_decode"};
 #define N_FAMILIES (sizeof family_names / sizeof family_names[0])

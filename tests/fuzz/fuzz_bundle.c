@@ -39,7 +39,8 @@ static void ask(lj_bundle *b, int *counted, int *served, int *configs)
         const void *image = NULL;
         size_t size = 0;
         if (lj_bundle_find(b, key, finds[i].arch, finds[i].ptx, &image, &size, &found) ==
-                LAJIT_OK && found) {
+                LAJIT_OK &&
+            found) {
             touch(image, size);
             ++*served;
         }
@@ -51,7 +52,8 @@ static void ask(lj_bundle *b, int *counted, int *served, int *configs)
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
         char config[256];
         if (lj_bundle_config(b, SEED_FAMILY, SEED_BUCKET, archs[i], config, sizeof config,
-                             &found) == LAJIT_OK && found) {
+                             &found) == LAJIT_OK &&
+            found) {
             if (!memchr(config, 0, sizeof config))
                 lj_fuzz_fail("configuration not terminated");
             *configs += strcmp(config, SEED_CONFIG) == 0;
@@ -61,7 +63,8 @@ static void ask(lj_bundle *b, int *counted, int *served, int *configs)
     for (size_t i = 0; i < sizeof ccs / sizeof ccs[0]; i++) {
         char arch[16];
         if (lj_bundle_find_ptx(b, SEED_FAMILY, SEED_BUCKET, SEED_CONFIG, ccs[i], &image, &size,
-                               arch, &found) == LAJIT_OK && found) {
+                               arch, &found) == LAJIT_OK &&
+            found) {
             touch(image, size);
             if (!memchr(arch, 0, sizeof arch))
                 lj_fuzz_fail("PTX arch not terminated");
@@ -85,8 +88,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int n = expect ? atoi(expect) : -1;
         if (expect && (counted != n || served != n || (n > 0 && configs == 0)))
             lj_fuzz_fail("a valid seed holds %d kernels, serves %d by key and %d bucket "
-                         "configurations; expected %d (rerun make_seeds?)", counted, served,
-                         configs, n);
+                         "configurations; expected %d (rerun make_seeds?)",
+                         counted, served, configs, n);
     } else if (expect) {
         lj_fuzz_fail("a valid seed does not open (rerun make_seeds?): %s", env.errmsg);
     }

@@ -28,7 +28,8 @@ static void sql(const char *path, const char *text)
 {
     sqlite3 *db;
     char *err = NULL;
-    if (sqlite3_open(path, &db) != SQLITE_OK || sqlite3_exec(db, text, NULL, NULL, &err) != SQLITE_OK) {
+    if (sqlite3_open(path, &db) != SQLITE_OK ||
+        sqlite3_exec(db, text, NULL, NULL, &err) != SQLITE_OK) {
         fprintf(stderr, "make_seeds: %s: %s: %s\n", path, text, err ? err : sqlite3_errmsg(db));
         exit(1);
     }
@@ -37,8 +38,16 @@ static void sql(const char *path, const char *text)
 
 static void add(lj_bundle *b, const char *arch, int ptx, const char *image, size_t size)
 {
-    lj_bundle_item it = {SEED_FAMILY, arch, SEED_BUCKET, SEED_CONFIG, SEED_PROBLEM, SEED_ENTRY,
-                         {SEED_KEY_HI, SEED_KEY_LO}, ptx, image, size};
+    lj_bundle_item it = {SEED_FAMILY,
+                         arch,
+                         SEED_BUCKET,
+                         SEED_CONFIG,
+                         SEED_PROBLEM,
+                         SEED_ENTRY,
+                         {SEED_KEY_HI, SEED_KEY_LO},
+                         ptx,
+                         image,
+                         size};
     if (lj_bundle_add(b, &it) != LAJIT_OK)
         die("adding a kernel");
 }
@@ -47,7 +56,8 @@ static void add(lj_bundle *b, const char *arch, int ptx, const char *image, size
 static void bundle(const char *path, int n)
 {
     static const char cubin[] = "\177ELF fake cubin";
-    static const char ptx[] = ".version 8.0\n.target sm_80\n.visible .entry la_recurrent_fwd()\n{ ret; }\n";
+    static const char ptx[] =
+        ".version 8.0\n.target sm_80\n.visible .entry la_recurrent_fwd()\n{ ret; }\n";
     lj_bundle *b;
     if (lj_bundle_create(&env, path, &b) != LAJIT_OK)
         die("creating a bundle");
@@ -126,7 +136,10 @@ static void bundles(const char *root)
     sql(q, "PRAGMA writable_schema = ON;"
            "UPDATE sqlite_schema SET sql = replace(sql, 'TEXT NOT NULL', 'TEXT')"
            " WHERE name = 'kernels';");
-    sql(q, "INSERT INTO kernels SELECT source_key, NULL, ptx, family, bucket, config, problem, entry, image, checksum FROM kernels WHERE ptx = 1; UPDATE kernels SET rowid = 1000 WHERE ptx = 1 AND arch IS NOT NULL; UPDATE kernels SET config = NULL, checksum = NULL WHERE arch = 'sm_90a'; VACUUM;");
+    sql(q, "INSERT INTO kernels SELECT source_key, NULL, ptx, family, bucket, config, problem, "
+           "entry, image, checksum FROM kernels WHERE ptx = 1; UPDATE kernels SET rowid = 1000 "
+           "WHERE ptx = 1 AND arch IS NOT NULL; UPDATE kernels SET config = NULL, checksum = NULL "
+           "WHERE arch = 'sm_90a'; VACUUM;");
     AT(q, "corpus/bundle", "recursive_view");
     bundle(q, 1);
     sql(q, "DROP TABLE kernels; CREATE VIEW kernels(source_key, arch, ptx, family, bucket, config,"

@@ -68,13 +68,15 @@ LJ_TEST(f32_tf32_d64_e96_states_ds)
 
 LJ_TEST(varlen_pool_with_minus_one)
 {
-    bwd_case c = {F, LJ_BF16, 0, 4, 0, 128, 64, 1, 1, 1, 1, 1, 0, 0, 6, {1, 0, 63, 65, 130, 700}, 1, 0, 0, 40, 0};
+    bwd_case c = {F, LJ_BF16, 0, 4,  0, 128, 64, 1, 1, 1, 1, 1, 0, 0, 6, {1, 0, 63, 65, 130, 700},
+                  1, 0,       0, 40, 0};
     run_bwd_case(&c);
 }
 
 LJ_TEST(graph_capture_with_ds_and_states)
 {
-    bwd_case c = {NULL, LJ_BF16, 2, 4, 777, 128, 64, 1, 1, 1, 1, 1, 0, 0, 0, {0}, 0, 0, 0, 42, .graph = 1};
+    bwd_case c = {NULL, LJ_BF16, 2, 4, 777, 128, 64, 1, 1,  1,         1,
+                  1,    0,       0, 0, {0}, 0,   0,  0, 42, .graph = 1};
     run_bwd_case(&c);
 }
 

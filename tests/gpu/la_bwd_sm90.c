@@ -56,10 +56,12 @@ LJ_TEST(n1024_bf16_d128_b4h32_full_grid)
 
 LJ_TEST(varlen_pool_with_minus_one)
 {
-    run((bwd_case){F, LJ_BF16, 0, 4, 0, 128, 64, 1, 0, 1, 1, 1, 0, 0, 6, {1, 0, 63, 65, 130, 700}, 1, 0, 0, 67, 0});
+    run((bwd_case){F, LJ_BF16, 0, 4,  0, 128, 64, 1, 0, 1, 1, 1, 0, 0, 6, {1, 0, 63, 65, 130, 700},
+                   1, 0,       0, 67, 0});
 }
 
 LJ_TEST(graph_capture_with_states)
 {
-    run((bwd_case){F, LJ_BF16, 2, 4, 777, 128, 128, 1, 0, 1, 1, 1, 0, 0, 0, {0}, 0, 0, 0, 68, .graph = 1});
+    run((bwd_case){F, LJ_BF16, 2, 4, 777, 128, 128, 1, 0,  1,         1,
+                   1, 0,       0, 0, {0}, 0,   0,   0, 68, .graph = 1});
 }

@@ -57,7 +57,8 @@ LJ_TEST(n4096_f16_d64_nodecay_bnhd)
 
 LJ_TEST(varlen_pool_with_minus_one)
 {
-    fwd_case c = {F, LJ_BF16, 0, 4, 0, 128, 64, 1, 1, 1, 1, 0, 0, 6, {1, 0, 63, 65, 130, 700}, 1, 0, 19, NULL};
+    fwd_case c = {F, LJ_BF16, 0,  4,   0, 128, 64, 1, 1, 1, 1, 0, 0, 6, {1, 0, 63, 65, 130, 700},
+                  1, 0,       19, NULL};
     run_fwd_case(&c);
 }
 

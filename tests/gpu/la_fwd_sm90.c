@@ -82,12 +82,31 @@ LJ_TEST(n4096_bf16_d256_b2h8_nodecay)
 
 LJ_TEST(varlen_d256_e128_vk)
 {
-    run((fwd_case){F, LJ_BF16, 0, 2, 0, 256, 128, 1, 1, 1, 0, 1, 0, 4, {1, 64, 333, 129}, 1, 0, 50, NULL});
+    run((fwd_case){
+        F, LJ_BF16, 0, 2, 0, 256, 128, 1, 1, 1, 0, 1, 0, 4, {1, 64, 333, 129}, 1, 0, 50, NULL});
 }
 
 LJ_TEST(varlen_pool_with_minus_one)
 {
-    run((fwd_case){F, LJ_BF16, 0, 4, 0, 128, 64, 1, 1, 1, 1, 0, 0, 6, {1, 0, 63, 65, 130, 700}, 1, 0, 40, NULL});
+    run((fwd_case){F,
+                   LJ_BF16,
+                   0,
+                   4,
+                   0,
+                   128,
+                   64,
+                   1,
+                   1,
+                   1,
+                   1,
+                   0,
+                   0,
+                   6,
+                   {1, 0, 63, 65, 130, 700},
+                   1,
+                   0,
+                   40,
+                   NULL});
 }
 
 LJ_TEST(varlen_f16_vk)
@@ -100,31 +119,116 @@ LJ_TEST(varlen_f16_vk)
  * tile width, ragged chunks, states and varlen. */
 LJ_TEST(pinned_wgs2_prefetch_bf16_d128_states)
 {
-    run((fwd_case){F, LJ_BF16, 2, 3, 913, 128, 128, 1, 1, 1, 0, 0, 0, 0, {0}, 0, 0, 42,
+    run((fwd_case){F,
+                   LJ_BF16,
+                   2,
+                   3,
+                   913,
+                   128,
+                   128,
+                   1,
+                   1,
+                   1,
+                   0,
+                   0,
+                   0,
+                   0,
+                   {0},
+                   0,
+                   0,
+                   42,
                    "BLOCK=64 WGS=2 TILE_V=64 STAGES=3 PREFETCH=1 SPLIT_QK=0"});
 }
 
 LJ_TEST(pinned_wgs2_two_stages_f16_d64_nodecay_bnhd)
 {
-    run((fwd_case){F, LJ_F16, 2, 2, 65, 64, 64, 0, 0, 0, 0, 0, 1, 0, {0}, 0, 0, 43,
+    run((fwd_case){F,
+                   LJ_F16,
+                   2,
+                   2,
+                   65,
+                   64,
+                   64,
+                   0,
+                   0,
+                   0,
+                   0,
+                   0,
+                   1,
+                   0,
+                   {0},
+                   0,
+                   0,
+                   43,
                    "BLOCK=64 WGS=2 TILE_V=32 STAGES=2 PREFETCH=0 SPLIT_QK=0"});
 }
 
 LJ_TEST(pinned_wgs2_tv16_varlen_d192_e96)
 {
-    run((fwd_case){F, LJ_BF16, 0, 2, 0, 192, 96, 1, 1, 1, 1, 0, 0, 5, {1, 64, 129, 300, 7}, 1, 0, 44,
+    run((fwd_case){F,
+                   LJ_BF16,
+                   0,
+                   2,
+                   0,
+                   192,
+                   96,
+                   1,
+                   1,
+                   1,
+                   1,
+                   0,
+                   0,
+                   5,
+                   {1, 64, 129, 300, 7},
+                   1,
+                   0,
+                   44,
                    "BLOCK=64 WGS=2 TILE_V=16 STAGES=3 PREFETCH=1 SPLIT_QK=0"});
 }
 
 LJ_TEST(pinned_wgs2_vk_in_place_f16_d128_e256)
 {
-    run((fwd_case){F, LJ_F16, 1, 2, 700, 128, 256, 1, 1, 1, 1, 1, 0, 0, {0}, 0, 0.25f, 45,
+    run((fwd_case){F,
+                   LJ_F16,
+                   1,
+                   2,
+                   700,
+                   128,
+                   256,
+                   1,
+                   1,
+                   1,
+                   1,
+                   1,
+                   0,
+                   0,
+                   {0},
+                   0,
+                   0.25f,
+                   45,
                    "BLOCK=64 WGS=2 TILE_V=64 STAGES=2 PREFETCH=0 SPLIT_QK=0"});
 }
 
 LJ_TEST(pinned_wgs1_prefetch_d64_e128)
 {
-    run((fwd_case){F, LJ_BF16, 1, 2, 1000, 64, 128, 1, 0, 1, 0, 0, 0, 0, {0}, 0, 0, 46,
+    run((fwd_case){F,
+                   LJ_BF16,
+                   1,
+                   2,
+                   1000,
+                   64,
+                   128,
+                   1,
+                   0,
+                   1,
+                   0,
+                   0,
+                   0,
+                   0,
+                   {0},
+                   0,
+                   0,
+                   46,
                    "BLOCK=64 WGS=1 TILE_V=64 STAGES=3 PREFETCH=1 SPLIT_QK=0"});
 }
 
@@ -132,7 +236,24 @@ LJ_TEST(pinned_wgs1_prefetch_d64_e128)
  * D = 256, three at D = 192 (load_tile's PPT). */
 LJ_TEST(pinned_wgs1_tv32_prefetch_d256)
 {
-    run((fwd_case){F, LJ_BF16, 1, 2, 913, 256, 256, 1, 1, 1, 0, 0, 0, 0, {0}, 0, 0, 51,
+    run((fwd_case){F,
+                   LJ_BF16,
+                   1,
+                   2,
+                   913,
+                   256,
+                   256,
+                   1,
+                   1,
+                   1,
+                   0,
+                   0,
+                   0,
+                   0,
+                   {0},
+                   0,
+                   0,
+                   51,
                    "BLOCK=64 WGS=1 TILE_V=32 STAGES=3 PREFETCH=1 SPLIT_QK=0"});
 }
 
@@ -140,13 +261,47 @@ LJ_TEST(pinned_wgs1_tv32_prefetch_d256)
  * model in family.lua rejects it; the three-piece row loads at D = 192 are what it pins. */
 LJ_TEST(pinned_wgs1_tv64_d192_f16_bnhd)
 {
-    run((fwd_case){F, LJ_F16, 2, 2, 700, 192, 192, 1, 0, 0, 0, 0, 1, 0, {0}, 0, 0, 52,
+    run((fwd_case){F,
+                   LJ_F16,
+                   2,
+                   2,
+                   700,
+                   192,
+                   192,
+                   1,
+                   0,
+                   0,
+                   0,
+                   0,
+                   1,
+                   0,
+                   {0},
+                   0,
+                   0,
+                   52,
                    "BLOCK=64 WGS=1 TILE_V=64 STAGES=2 PREFETCH=0 SPLIT_QK=0"});
 }
 
 LJ_TEST(pinned_wgs2_tv16_d256_e64_ragged)
 {
-    run((fwd_case){F, LJ_F16, 1, 3, 129, 256, 64, 1, 1, 1, 0, 0, 0, 0, {0}, 0, 0, 53,
+    run((fwd_case){F,
+                   LJ_F16,
+                   1,
+                   3,
+                   129,
+                   256,
+                   64,
+                   1,
+                   1,
+                   1,
+                   0,
+                   0,
+                   0,
+                   0,
+                   {0},
+                   0,
+                   0,
+                   53,
                    "BLOCK=64 WGS=2 TILE_V=16 STAGES=3 PREFETCH=1 SPLIT_QK=0"});
 }
 
@@ -154,30 +309,115 @@ LJ_TEST(pinned_wgs2_tv16_d256_e64_ragged)
  * (with PREFETCH in two tiles, written a chunk ahead). */
 LJ_TEST(pinned_split_prefetch_bf16_d128_states)
 {
-    run((fwd_case){F, LJ_BF16, 2, 3, 913, 128, 128, 1, 1, 1, 0, 0, 0, 0, {0}, 0, 0, 54,
+    run((fwd_case){F,
+                   LJ_BF16,
+                   2,
+                   3,
+                   913,
+                   128,
+                   128,
+                   1,
+                   1,
+                   1,
+                   0,
+                   0,
+                   0,
+                   0,
+                   {0},
+                   0,
+                   0,
+                   54,
                    "BLOCK=64 WGS=2 TILE_V=64 STAGES=3 PREFETCH=1 SPLIT_QK=1"});
 }
 
 LJ_TEST(pinned_split_two_stages_f16_d256_nodecay_bnhd)
 {
-    run((fwd_case){F, LJ_F16, 1, 3, 700, 256, 256, 0, 1, 1, 0, 0, 1, 0, {0}, 0, 0.5f, 55,
+    run((fwd_case){F,
+                   LJ_F16,
+                   1,
+                   3,
+                   700,
+                   256,
+                   256,
+                   0,
+                   1,
+                   1,
+                   0,
+                   0,
+                   1,
+                   0,
+                   {0},
+                   0,
+                   0.5f,
+                   55,
                    "BLOCK=64 WGS=2 TILE_V=32 STAGES=2 PREFETCH=0 SPLIT_QK=1"});
 }
 
 LJ_TEST(pinned_split_two_stages_bf16_d256_decay)
 {
-    run((fwd_case){F, LJ_BF16, 2, 2, 1000, 256, 256, 1, 0, 1, 0, 0, 0, 0, {0}, 0, 0, 56,
+    run((fwd_case){F,
+                   LJ_BF16,
+                   2,
+                   2,
+                   1000,
+                   256,
+                   256,
+                   1,
+                   0,
+                   1,
+                   0,
+                   0,
+                   0,
+                   0,
+                   {0},
+                   0,
+                   0,
+                   56,
                    "BLOCK=64 WGS=2 TILE_V=32 STAGES=2 PREFETCH=0 SPLIT_QK=1"});
 }
 
 LJ_TEST(pinned_split_prefetch_varlen_d64_vk)
 {
-    run((fwd_case){F, LJ_BF16, 0, 2, 0, 64, 64, 1, 1, 1, 0, 1, 0, 5, {1, 64, 65, 300, 2}, 1, 0, 57,
+    run((fwd_case){F,
+                   LJ_BF16,
+                   0,
+                   2,
+                   0,
+                   64,
+                   64,
+                   1,
+                   1,
+                   1,
+                   0,
+                   1,
+                   0,
+                   5,
+                   {1, 64, 65, 300, 2},
+                   1,
+                   0,
+                   57,
                    "BLOCK=64 WGS=2 TILE_V=32 STAGES=3 PREFETCH=1 SPLIT_QK=1"});
 }
 
 LJ_TEST(pinned_split_tv16_f16_d192_e64)
 {
-    run((fwd_case){F, LJ_F16, 1, 4, 129, 192, 64, 1, 1, 1, 1, 0, 0, 0, {0}, 0, 0, 58,
+    run((fwd_case){F,
+                   LJ_F16,
+                   1,
+                   4,
+                   129,
+                   192,
+                   64,
+                   1,
+                   1,
+                   1,
+                   1,
+                   0,
+                   0,
+                   0,
+                   {0},
+                   0,
+                   0,
+                   58,
                    "BLOCK=64 WGS=2 TILE_V=16 STAGES=2 PREFETCH=0 SPLIT_QK=1"});
 }

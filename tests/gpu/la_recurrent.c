@@ -44,7 +44,8 @@ LJ_TEST(n4096_f16_e16_bnhd_initial_only)
 
 LJ_TEST(varlen_pool_with_minus_one)
 {
-    fwd_case c = {F, LJ_BF16, 0, 4, 0, 128, 64, 1, 1, 1, 1, 0, 0, 5, {1, 0, 63, 65, 130}, 1, 0, 7, NULL};
+    fwd_case c = {F, LJ_BF16, 0, 4,   0, 128, 64, 1, 1, 1, 1, 0, 0, 5, {1, 0, 63, 65, 130},
+                  1, 0,       7, NULL};
     run_fwd_case(&c);
 }
 

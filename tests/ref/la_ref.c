@@ -31,8 +31,8 @@ void la_ref_forward(int N, int D, int E, const double *q, const double *k, const
 
 void la_ref_backward(int N, int D, int E, const double *q, const double *k, const double *v,
                      const double *dO, double lambda, double sigma, const double *S0,
-                     const double *dSN, double *dq, double *dk, double *dv, double *dS0,
-                     double *ds, double *ds_bound)
+                     const double *dSN, double *dq, double *dk, double *dv, double *dS0, double *ds,
+                     double *ds_bound)
 {
     size_t DE = (size_t)D * E;
     /* Every state S_0..S_N, recomputed forward (never by dividing by λ). */
@@ -43,7 +43,8 @@ void la_ref_backward(int N, int D, int E, const double *q, const double *k, cons
         for (int d = 0; d < D; d++)
             for (int e = 0; e < E; e++)
                 states[(size_t)(t + 1) * DE + d * E + e] =
-                    lambda * states[(size_t)t * DE + d * E + e] + k[(size_t)t * D + d] * v[(size_t)t * E + e];
+                    lambda * states[(size_t)t * DE + d * E + e] +
+                    k[(size_t)t * D + d] * v[(size_t)t * E + e];
     double *G = calloc(DE, sizeof *G);
     if (dSN)
         memcpy(G, dSN, sizeof *G * DE);
@@ -89,8 +90,8 @@ void la_ref_backward(int N, int D, int E, const double *q, const double *k, cons
     free(states);
 }
 
-void la_ref_decode_step(int D, int E, double *S, const double *q, const double *k,
-                        const double *v, double lambda, double sigma, double *o)
+void la_ref_decode_step(int D, int E, double *S, const double *q, const double *k, const double *v,
+                        double lambda, double sigma, double *o)
 {
     for (int d = 0; d < D; d++)
         for (int e = 0; e < E; e++)
@@ -138,7 +139,8 @@ int la_ref_check(const double *got, const double *ref, size_t rows, size_t cols,
         }
         double limit = 3 * tol * fmax(sqrt(n2), mean_norm);
         if (sqrt(e2) > limit && sqrt(e2) > 1e-30) {
-            snprintf(why, cap, "row %zu: error %.3g > %.3g (3·tol·max(‖ref_t‖, mean))", r, sqrt(e2), limit);
+            snprintf(why, cap, "row %zu: error %.3g > %.3g (3·tol·max(‖ref_t‖, mean))", r, sqrt(e2),
+                     limit);
             return 0;
         }
     }

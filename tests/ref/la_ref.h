@@ -18,12 +18,12 @@ void la_ref_forward(int N, int D, int E, const double *q, const double *k, const
  * λ Σ_t ‖G_t‖·‖S_{t−1}‖ (the scale of DESIGN.md's ds tolerance). */
 void la_ref_backward(int N, int D, int E, const double *q, const double *k, const double *v,
                      const double *dO, double lambda, double sigma, const double *S0,
-                     const double *dSN, double *dq, double *dk, double *dv, double *dS0,
-                     double *ds, double *ds_bound);
+                     const double *dSN, double *dq, double *dk, double *dv, double *dS0, double *ds,
+                     double *ds_bound);
 
 /* One decode step on S in place: S ← λ S + kᵀ v; o = σ q S. */
-void la_ref_decode_step(int D, int E, double *S, const double *q, const double *k,
-                        const double *v, double lambda, double sigma, double *o);
+void la_ref_decode_step(int D, int E, double *S, const double *q, const double *k, const double *v,
+                        double lambda, double sigma, double *o);
 
 /* DESIGN.md's check of one output of `rows` tokens of `cols` values: relative L2 over the whole
  * ≤ tol, and each row ‖e_t‖ ≤ 3·tol·max(‖ref_t‖, mean_t ‖ref_t‖); NaN or Inf never passes.

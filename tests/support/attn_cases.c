@@ -45,8 +45,8 @@ lajit_ctx *case_open_ctx(void)
     return ctx;
 }
 
-void case_check(const char *what, const double *got, const double *ref, size_t rows,
-                          size_t cols, double tol, double *rel_out)
+void case_check(const char *what, const double *got, const double *ref, size_t rows, size_t cols,
+                double tol, double *rel_out)
 {
     char why[256];
     double rel;
@@ -75,7 +75,8 @@ static void keep_plan_lines(void *user, lajit_log_level level, const char *messa
     }
 }
 
-static void pin_config(lajit_ctx *ctx, const fwd_case *c, int nseq, int longest, char *cfgtext, size_t cap)
+static void pin_config(lajit_ctx *ctx, const fwd_case *c, int nseq, int longest, char *cfgtext,
+                       size_t cap)
 {
     lj_env *env = lajit__ctx_env(ctx);
     lj_family *f;
@@ -159,7 +160,8 @@ void run_fwd_case(const fwd_case *c)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
             for (int t = 0; t < N; t++) {
-                size_t lq = (((size_t)b * H + h) * N + t) * D, lv = (((size_t)b * H + h) * N + t) * E;
+                size_t lq = (((size_t)b * H + h) * N + t) * D,
+                       lv = (((size_t)b * H + h) * N + t) * E;
                 size_t oq = (size_t)(b * sq[0] + h * sq[1] + t * sq[2]);
                 size_t ov = (size_t)(b * sv[0] + h * sv[1] + t * sv[2]);
                 memcpy(mq + oq, q + lq, (size_t)D * 4);
@@ -194,7 +196,8 @@ void run_fwd_case(const fwd_case *c)
     for (size_t sh = 0; sh < (size_t)P * H; sh++)
         for (int d = 0; d < D; d++)
             for (int e = 0; e < E; e++)
-                s0_mem[sh * D * E + (c->vk ? (size_t)e * D + d : (size_t)d * E + e)] = s0[sh * D * E + (size_t)d * E + e];
+                s0_mem[sh * D * E + (c->vk ? (size_t)e * D + d : (size_t)d * E + e)] =
+                    s0[sh * D * E + (size_t)d * E + e];
     CUdeviceptr dS0 = 0, dSN = 0;
     if (c->initial || c->alias) {
         dS0 = lj_gpu_alloc(nst * 4);
@@ -274,7 +277,8 @@ void run_fwd_case(const fwd_case *c)
     }
     lajit_status st = lajit_attn_fwd(ctx, &a);
     if (st != LAJIT_OK)
-        lj_test_fail(__FILE__, __LINE__, "lajit_attn_fwd: %s: %s", lajit_status_string(st), lajit_errmsg(ctx));
+        lj_test_fail(__FILE__, __LINE__, "lajit_attn_fwd: %s: %s", lajit_status_string(st),
+                     lajit_errmsg(ctx));
     lj_gpu_sync();
     if (c->config && !strstr(log.plans, pinned))
         lj_test_fail(__FILE__, __LINE__, "the op did not run the pinned %s: %s", pinned, log.plans);
@@ -288,9 +292,12 @@ void run_fwd_case(const fwd_case *c)
     double *ref_o = calloc(nv, sizeof(double)), *got_o = calloc(nv, sizeof(double));
     double *ref_sn = calloc(nst, sizeof(double)), *got_sn = calloc(nst, sizeof(double));
     size_t sn_rows = 0;
-    double *bq = malloc(sizeof(double) * (size_t)N * D), *bk = malloc(sizeof(double) * (size_t)N * D);
-    double *bv = malloc(sizeof(double) * (size_t)N * E), *bo = malloc(sizeof(double) * (size_t)N * E);
-    double *bs0 = malloc(sizeof(double) * (size_t)D * E), *bsn = malloc(sizeof(double) * (size_t)D * E);
+    double *bq = malloc(sizeof(double) * (size_t)N * D),
+           *bk = malloc(sizeof(double) * (size_t)N * D);
+    double *bv = malloc(sizeof(double) * (size_t)N * E),
+           *bo = malloc(sizeof(double) * (size_t)N * E);
+    double *bs0 = malloc(sizeof(double) * (size_t)D * E),
+           *bsn = malloc(sizeof(double) * (size_t)D * E);
     size_t row = 0;
     for (int seq = 0; seq < nseq; seq++) {
         int b = varlen ? 0 : seq;
@@ -321,7 +328,8 @@ void run_fwd_case(const fwd_case *c)
             if (c->final && slot >= 0) {
                 for (int d = 0; d < D; d++)
                     for (int e = 0; e < E; e++) {
-                        size_t m = ((size_t)slot * H + h) * D * E + (c->vk ? (size_t)e * D + d : (size_t)d * E + e);
+                        size_t m = ((size_t)slot * H + h) * D * E +
+                                   (c->vk ? (size_t)e * D + d : (size_t)d * E + e);
                         ref_sn[sn_rows * E + e] = bsn[(size_t)d * E + e];
                         got_sn[sn_rows * E + e] = sn_mem[m];
                         if (e == E - 1)
@@ -363,8 +371,8 @@ void run_fwd_case(const fwd_case *c)
     printf("%s %s B=%d H=%d N=%d D=%d E=%d%s%s%s%s%s%s: o rel L2 %.2e, S_N rel L2 %.2e\n",
            c->family ? c->family : "default", lj_dtype_name(dt), c->B, H, N, D, E,
            c->decay ? " decay" : "", c->initial ? " S0" : "", c->final ? " SN" : "",
-           c->alias ? " in-place" : "", c->vk ? " vk" : "", varlen ? " varlen" : (c->bnhd ? " bnhd" : ""),
-           rel_o, rel_s);
+           c->alias ? " in-place" : "", c->vk ? " vk" : "",
+           varlen ? " varlen" : (c->bnhd ? " bnhd" : ""), rel_o, rel_s);
     lajit_ctx_destroy(ctx);
     lj_gpu_free(dq);
     lj_gpu_free(dk);
@@ -386,9 +394,9 @@ void run_fwd_case(const fwd_case *c)
 /* One call of the float64 reference on the pool S (slot, h, d, e): every row with a slot, T steps
  * each. Writes the outputs of those rows in (b, h, t) order to ref_o and each step's state to
  * ref_steps (both optional); returns the number of output rows. */
-static size_t decode_reference(const decode_case *c, const float *q, const float *k,
-                               const float *v, const float *s, float scale, const int *slots,
-                               double *S, double *ref_o, double *ref_steps)
+static size_t decode_reference(const decode_case *c, const float *q, const float *k, const float *v,
+                               const float *s, float scale, const int *slots, double *S,
+                               double *ref_o, double *ref_steps)
 {
     const int B = c->B, H = c->H, D = c->D, E = c->E, T = c->T;
     const size_t DE = (size_t)D * E;
@@ -406,7 +414,8 @@ static size_t decode_reference(const decode_case *c, const float *q, const float
                 }
                 for (int e = 0; e < E; e++)
                     vd[e] = v[(((size_t)b * T + t) * H + h) * E + e];
-                la_ref_decode_step(D, E, Sb, qd, kd, vd, c->decay ? exp(-(double)s[h]) : 1.0, scale, od);
+                la_ref_decode_step(D, E, Sb, qd, kd, vd, c->decay ? exp(-(double)s[h]) : 1.0, scale,
+                                   od);
                 if (ref_o)
                     memcpy(ref_o + rows * E, od, sizeof(double) * (size_t)E);
                 if (ref_steps)
@@ -449,7 +458,8 @@ void run_decode_case(const decode_case *c)
     for (size_t sh = 0; sh < (size_t)P * H; sh++)
         for (int d = 0; d < D; d++)
             for (int e = 0; e < E; e++)
-                pool_mem[sh * DE + (c->vk ? (size_t)e * D + d : (size_t)d * E + e)] = pool[sh * DE + (size_t)d * E + e];
+                pool_mem[sh * DE + (c->vk ? (size_t)e * D + d : (size_t)d * E + e)] =
+                    pool[sh * DE + (size_t)d * E + e];
     CUdeviceptr dpool = lj_gpu_alloc(nst * 4);
     lj_gpu_upload(dpool, pool_mem, nst * 4);
     float *s = malloc((size_t)H * 4);
@@ -462,7 +472,8 @@ void run_decode_case(const decode_case *c)
     /* q, k, v, o: [B, T, H, X] compact (T = 1: [B, H, X]). */
     size_t nq = (size_t)B * T * H * D, nv = (size_t)B * T * H * E;
     float *q = malloc(nq * 4), *k = malloc(nq * 4), *v = malloc(nv * 4), *o = malloc(nv * 4);
-    CUdeviceptr dq = lj_gpu_alloc(nq * esz), dk = lj_gpu_alloc(nq * esz), dv = lj_gpu_alloc(nv * esz);
+    CUdeviceptr dq = lj_gpu_alloc(nq * esz), dk = lj_gpu_alloc(nq * esz),
+                dv = lj_gpu_alloc(nv * esz);
     CUdeviceptr dout = lj_gpu_alloc(nv * esz);
     size_t nsteps = (size_t)B * T * H * DE;
     CUdeviceptr dsteps = c->step_states ? lj_gpu_alloc(nsteps * 4) : 0;
@@ -489,8 +500,11 @@ void run_decode_case(const decode_case *c)
     a.s = c->decay ? lj_gpu_tensor(&tsd, ds, 0, 1, hshape, NULL, lj_test_dl_dtype(LJ_F32)) : NULL;
     a.scale = 0.75f;
     a.state = lj_gpu_tensor(&tpool, dpool, 0, 4, pshape, NULL, lj_test_dl_dtype(LJ_F32));
-    a.state_slots = c->slots ? lj_gpu_tensor(&tsl, dslots, 0, 1, bshape, NULL, lj_test_dl_int32()) : NULL;
-    a.step_states = c->step_states ? lj_gpu_tensor(&tsteps, dsteps, 0, 5, sshape, NULL, lj_test_dl_dtype(LJ_F32)) : NULL;
+    a.state_slots =
+        c->slots ? lj_gpu_tensor(&tsl, dslots, 0, 1, bshape, NULL, lj_test_dl_int32()) : NULL;
+    a.step_states = c->step_states ? lj_gpu_tensor(&tsteps, dsteps, 0, 5, sshape, NULL,
+                                                   lj_test_dl_dtype(LJ_F32))
+                                   : NULL;
     a.flags = c->vk ? LAJIT_STATE_VK : 0;
     a.family = c->family;
 
@@ -528,7 +542,8 @@ void run_decode_case(const decode_case *c)
                 lj_gpu_poison(dout, nv * esz);
                 lj_gpu_sync();
                 CUgraph g;
-                ASSERT_EQ(drv->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CUDA_SUCCESS);
+                ASSERT_EQ(drv->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                          CUDA_SUCCESS);
                 st = lajit_attn_decode(ctx, &a);
                 ASSERT_EQ(drv->cuStreamEndCapture(stream, &g), CUDA_SUCCESS);
                 ASSERT_OK(st);
@@ -540,8 +555,8 @@ void run_decode_case(const decode_case *c)
         } else {
             st = lajit_attn_decode(ctx, &a);
             if (st != LAJIT_OK)
-                lj_test_fail(__FILE__, __LINE__, "lajit_attn_decode: %s: %s", lajit_status_string(st),
-                             lajit_errmsg(ctx));
+                lj_test_fail(__FILE__, __LINE__, "lajit_attn_decode: %s: %s",
+                             lajit_status_string(st), lajit_errmsg(ctx));
             lj_gpu_sync();
         }
         /* Reference for this call. */
@@ -555,7 +570,8 @@ void run_decode_case(const decode_case *c)
                         float x = o[(((size_t)b * T + t) * H + h) * E + e];
                         /* A skipped row's output keeps the NaN poison. */
                         if (slots[b] < 0 && !isnan(x))
-                            lj_test_fail(__FILE__, __LINE__, "row %d (slot -1) output was written", b);
+                            lj_test_fail(__FILE__, __LINE__, "row %d (slot -1) output was written",
+                                         b);
                     }
             if (slots[b] < 0)
                 continue;
@@ -582,10 +598,12 @@ void run_decode_case(const decode_case *c)
                         size_t base = (((size_t)b * T + t) * H + h) * DE;
                         for (int d = 0; d < D; d++)
                             for (int e = 0; e < E; e++) {
-                                float x = steps[base + (c->vk ? (size_t)e * D + d : (size_t)d * E + e)];
+                                float x =
+                                    steps[base + (c->vk ? (size_t)e * D + d : (size_t)d * E + e)];
                                 if (slots[b] < 0) {
                                     if (!isnan(x))
-                                        lj_test_fail(__FILE__, __LINE__, "row %d (slot -1) step state was written", b);
+                                        lj_test_fail(__FILE__, __LINE__,
+                                                     "row %d (slot -1) step state was written", b);
                                     continue;
                                 }
                                 got[n] = x;
@@ -612,7 +630,8 @@ void run_decode_case(const decode_case *c)
         for (int h = 0; h < H; h++)
             for (int d = 0; d < D; d++)
                 for (int e = 0; e < E; e++) {
-                    size_t m = ((size_t)p * H + h) * DE + (c->vk ? (size_t)e * D + d : (size_t)d * E + e);
+                    size_t m =
+                        ((size_t)p * H + h) * DE + (c->vk ? (size_t)e * D + d : (size_t)d * E + e);
                     if (!used) {
                         if (memcmp(&after[m], &pool_mem[m], 4) != 0)
                             lj_test_fail(__FILE__, __LINE__, "pool slot %d (no row) changed", p);
@@ -624,8 +643,10 @@ void run_decode_case(const decode_case *c)
                 }
     }
     double rel_state = 0;
-    case_check("final pool states", got, want, n / (size_t)E, (size_t)E, 1e-5 * sqrt((double)calls), &rel_state);
-    printf("decode %s B=%d H=%d D=%d E=%d T=%d%s%s%s%s calls=%d%s: worst o rel L2 %.2e, state rel L2 %.2e\n",
+    case_check("final pool states", got, want, n / (size_t)E, (size_t)E, 1e-5 * sqrt((double)calls),
+               &rel_state);
+    printf("decode %s B=%d H=%d D=%d E=%d T=%d%s%s%s%s calls=%d%s: worst o rel L2 %.2e, state rel "
+           "L2 %.2e\n",
            lj_dtype_name(dt), B, H, D, E, T, c->decay ? " decay" : "", c->vk ? " vk" : "",
            c->slots ? " slots" : "", c->step_states ? " step_states" : "", calls,
            c->graph ? " graph" : "", worst_o, rel_state);
@@ -634,7 +655,8 @@ void run_decode_case(const decode_case *c)
     if (stream)
         drv->cuStreamDestroy(stream);
     lajit_ctx_destroy(ctx);
-    free(got), free(want), free(pool), free(pool_mem), free(after), free(S), free(s), free(q), free(k), free(v), free(o);
+    free(got), free(want), free(pool), free(pool_mem), free(after), free(S), free(s), free(q),
+        free(k), free(v), free(o);
     free(ref_o), free(got_o), free(steps), free(ref_steps);
     lj_gpu_free(dpool), lj_gpu_free(ds), lj_gpu_free(dslots), lj_gpu_free(dq), lj_gpu_free(dk);
     lj_gpu_free(dv), lj_gpu_free(dout), lj_gpu_free(dsteps);

@@ -93,7 +93,8 @@ void run_bwd_case(const bwd_case *c)
     for (int i = 0; varlen && i < nseq; i++)
         cu[i + 1] = cu[i] + c->lens[i];
     const int B = varlen ? 1 : c->B, N = varlen ? cu[nseq] : c->N;
-    const seq_layout lq = layout(B, H, N, D, c->bnhd || varlen), lv = layout(B, H, N, E, c->bnhd || varlen);
+    const seq_layout lq = layout(B, H, N, D, c->bnhd || varlen),
+                     lv = layout(B, H, N, E, c->bnhd || varlen);
     const size_t nq = (size_t)B * H * N * D, nv = (size_t)B * H * N * E;
     float *q = malloc(nq * 4), *k = malloc(nq * 4), *v = malloc(nv * 4), *g = malloc(nv * 4);
     case_random_fill(q, nq, 0.5f, dt);
@@ -120,7 +121,8 @@ void run_bwd_case(const bwd_case *c)
     if (varlen && c->slot_minus_one)
         slots[nseq / 2] = -1;
     const size_t nst = (size_t)P * H * D * E;
-    float *s0 = malloc(nst * 4), *dsn = malloc(nst * 4), *s0_mem = malloc(nst * 4), *dsn_mem = malloc(nst * 4);
+    float *s0 = malloc(nst * 4), *dsn = malloc(nst * 4), *s0_mem = malloc(nst * 4),
+          *dsn_mem = malloc(nst * 4);
     case_random_fill(s0, nst, 1.0f, LJ_F32);
     case_random_fill(dsn, nst, 1.0f, LJ_F32);
     for (int sl = 0; sl < P; sl++)
@@ -169,9 +171,11 @@ void run_bwd_case(const bwd_case *c)
     if (c->initial)
         a.initial_state = lj_gpu_tensor(&ts0, d_s0, 0, 4, stshape, NULL, lj_test_dl_dtype(LJ_F32));
     if (c->dsn)
-        a.d_final_state = lj_gpu_tensor(&tdsn, d_dsn, 0, 4, stshape, NULL, lj_test_dl_dtype(LJ_F32));
+        a.d_final_state =
+            lj_gpu_tensor(&tdsn, d_dsn, 0, 4, stshape, NULL, lj_test_dl_dtype(LJ_F32));
     if (c->ds0)
-        a.d_initial_state = lj_gpu_tensor(&tds0, d_ds0, 0, 4, stshape, NULL, lj_test_dl_dtype(LJ_F32));
+        a.d_initial_state =
+            lj_gpu_tensor(&tds0, d_ds0, 0, 4, stshape, NULL, lj_test_dl_dtype(LJ_F32));
     if (varlen) {
         a.cu_seqlens = lj_gpu_tensor(&tcu, d_cu, 0, 1, cushape, NULL, lj_test_dl_int32());
         if (c->initial || c->dsn || c->ds0)
@@ -196,7 +200,8 @@ void run_bwd_case(const bwd_case *c)
             lj_gpu_poison(d_ds0, nst * 4);
         lajit_status st = lajit_attn_bwd(ctx, &a);
         if (st != LAJIT_OK)
-            lj_test_fail(__FILE__, __LINE__, "lajit_attn_bwd: %s: %s", lajit_status_string(st), lajit_errmsg(ctx));
+            lj_test_fail(__FILE__, __LINE__, "lajit_attn_bwd: %s: %s", lajit_status_string(st),
+                         lajit_errmsg(ctx));
         lj_gpu_sync();
         unsigned char *now = malloc(2 * bytes_q + bytes_v + (size_t)H * 4 + nst * 4), *w = now;
         lj_gpu_download(w, d_dq, bytes_q), w += bytes_q;
@@ -212,7 +217,8 @@ void run_bwd_case(const bwd_case *c)
         else if (memcmp(run1, now, 2 * bytes_q + bytes_v + (size_t)(c->want_ds ? H * 4 : 0)) != 0 ||
                  (d_ds0 && memcmp(run1 + 2 * bytes_q + bytes_v + (size_t)H * 4,
                                   now + 2 * bytes_q + bytes_v + (size_t)H * 4, nst * 4) != 0))
-            lj_test_fail(__FILE__, __LINE__, "a second run gave different bits (not deterministic)");
+            lj_test_fail(__FILE__, __LINE__,
+                         "a second run gave different bits (not deterministic)");
         free(now);
     }
     if (c->graph) {
@@ -230,7 +236,8 @@ void run_bwd_case(const bwd_case *c)
         if (d_ds0)
             lj_gpu_poison(d_ds0, nst * 4);
         lj_gpu_sync();
-        ASSERT_EQ(drv->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CUDA_SUCCESS);
+        ASSERT_EQ(drv->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                  CUDA_SUCCESS);
         lajit_status st = lajit_attn_bwd(ctx, &a);
         ASSERT_EQ(drv->cuStreamEndCapture(stream, &graph), CUDA_SUCCESS);
         ASSERT_OK(st);
@@ -263,7 +270,8 @@ void run_bwd_case(const bwd_case *c)
     double *rk = calloc(rows_max * D, 8), *gk = calloc(rows_max * D, 8);
     double *rv = calloc(rows_max * E, 8), *gv = calloc(rows_max * E, 8);
     double *rs0 = calloc(nst, 8), *gs0 = calloc(nst, 8);
-    double *ref_ds = calloc((size_t)H, 8), *bound = calloc((size_t)H, 8), *fd = calloc((size_t)H, 8);
+    double *ref_ds = calloc((size_t)H, 8), *bound = calloc((size_t)H, 8),
+           *fd = calloc((size_t)H, 8);
     const size_t nmax = (size_t)(N > 0 ? N : 1);
     double *bq = malloc(8 * nmax * D), *bk = malloc(8 * nmax * D), *bv = malloc(8 * nmax * E);
     double *bg = malloc(8 * nmax * E), *bdq = malloc(8 * nmax * D), *bdk = malloc(8 * nmax * D);
@@ -300,10 +308,10 @@ void run_bwd_case(const bwd_case *c)
                 /* d/ds of the loss by central differences of the float64 forward. */
                 const double eps = 1e-5;
                 double sp = (double)s[h] + eps, sm = (double)s[h] - eps;
-                double Lp = ref_loss(len, D, E, bq, bk, bv, bg, exp(-sp), a.scale, has_s0 ? bs0 : NULL,
-                                     has_dsn ? bdsn : NULL, bo, bsn);
-                double Lm = ref_loss(len, D, E, bq, bk, bv, bg, exp(-sm), a.scale, has_s0 ? bs0 : NULL,
-                                     has_dsn ? bdsn : NULL, bo, bsn);
+                double Lp = ref_loss(len, D, E, bq, bk, bv, bg, exp(-sp), a.scale,
+                                     has_s0 ? bs0 : NULL, has_dsn ? bdsn : NULL, bo, bsn);
+                double Lm = ref_loss(len, D, E, bq, bk, bv, bg, exp(-sm), a.scale,
+                                     has_s0 ? bs0 : NULL, has_dsn ? bdsn : NULL, bo, bsn);
                 fd[h] += (Lp - Lm) / (2 * eps);
             }
             for (int t = 0; t < len; t++, row++) {
@@ -348,8 +356,9 @@ void run_bwd_case(const bwd_case *c)
                 /* The reference against the finite difference: a check of the mathematics. */
                 double scale_fd = fabs(fd[h]) + bound[h] * 1e-6 + 1e-12;
                 if (fabs(fd[h] - ref_ds[h]) > 1e-4 * scale_fd)
-                    lj_test_fail(__FILE__, __LINE__, "ds[%d]: reference %.12g, finite difference %.12g",
-                                 h, ref_ds[h], fd[h]);
+                    lj_test_fail(__FILE__, __LINE__,
+                                 "ds[%d]: reference %.12g, finite difference %.12g", h, ref_ds[h],
+                                 fd[h]);
                 if (!(fabs((double)got_ds[h] - fd[h]) <= tol * bound[h] + 1e-4 * scale_fd))
                     lj_test_fail(__FILE__, __LINE__, "ds[%d] = %.9g, finite difference %.9g", h,
                                  (double)got_ds[h], fd[h]);
@@ -366,11 +375,13 @@ void run_bwd_case(const bwd_case *c)
                 uint32_t bits;
                 memcpy(&bits, &m_ds0[(size_t)p * H * D * E + i], 4);
                 if (bits != 0xFFFFFFFFu)
-                    lj_test_fail(__FILE__, __LINE__, "dS0 pool slot %d (no sequence) was written", p);
+                    lj_test_fail(__FILE__, __LINE__, "dS0 pool slot %d (no sequence) was written",
+                                 p);
             }
         }
     }
-    printf("bwd %s %s B=%d H=%d N=%d D=%d E=%d%s%s%s%s%s%s%s: rel L2 dq %.2e dk %.2e dv %.2e dS0 %.2e, "
+    printf("bwd %s %s B=%d H=%d N=%d D=%d E=%d%s%s%s%s%s%s%s: rel L2 dq %.2e dk %.2e dv %.2e dS0 "
+           "%.2e, "
            "ds err/bound %.2e; deterministic\n",
            c->family ? c->family : "default", lj_dtype_name(dt), c->B, H, N, D, E,
            c->decay ? " decay" : "", c->want_ds ? " ds" : "", c->initial ? " S0" : "",
@@ -378,12 +389,13 @@ void run_bwd_case(const bwd_case *c)
            varlen ? " varlen" : (c->bnhd ? " bnhd" : ""), e_q, e_k, e_v, e_s0, worst_ds);
 
     lajit_ctx_destroy(ctx);
-    CUdeviceptr frees[] = {d_q, d_k, d_v, d_g, d_dq, d_dk, d_dv, d_s, d_ds, d_s0, d_dsn, d_ds0, d_cu, d_slots};
+    CUdeviceptr frees[] = {d_q, d_k,  d_v,  d_g,   d_dq,  d_dk, d_dv,
+                           d_s, d_ds, d_s0, d_dsn, d_ds0, d_cu, d_slots};
     for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++)
         lj_gpu_free(frees[i]);
-    void *hf[] = {q, k, v, g, s, s0, dsn, s0_mem, dsn_mem, run1, m_dq, m_dk, m_dv, got_ds, m_ds0,
-                  rq, gq, rk, gk, rv, gv, rs0, gs0, ref_ds, bound, fd, bq, bk, bv, bg, bdq, bdk,
-                  bdv, bo, bs0, bdsn, bds0, bsn};
+    void *hf[] = {q,      k,     v,  g,  s,   s0,  dsn, s0_mem, dsn_mem, run1, m_dq,   m_dk,  m_dv,
+                  got_ds, m_ds0, rq, gq, rk,  gk,  rv,  gv,     rs0,     gs0,  ref_ds, bound, fd,
+                  bq,     bk,    bv, bg, bdq, bdk, bdv, bo,     bs0,     bdsn, bds0,   bsn};
     for (size_t i = 0; i < sizeof hf / sizeof hf[0]; i++)
         free(hf[i]);
 }

@@ -9,12 +9,12 @@
 #include "fake_driver.h"
 #include "family.h"
 
-#define MAX_MODULES 64
+#define MAX_MODULES   64
 #define MAX_FUNCTIONS 256
-#define MAX_ALLOCS 1024
-#define MAX_HANDLES 64
-#define MAX_CONTEXTS 8
-#define DEFAULT_SMEM (48 * 1024)
+#define MAX_ALLOCS    1024
+#define MAX_HANDLES   64
+#define MAX_CONTEXTS  8
+#define DEFAULT_SMEM  (48 * 1024)
 
 struct fake_module {
     int live;
@@ -79,10 +79,10 @@ static CUresult err(CUresult r)
 }
 
 /* An injected failure for the entry named fn. */
-#define FAKE_ENTRY(fn)                                                             \
-    do {                                                                           \
-        if (fk.fail_name[0] && strcmp(fk.fail_name, fn) == 0)                      \
-            return err(fk.fail_result);                                            \
+#define FAKE_ENTRY(fn)                                        \
+    do {                                                      \
+        if (fk.fail_name[0] && strcmp(fk.fail_name, fn) == 0) \
+            return err(fk.fail_result);                       \
     } while (0)
 
 static struct fake_context *private_ctx(CUcontext c)
@@ -103,11 +103,11 @@ static CUresult current_state(void)
     return p ? p->sticky : CUDA_ERROR_INVALID_CONTEXT;
 }
 
-#define NEED_CONTEXT()                                                             \
-    do {                                                                           \
-        CUresult state_ = current_state();                                         \
-        if (state_ != CUDA_SUCCESS)                                                \
-            return err(state_);                                                    \
+#define NEED_CONTEXT()                     \
+    do {                                   \
+        CUresult state_ = current_state(); \
+        if (state_ != CUDA_SUCCESS)        \
+            return err(state_);            \
     } while (0)
 
 /* ---- Handles ----------------------------------------------------------------------------- */
@@ -189,8 +189,7 @@ static const struct {
     {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
     {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
     {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
-    {CUDA_ERROR_STUB_LIBRARY, "CUDA_ERROR_STUB_LIBRARY",
-     "CUDA driver is a stub library"},
+    {CUDA_ERROR_STUB_LIBRARY, "CUDA_ERROR_STUB_LIBRARY", "CUDA driver is a stub library"},
     {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
     {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
     {CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
@@ -265,25 +264,25 @@ static CUresult f_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
     if (d < 0 || d >= fk.device_count)
         return err(CUDA_ERROR_INVALID_DEVICE);
     switch (a) {
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = LJ_FAKE_SMEM_OPTIN; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *v = 228 * 1024; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *v = DEFAULT_SMEM; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: *v = 65536; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: *v = 65536; break;
-    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *v = 50 * 1024 * 1024; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *v = 2048; break;
-    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *v = 32; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *v = 2147483647; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *v = 65535; break;
-    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *v = 1980000; break;
-    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *v = 2619000; break;
-    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *v = 6144; break;
-    default: return err(CUDA_ERROR_INVALID_VALUE);
+        case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
+        case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
+        case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; break;
+        case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = LJ_FAKE_SMEM_OPTIN; break;
+        case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *v = 228 * 1024; break;
+        case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *v = DEFAULT_SMEM; break;
+        case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: *v = 65536; break;
+        case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: *v = 65536; break;
+        case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *v = 50 * 1024 * 1024; break;
+        case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
+        case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *v = 2048; break;
+        case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *v = 32; break;
+        case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *v = 2147483647; break;
+        case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
+        case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *v = 65535; break;
+        case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *v = 1980000; break;
+        case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *v = 2619000; break;
+        case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *v = 6144; break;
+        default: return err(CUDA_ERROR_INVALID_VALUE);
     }
     return CUDA_SUCCESS;
 }
@@ -426,7 +425,11 @@ static CUresult f_cuModuleLoadData(CUmodule *m, const void *image)
      * .target directives). */
     int ptx = image && memcmp(image, "//", 2) == 0 && strstr(image, "\n.version ") &&
               strstr(image, "\n.target ");
-    if (!image || (memcmp(image, "\x7f" "ELF", 4) != 0 && !ptx)) {
+    if (!image || (memcmp(image,
+                          "\x7f"
+                          "ELF",
+                          4) != 0 &&
+                   !ptx)) {
         fk.counts.rejected_images++;
         return err(CUDA_ERROR_INVALID_IMAGE);
     }
@@ -510,15 +513,15 @@ static CUresult f_cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction 
     if (!fn)
         return err(CUDA_ERROR_INVALID_HANDLE);
     switch (a) {
-    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
-    case CU_FUNC_ATTRIBUTE_NUM_REGS: *v = 64; break;
-    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *v = fn->max_dynamic_smem; break;
-    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
-    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
-    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *v = 0; break;
-    case CU_FUNC_ATTRIBUTE_PTX_VERSION:
-    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *v = 90; break;
-    default: return err(CUDA_ERROR_INVALID_VALUE);
+        case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
+        case CU_FUNC_ATTRIBUTE_NUM_REGS: *v = 64; break;
+        case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *v = fn->max_dynamic_smem; break;
+        case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
+        case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
+        case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *v = 0; break;
+        case CU_FUNC_ATTRIBUTE_PTX_VERSION:
+        case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *v = 90; break;
+        default: return err(CUDA_ERROR_INVALID_VALUE);
     }
     return CUDA_SUCCESS;
 }
@@ -670,7 +673,8 @@ static CUresult f_cuMemsetD32Async(CUdeviceptr dst, unsigned int v, size_t n, CU
 {
     FAKE_ENTRY("cuMemsetD32Async");
     NEED_CONTEXT();
-    if ((s && !live_handle(fk.streams, s)) || dst % 4 || n > SIZE_MAX / 4 || find_alloc(dst, n * 4) < 0)
+    if ((s && !live_handle(fk.streams, s)) || dst % 4 || n > SIZE_MAX / 4 ||
+        find_alloc(dst, n * 4) < 0)
         return err(CUDA_ERROR_INVALID_VALUE);
     for (size_t i = 0; i < n; i++)
         memcpy((char *)(uintptr_t)dst + 4 * i, &v, 4);
@@ -692,11 +696,11 @@ static CUresult f_cuPointerGetAttribute(void *data, CUpointer_attribute a, CUdev
     if (find_alloc(p, 0) < 0)
         return err(CUDA_ERROR_INVALID_VALUE);
     switch (a) {
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = 0; break;
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *(unsigned *)data = CU_MEMORYTYPE_DEVICE; break;
-    case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = PRIMARY; break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr *)data = p; break;
-    default: return err(CUDA_ERROR_INVALID_VALUE);
+        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = 0; break;
+        case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *(unsigned *)data = CU_MEMORYTYPE_DEVICE; break;
+        case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = PRIMARY; break;
+        case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr *)data = p; break;
+        default: return err(CUDA_ERROR_INVALID_VALUE);
     }
     return CUDA_SUCCESS;
 }
@@ -795,9 +799,8 @@ static CUresult f_cuGraphExecDestroy(CUgraphExec e)
 static CUresult f_cuGraphDestroy(CUgraph g)
 {
     FAKE_ENTRY("cuGraphDestroy");
-    return give_handle(fk.graphs, g, &fk.counts.graphs_destroyed)
-               ? CUDA_SUCCESS
-               : err(CUDA_ERROR_INVALID_HANDLE);
+    return give_handle(fk.graphs, g, &fk.counts.graphs_destroyed) ? CUDA_SUCCESS
+                                                                  : err(CUDA_ERROR_INVALID_HANDLE);
 }
 
 static CUresult f_cuEventCreate(CUevent *e, unsigned int flags)
@@ -814,9 +817,8 @@ static CUresult f_cuEventCreate(CUevent *e, unsigned int flags)
 static CUresult f_cuEventDestroy(CUevent e)
 {
     FAKE_ENTRY("cuEventDestroy");
-    return give_handle(fk.events, e, &fk.counts.events_destroyed)
-               ? CUDA_SUCCESS
-               : err(CUDA_ERROR_INVALID_HANDLE);
+    return give_handle(fk.events, e, &fk.counts.events_destroyed) ? CUDA_SUCCESS
+                                                                  : err(CUDA_ERROR_INVALID_HANDLE);
 }
 
 static CUresult f_cuEventRecord(CUevent e, CUstream s)
@@ -843,9 +845,9 @@ static CUresult f_cuEventElapsedTime(float *ms, CUevent a, CUevent b)
     FAKE_ENTRY("cuEventElapsedTime");
     if (!live_handle(fk.events, a) || !live_handle(fk.events, b))
         return err(CUDA_ERROR_INVALID_HANDLE);
-    *ms = fk.time_fn ? (float)(((struct fake_handle *)(void *)b)->t -
-                               ((struct fake_handle *)(void *)a)->t)
-                     : 1.0f;
+    *ms = fk.time_fn
+              ? (float)(((struct fake_handle *)(void *)b)->t - ((struct fake_handle *)(void *)a)->t)
+              : 1.0f;
     return CUDA_SUCCESS;
 }
 
@@ -929,10 +931,8 @@ int lj_fake_driver_balanced(void)
         graphs += fk.graphs[i].live;
     return c->retains == c->releases && c->contexts_created == c->contexts_destroyed &&
            c->loads == c->unloads && c->allocs == c->frees &&
-           c->streams_created == c->streams_destroyed &&
-           c->events_created == c->events_destroyed &&
-           c->graphs_instantiated == c->graph_execs_destroyed && graphs == 0 &&
-           !fk.capture_active;
+           c->streams_created == c->streams_destroyed && c->events_created == c->events_destroyed &&
+           c->graphs_instantiated == c->graph_execs_destroyed && graphs == 0 && !fk.capture_active;
 }
 
 int lj_fake_launch_count(void)

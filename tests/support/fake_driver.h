@@ -28,35 +28,35 @@
 #include "la_params.h"
 
 #define LJ_FAKE_MAX_LAUNCHES 256
-#define LJ_FAKE_SMEM_OPTIN (227 * 1024)
+#define LJ_FAKE_SMEM_OPTIN   (227 * 1024)
 
 typedef struct lj_fake_launch {
-    char entry[64];        /* the function's name */
+    char entry[64]; /* the function's name */
     unsigned grid[3], block[3];
-    unsigned smem;         /* dynamic shared memory bytes */
+    unsigned smem; /* dynamic shared memory bytes */
     CUstream stream;
-    int captured;          /* launched while a stream capture was active */
-    la_params params;      /* the first kernel parameter's bytes */
+    int captured;     /* launched while a stream capture was active */
+    la_params params; /* the first kernel parameter's bytes */
 } lj_fake_launch;
 
 typedef struct lj_fake_counts {
     int inits;
-    int retains, releases;     /* primary context */
-    int set_current;           /* cuCtxSetCurrent calls */
-    int loads, unloads;        /* successful module loads; unloads of live modules */
-    int rejected_images;       /* cuModuleLoadData refusals */
-    int functions;             /* cuModuleGetFunction successes */
-    int smem_attrs;            /* cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) */
+    int retains, releases; /* primary context */
+    int set_current;       /* cuCtxSetCurrent calls */
+    int loads, unloads;    /* successful module loads; unloads of live modules */
+    int rejected_images;   /* cuModuleLoadData refusals */
+    int functions;         /* cuModuleGetFunction successes */
+    int smem_attrs;        /* cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) */
     int allocs, frees;
-    int launches;              /* all successful launches (the log keeps the first 256) */
+    int launches; /* all successful launches (the log keeps the first 256) */
     int captured_launches;
     int streams_created, streams_destroyed;
     int events_created, events_destroyed;
     int captures_begun, captures_ended;
     int graphs_instantiated, graph_launches, graph_execs_destroyed, graphs_destroyed;
-    int errors;                /* calls that returned an error (misuse, injected failures) */
+    int errors; /* calls that returned an error (misuse, injected failures) */
     int contexts_created, contexts_destroyed; /* private contexts (cuCtxCreate) */
-    int faults;                /* launches the fault function made fault */
+    int faults;                               /* launches the fault function made fault */
 } lj_fake_counts;
 
 /* The table. Its state starts reset. */

@@ -263,9 +263,9 @@ float lj_bf16_to_f32(uint16_t h)
 float lj_round_to(float x, lj_dtype dt)
 {
     switch (dt) {
-    case LJ_F16: return lj_f16_to_f32(lj_f32_to_f16(x));
-    case LJ_BF16: return lj_bf16_to_f32(lj_f32_to_bf16(x));
-    default: return x;
+        case LJ_F16: return lj_f16_to_f32(lj_f32_to_f16(x));
+        case LJ_BF16: return lj_bf16_to_f32(lj_f32_to_bf16(x));
+        default: return x;
     }
 }
 

@@ -60,7 +60,7 @@ DLTensor *lj_gpu_tensor(lj_test_tensor *out, uint64_t base, uint64_t byte_offset
 
 DLDataType lj_test_dl_dtype(lj_dtype dt); /* float32, float16, bfloat16 */
 DLDataType lj_test_dl_int32(void);
-size_t lj_test_dtype_size(lj_dtype dt);   /* 4, 2, 2 */
+size_t lj_test_dtype_size(lj_dtype dt); /* 4, 2, 2 */
 
 /* ---- Host conversions (round to nearest even; NaN stays NaN, overflow becomes Inf) ---------- */
 

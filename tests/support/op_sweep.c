@@ -64,8 +64,8 @@ static void normalize(const sweep_fixture *x, const lj_fake_launch *l, sweep_lau
     }
     out->smem = l->smem;
     out->p = l->params;
-    la_tensor4 *t[] = {&out->p.q,  &out->p.k,  &out->p.v,   &out->p.o,   &out->p.dout,
-                       &out->p.dq, &out->p.dk, &out->p.dv,  &out->p.s0,  &out->p.sn,
+    la_tensor4 *t[] = {&out->p.q,   &out->p.k,   &out->p.v,          &out->p.o,  &out->p.dout,
+                       &out->p.dq,  &out->p.dk,  &out->p.dv,         &out->p.s0, &out->p.sn,
                        &out->p.ds0, &out->p.dsn, &out->p.step_states};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         t[i]->ptr = norm_ptr(x, t[i]->ptr);
@@ -138,9 +138,10 @@ static uint64_t iterate(const sweep_case *c, uint64_t n, const sweep_launch *ref
     *status = st;
     if (n && ref) {
         if (used < n)
-            lj_test_fail(__FILE__, __LINE__,
-                         "%s: the call made %llu allocations, the reference %llu (not deterministic?)",
-                         c->name, (unsigned long long)used, (unsigned long long)n);
+            lj_test_fail(
+                __FILE__, __LINE__,
+                "%s: the call made %llu allocations, the reference %llu (not deterministic?)",
+                c->name, (unsigned long long)used, (unsigned long long)n);
         if (st != LAJIT_OK) {
             if (lajit_errmsg(ctx)[0] == 0)
                 lj_test_fail(__FILE__, __LINE__, "%s: allocation %llu failed: %s with no message",
@@ -169,8 +170,10 @@ static uint64_t iterate(const sweep_case *c, uint64_t n, const sweep_launch *ref
     sweep_fixture_close(x);
     free(x);
     if (!lj_fake_driver_balanced())
-        lj_test_fail(__FILE__, __LINE__, "%s: allocation %llu failed: a driver resource was not "
-                     "given back", c->name, (unsigned long long)n);
+        lj_test_fail(__FILE__, __LINE__,
+                     "%s: allocation %llu failed: a driver resource was not "
+                     "given back",
+                     c->name, (unsigned long long)n);
     return used;
 }
 
@@ -190,8 +193,8 @@ void sweep_expect(const sweep_case *c, const sweep_launch *ref, int n_ref, const
     lajit_status st;
     iterate(c, 0, NULL, 0, got, &n_got, &st, 0);
     if (st != LAJIT_OK || !same_launches(got, n_got, ref, n_ref))
-        lj_test_fail(__FILE__, __LINE__, "%s: %s: status %s, %d launches (reference %d)%s",
-                     c->name, what, lajit_status_string(st), n_got, n_ref,
+        lj_test_fail(__FILE__, __LINE__, "%s: %s: status %s, %d launches (reference %d)%s", c->name,
+                     what, lajit_status_string(st), n_got, n_ref,
                      st == LAJIT_OK ? ", different from the reference" : "");
 }
 

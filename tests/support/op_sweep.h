@@ -19,7 +19,7 @@
 #include "fake_driver.h"
 #include "gpu.h"
 
-#define SWEEP_MAX_BUFS 16
+#define SWEEP_MAX_BUFS     16
 #define SWEEP_MAX_LAUNCHES 8
 
 /* The device buffers and arguments of one call. Self-referential (tensors point into it):
@@ -51,7 +51,7 @@ typedef struct sweep_case {
     void (*build)(sweep_fixture *x); /* after lj_fake_driver_reset: buffers and arguments */
     lajit_status (*call)(lajit_ctx *ctx, sweep_fixture *x);
     uint32_t ctx_flags;
-    uint32_t autotune; /* LAJIT_AUTOTUNE_OFF unless the case says otherwise */
+    uint32_t autotune;  /* LAJIT_AUTOTUNE_OFF unless the case says otherwise */
     const char *bundle; /* lajit_ctx_desc.bundle (NULL: none) */
     /* Run before each iteration (e.g. remove the tuning database); may be NULL. */
     void (*before)(void);
@@ -68,11 +68,11 @@ typedef struct sweep_case {
 } sweep_case;
 
 typedef struct sweep_result {
-    uint64_t sites;     /* allocations the call makes */
-    int injected;       /* failures injected */
-    int errors;         /* calls that ended in an error status (all LAJIT_ERR_OUT_OF_MEMORY) */
-    int recovered;      /* calls that succeeded anyway (Lua's emergency collection and retry) */
-    int sampled;        /* 1 when not every site was injected */
+    uint64_t sites; /* allocations the call makes */
+    int injected;   /* failures injected */
+    int errors;     /* calls that ended in an error status (all LAJIT_ERR_OUT_OF_MEMORY) */
+    int recovered;  /* calls that succeeded anyway (Lua's emergency collection and retry) */
+    int sampled;    /* 1 when not every site was injected */
 } sweep_result;
 
 /* The reference run (injection off): fills ref (n_ref launches) and returns the allocation
