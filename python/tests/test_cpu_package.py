@@ -5,6 +5,7 @@ torch.compile(fullgraph=True) on meta tensors (forward and backward), and bad ar
 as Python exceptions naming the argument. Run by cpu_package.sh inside a throwaway venv, or with
 pytest / run.py against any install."""
 import os
+import shutil
 import subprocess
 import sys
 import unittest
@@ -232,7 +233,10 @@ def test_nvrtc_from_the_wheel_and_override():
         code = ("import os, lajit; lajit.library(); "
                 "print(os.environ.get('LAJIT_NVRTC_PATH'))")
         env = {k: v for k, v in os.environ.items() if k != "LAJIT_NVRTC_PATH"}
-        env["PYTHONPATH"] = tmp
+        # Prepended: lajit itself may be importable only through PYTHONPATH (an install with
+        # pip --target, as on the GPU machine).
+        env["PYTHONPATH"] = os.pathsep.join(
+            [tmp] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                              text=True, check=True).stdout.strip()
         assert out == os.path.join(lib, "libnvrtc.so.13"), out
@@ -243,7 +247,11 @@ def test_nvrtc_from_the_wheel_and_override():
 
 
 def test_cli_console_script():
+    # Beside the interpreter in a virtual environment; on PATH for other installs (pip --target
+    # puts it in TARGET/bin).
     exe = os.path.join(os.path.dirname(sys.executable), "lajit")
+    if not os.path.exists(exe):
+        exe = shutil.which("lajit") or exe
     out = subprocess.run([exe, "version"], capture_output=True, text=True, check=True).stdout
     assert out.strip() == f"lajit {lajit.__version__}", out
     p = lajit.tools.run("families", capture=True)

@@ -264,7 +264,7 @@ def test_tune_and_bundle_from_python():
         old = os.environ.get("LAJIT_CACHE_DIR")
         os.environ["LAJIT_CACHE_DIR"] = tmp
         try:
-            summary = lajit.tune("la_decode", dtype="bf16", B=[4], H=[4], D=64, runs=2,
+            summary = lajit.tune("la_decode", dtype="bf16", B=[4], H=[4], D=64, runs=5,
                                  warmup=1, jobs=8)
         finally:
             if old is None:
