@@ -5,6 +5,7 @@
  * it afterwards, and no metamethod of a hostile table runs outside the sandbox's limits.
  * Calling the spec's functions is family_call.c; the text it is tuned under, family_text.c. */
 #include "family_impl.h"
+#include "problem.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -152,29 +153,10 @@ const char *lj_read_problem(lua_State *L, int idx, lj_op family_op, lj_problem *
                  (t != LUA_TSTRING && t != LUA_TNIL)))
         msg = "problem.dtype must be f32, f16 or bf16";
     lua_settop(L, top);
-    static const struct {
-        const char *name;
-        size_t off;
-    } fields[] = {
-        {"B", offsetof(lj_problem, B)},
-        {"H", offsetof(lj_problem, H)},
-        {"N", offsetof(lj_problem, N)},
-        {"D", offsetof(lj_problem, D)},
-        {"E", offsetof(lj_problem, E)},
-        {"T", offsetof(lj_problem, T)},
-        {"decay", offsetof(lj_problem, decay)},
-        {"has_initial", offsetof(lj_problem, has_initial)},
-        {"has_final", offsetof(lj_problem, has_final)},
-        {"varlen", offsetof(lj_problem, varlen)},
-        {"vk", offsetof(lj_problem, vk)},
-        {"want_ds", offsetof(lj_problem, want_ds)},
-        {"has_dsn", offsetof(lj_problem, has_dsn)},
-        {"step_states", offsetof(lj_problem, step_states)},
-        {"part", offsetof(lj_problem, part)},
-    };
-    for (size_t i = 0; !msg && i < sizeof fields / sizeof fields[0]; i++) {
-        t = lj_rawgetfield(L, idx, fields[i].name);
-        int *dst = (int *)((char *)p + fields[i].off);
+    const char *name;
+    for (size_t i = 0; !msg && (name = lj_problem_field_name(i)) != NULL; i++) {
+        t = lj_rawgetfield(L, idx, name);
+        int *dst = lj_problem_field(p, i);
         int isnum = 0;
         lua_Integer v = t == LUA_TNUMBER ? lua_tointegerx(L, -1, &isnum) : 0;
         if (t == LUA_TBOOLEAN) {
@@ -182,8 +164,8 @@ const char *lj_read_problem(lua_State *L, int idx, lj_op family_op, lj_problem *
         } else if (t == LUA_TNUMBER && isnum && v >= 0 && v <= INT_MAX) {
             *dst = (int)v;
         } else if (t != LUA_TNIL) {
-            snprintf(err, cap, "problem.%s must be an integer from 0 to %d or a boolean",
-                     fields[i].name, INT_MAX);
+            snprintf(err, cap, "problem.%s must be an integer from 0 to %d or a boolean", name,
+                     INT_MAX);
             msg = err;
         }
         lua_settop(L, top);

@@ -145,21 +145,26 @@ static lajit_status ensure_loaded(lj_env *env)
 }
 
 /* Names of NVRTC's results, kept here so that reporting an error needs no further NVRTC call
- * (which fault injection would count). */
+ * (which fault injection would count); each spelled once, by the enum's own name. */
+#define RESULT_NAME(r) [r] = #r
+static const char *const result_names[] = {
+    RESULT_NAME(NVRTC_SUCCESS),
+    RESULT_NAME(NVRTC_ERROR_OUT_OF_MEMORY),
+    RESULT_NAME(NVRTC_ERROR_PROGRAM_CREATION_FAILURE),
+    RESULT_NAME(NVRTC_ERROR_INVALID_INPUT),
+    RESULT_NAME(NVRTC_ERROR_INVALID_PROGRAM),
+    RESULT_NAME(NVRTC_ERROR_INVALID_OPTION),
+    RESULT_NAME(NVRTC_ERROR_COMPILATION),
+    RESULT_NAME(NVRTC_ERROR_BUILTIN_OPERATION_FAILURE),
+    RESULT_NAME(NVRTC_ERROR_INTERNAL_ERROR),
+};
+#undef RESULT_NAME
+
 static const char *result_name(nvrtcResult r)
 {
-    switch (r) {
-        case NVRTC_SUCCESS: return "NVRTC_SUCCESS";
-        case NVRTC_ERROR_OUT_OF_MEMORY: return "NVRTC_ERROR_OUT_OF_MEMORY";
-        case NVRTC_ERROR_PROGRAM_CREATION_FAILURE: return "NVRTC_ERROR_PROGRAM_CREATION_FAILURE";
-        case NVRTC_ERROR_INVALID_INPUT: return "NVRTC_ERROR_INVALID_INPUT";
-        case NVRTC_ERROR_INVALID_PROGRAM: return "NVRTC_ERROR_INVALID_PROGRAM";
-        case NVRTC_ERROR_INVALID_OPTION: return "NVRTC_ERROR_INVALID_OPTION";
-        case NVRTC_ERROR_COMPILATION: return "NVRTC_ERROR_COMPILATION";
-        case NVRTC_ERROR_BUILTIN_OPERATION_FAILURE: return "NVRTC_ERROR_BUILTIN_OPERATION_FAILURE";
-        case NVRTC_ERROR_INTERNAL_ERROR: return "NVRTC_ERROR_INTERNAL_ERROR";
-        default: return "NVRTC error";
-    }
+    if (r >= 0 && (size_t)r < sizeof result_names / sizeof result_names[0] && result_names[r])
+        return result_names[r];
+    return "NVRTC error";
 }
 
 /* A failed NVRTC call other than a compile error: out of memory maps to its own status, every

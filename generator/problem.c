@@ -25,31 +25,44 @@ static int parse_int(const char *s, long long *out)
     return 1;
 }
 
+/* The integer fields of lj_problem by name, in the struct's order: a spec's problem table
+ * (lj_read_problem) and a text assignment (lj_assign) name them alike. */
+static const struct {
+    const char *name;
+    size_t offset;
+} fields[] = {
+    {"B", offsetof(lj_problem, B)},
+    {"H", offsetof(lj_problem, H)},
+    {"N", offsetof(lj_problem, N)},
+    {"D", offsetof(lj_problem, D)},
+    {"E", offsetof(lj_problem, E)},
+    {"T", offsetof(lj_problem, T)},
+    {"decay", offsetof(lj_problem, decay)},
+    {"has_initial", offsetof(lj_problem, has_initial)},
+    {"has_final", offsetof(lj_problem, has_final)},
+    {"varlen", offsetof(lj_problem, varlen)},
+    {"vk", offsetof(lj_problem, vk)},
+    {"want_ds", offsetof(lj_problem, want_ds)},
+    {"has_dsn", offsetof(lj_problem, has_dsn)},
+    {"step_states", offsetof(lj_problem, step_states)},
+    {"part", offsetof(lj_problem, part)},
+};
+
+const char *lj_problem_field_name(size_t i)
+{
+    return i < sizeof fields / sizeof fields[0] ? fields[i].name : NULL;
+}
+
+int *lj_problem_field(lj_problem *p, size_t i)
+{
+    return (int *)((char *)p + fields[i].offset);
+}
+
 static int *problem_field(lj_problem *p, const char *key)
 {
-    static const struct {
-        const char *name;
-        size_t offset;
-    } fields[] = {
-        {"B", offsetof(lj_problem, B)},
-        {"H", offsetof(lj_problem, H)},
-        {"N", offsetof(lj_problem, N)},
-        {"D", offsetof(lj_problem, D)},
-        {"E", offsetof(lj_problem, E)},
-        {"T", offsetof(lj_problem, T)},
-        {"decay", offsetof(lj_problem, decay)},
-        {"has_initial", offsetof(lj_problem, has_initial)},
-        {"has_final", offsetof(lj_problem, has_final)},
-        {"varlen", offsetof(lj_problem, varlen)},
-        {"vk", offsetof(lj_problem, vk)},
-        {"want_ds", offsetof(lj_problem, want_ds)},
-        {"has_dsn", offsetof(lj_problem, has_dsn)},
-        {"step_states", offsetof(lj_problem, step_states)},
-        {"part", offsetof(lj_problem, part)},
-    };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         if (strcmp(fields[i].name, key) == 0)
-            return (int *)((char *)p + fields[i].offset);
+            return lj_problem_field(p, i);
     return NULL;
 }
 

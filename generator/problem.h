@@ -5,6 +5,11 @@
 
 #include "family.h"
 
+/* The integer fields of lj_problem (B, H, N, D, E, T, then the flags and part), by index in the
+ * struct's order: the i-th one's name (NULL past the last) and where it lives in p. */
+const char *lj_problem_field_name(size_t i);
+int *lj_problem_field(lj_problem *p, size_t i);
+
 /* Applies one "key=value" to a problem (lower-case keys: the lj_problem fields; booleans as
  * 0/1/true/false) or to a configuration (upper-case keys: must be a parameter of the family
  * and one of its candidate values). LAJIT_ERR_INVALID_ARGUMENT with a message naming the key. */

@@ -7,35 +7,31 @@
 
 #include "context.h"
 
-/* A caller's struct must hold at least every field this build writes; a larger one (from a newer
- * header) is fine: only the fields known here are written. */
-static lajit_status check_struct(lj_env *env, const char *fn, size_t given, size_t known)
-{
-    if (given < known)
-        return lj_error(env, LAJIT_ERR_STRUCT_SIZE, "%s: struct_size %zu, this build needs %zu", fn,
-                        given, known);
-    return LAJIT_OK;
-}
-
-static lajit_status family_for(lajit_ctx *ctx, const char *fn, const char *family, const void *out,
-                               lj_family **f)
-{
-    if (!family || !out)
-        return lj_error(&ctx->env, LAJIT_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
-    return lajit__ctx_family(ctx, family, f);
-}
-
-LAJIT_API lajit_status lajit_family_describe(lajit_ctx *ctx, const char *family,
-                                             lajit_family_info *out)
+/* What both queries check first: the arguments given, the family loaded, then the caller's
+ * struct large enough for every field this build writes (a larger one, from a newer header, is
+ * fine: only the fields known here are written). struct_size is NULL when out is. */
+static lajit_status begin_query(lajit_ctx *ctx, const char *fn, const char *family,
+                                const size_t *struct_size, size_t known, lj_family **f)
 {
     if (!ctx)
         return LAJIT_ERR_INVALID_ARGUMENT;
     lj_env *env = &ctx->env;
     lj_clear_error(env);
+    if (!family || !struct_size)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+    lajit_status st = lajit__ctx_family(ctx, family, f);
+    if (st == LAJIT_OK && *struct_size < known)
+        st = lj_error(env, LAJIT_ERR_STRUCT_SIZE, "%s: struct_size %zu, this build needs %zu", fn,
+                      *struct_size, known);
+    return st;
+}
+
+LAJIT_API lajit_status lajit_family_describe(lajit_ctx *ctx, const char *family,
+                                             lajit_family_info *out)
+{
     lj_family *f;
-    lajit_status st = family_for(ctx, "lajit_family_describe", family, out, &f);
-    if (st == LAJIT_OK)
-        st = check_struct(env, "lajit_family_describe", out->struct_size, sizeof *out);
+    lajit_status st = begin_query(ctx, "lajit_family_describe", family,
+                                  out ? &out->struct_size : NULL, sizeof *out, &f);
     if (st != LAJIT_OK)
         return st;
     out->name = lj_family_name(f);
@@ -47,20 +43,15 @@ LAJIT_API lajit_status lajit_family_describe(lajit_ctx *ctx, const char *family,
 LAJIT_API lajit_status lajit_family_param(lajit_ctx *ctx, const char *family, int index,
                                           lajit_param_info *out)
 {
-    if (!ctx)
-        return LAJIT_ERR_INVALID_ARGUMENT;
-    lj_env *env = &ctx->env;
-    lj_clear_error(env);
     lj_family *f;
-    lajit_status st = family_for(ctx, "lajit_family_param", family, out, &f);
-    if (st == LAJIT_OK)
-        st = check_struct(env, "lajit_family_param", out->struct_size, sizeof *out);
+    lajit_status st = begin_query(ctx, "lajit_family_param", family, out ? &out->struct_size : NULL,
+                                  sizeof *out, &f);
     if (st != LAJIT_OK)
         return st;
     int n = lj_family_param_count(f);
     if (index < 0 || index >= n)
-        return lj_error(env, LAJIT_ERR_NOT_FOUND, "%s has %d parameters: index %d is out of range",
-                        family, n, index);
+        return lj_error(&ctx->env, LAJIT_ERR_NOT_FOUND,
+                        "%s has %d parameters: index %d is out of range", family, n, index);
     const long long *values;
     int count = lj_family_param_values(f, index, &values);
     /* The spec loader guarantees 1 to 64 values; the bounds are computed, not assumed sorted. */

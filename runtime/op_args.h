@@ -55,6 +55,16 @@ typedef struct lj_seq_call {
     int n_states;
 } lj_seq_call;
 
+/* The lj_seq_call of an entry point's arguments a (lajit_attn_fwd_args or lajit_attn_bwd_args:
+ * flags, cu_seqlens, s and state_slots are fields of both), with the counts of the seqs and
+ * states arrays taken from the arrays themselves rather than written out beside them. */
+#define LJ_SEQ_CALL(fn, required, op, a, seqs, states)                                         \
+    {                                                                                          \
+        (fn), (required), (op), (a)->flags, (a)->cu_seqlens, (a)->s, (a)->state_slots, (seqs), \
+            (int)(sizeof(seqs) / sizeof((seqs)[0])), (states),                                 \
+            (int)(sizeof(states) / sizeof((states)[0]))                                        \
+    }
+
 /* What every op checks first: arguments given, a struct_size this build knows, known flags, a
  * finite nonzero scale. struct_size is NULL when the arguments are. */
 lajit_status lj_check_args(lj_env *env, const char *fn, const size_t *struct_size, size_t expected,

@@ -30,17 +30,8 @@ LAJIT_API lajit_status lajit_attn_fwd(lajit_ctx *ctx, const lajit_attn_fwd_args 
         {"q", a->q, 0, &lp.q}, {"k", a->k, 0, &lp.k}, {"v", a->v, 1, &lp.v}, {"o", a->o, 1, &lp.o}};
     const lj_state_arg states[] = {{"initial_state", a->initial_state, &lp.s0, &p.has_initial},
                                    {"final_state", a->final_state, &lp.sn, &p.has_final}};
-    const lj_seq_call call = {"lajit_attn_fwd",
-                              "q, k, v and o",
-                              LJ_OP_FWD,
-                              a->flags,
-                              a->cu_seqlens,
-                              a->s,
-                              a->state_slots,
-                              seqs,
-                              4,
-                              states,
-                              2};
+    const lj_seq_call call =
+        LJ_SEQ_CALL("lajit_attn_fwd", "q, k, v and o", LJ_OP_FWD, a, seqs, states);
     if ((st = lj_seq_begin(env, &call, &p, &lp, &sh, &P)) != LAJIT_OK)
         return st;
     const lj_io_tensor io[] = {
@@ -146,17 +137,8 @@ LAJIT_API lajit_status lajit_attn_bwd(lajit_ctx *ctx, const lajit_attn_bwd_args 
     const lj_state_arg states[] = {{"initial_state", a->initial_state, &lp.s0, &p.has_initial},
                                    {"d_final_state", a->d_final_state, &lp.dsn, &p.has_dsn},
                                    {"d_initial_state", a->d_initial_state, &lp.ds0, &p.has_final}};
-    const lj_seq_call call = {"lajit_attn_bwd",
-                              "q, k, v, dout, dq, dk and dv",
-                              LJ_OP_BWD,
-                              a->flags,
-                              a->cu_seqlens,
-                              a->s,
-                              a->state_slots,
-                              seqs,
-                              7,
-                              states,
-                              3};
+    const lj_seq_call call =
+        LJ_SEQ_CALL("lajit_attn_bwd", "q, k, v, dout, dq, dk and dv", LJ_OP_BWD, a, seqs, states);
     if ((st = lj_seq_begin(env, &call, &p, &lp, &sh, &P)) != LAJIT_OK)
         return st;
     if (a->ds) {

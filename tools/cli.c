@@ -137,3 +137,22 @@ int cli_option_error(const char *cmd, int c, char **argv)
         snprintf(what, sizeof what, "%s: unexpected argument %s", cmd, arg);
     return cli_usage_error("%s", what);
 }
+
+int cli_no_arguments(const char *cmd, const char *help, int argc, char **argv)
+{
+    static const struct option longopts[] = {{"help", no_argument, NULL, 'h'}, {0}};
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        if (c != 'h')
+            return cli_option_error(cmd, c, argv);
+        printf("usage: %s %s\n\n%s", cli_prog, cmd, help);
+        return 0;
+    }
+    if (optind < argc) {
+        char what[256];
+        snprintf(what, sizeof what, "%s: unexpected argument %s", cmd, argv[optind]);
+        return cli_usage_error("%s", what);
+    }
+    return -1;
+}

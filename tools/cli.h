@@ -52,6 +52,11 @@ int cli_split_list(char *list, char ***out);
  * c is what getopt_long returned (':' for a missing value, '?' for an unknown option). */
 int cli_option_error(const char *cmd, int c, char **argv);
 
+/* The options of a command that takes no argument but --help (version, info, families): -1
+ * when the command should go on; else its exit status, 0 after printing "usage: lajit <cmd>"
+ * and help (a sentence or more, ending in a newline), 2 after a usage error. */
+int cli_no_arguments(const char *cmd, const char *help, int argc, char **argv);
+
 /* The commands. */
 int cmd_version(int argc, char **argv);
 int cmd_info(int argc, char **argv);

@@ -1,30 +1,22 @@
 /* cmd_families.c — `lajit families`: each built-in family, its op and its tunable parameters
  * with their candidate values, read through the public discovery API (lajit_family_describe,
  * lajit_family_param) so the CLI shows exactly what an application can query. */
-#include <getopt.h>
 #include <stdio.h>
 
 #include "cli.h"
 
 int cmd_families(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"help", no_argument, NULL, 'h'}, {0}};
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        if (c != 'h')
-            return cli_option_error("families", c, argv);
-        printf("usage: %s families\n\nLists the built-in families, their op and their tunable "
-               "parameters with candidate values.\n",
-               cli_prog);
-        return 0;
-    }
-    if (optind < argc)
-        return cli_usage_error("families: unexpected argument %s", argv[optind]);
+    int rc = cli_no_arguments("families",
+                              "Lists the built-in families, their op and their tunable parameters "
+                              "with candidate values.\n",
+                              argc, argv);
+    if (rc >= 0)
+        return rc;
     lajit_ctx *ctx = cli_open_ctx(0, LAJIT_CTX_NO_DEVICE);
     if (!ctx)
         return 1;
-    int rc = 0;
+    rc = 0;
     for (const char *const *name = lajit_family_names(); *name; name++) {
         lajit_family_info fam = {.struct_size = sizeof fam};
         lajit_status st = lajit_family_describe(ctx, *name, &fam);

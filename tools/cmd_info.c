@@ -1,6 +1,5 @@
 /* cmd_info.c — `lajit info`: the CUDA driver, NVRTC, the devices (or "no GPU"), the cache
  * directory and the built-in families; what a bug report or a first install wants to know. */
-#include <getopt.h>
 #include <stdio.h>
 
 #include "cli.h"
@@ -8,19 +7,12 @@
 
 int cmd_info(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"help", no_argument, NULL, 'h'}, {0}};
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        if (c != 'h')
-            return cli_option_error("info", c, argv);
-        printf("usage: %s info\n\nPrints the CUDA driver, NVRTC, the devices (or \"no GPU\"), the "
-               "cache directory and the built-in families.\n",
-               cli_prog);
-        return 0;
-    }
-    if (optind < argc)
-        return cli_usage_error("info: unexpected argument %s", argv[optind]);
+    int rc = cli_no_arguments("info",
+                              "Prints the CUDA driver, NVRTC, the devices (or \"no GPU\"), the "
+                              "cache directory and the built-in families.\n",
+                              argc, argv);
+    if (rc >= 0)
+        return rc;
     lajit_ctx *ctx = cli_open_ctx(-1, 0);
     if (!ctx)
         return 1;

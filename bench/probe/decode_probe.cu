@@ -23,6 +23,7 @@
 
 #include "common/la_params.h"
 #include "common/types.cuh"
+#include "probe_elem.h"
 
 struct Variant {
     const char *name;
@@ -44,39 +45,6 @@ static int g_persist_ctas = 0;    // > 0: override the persistent grid (check mo
 
 static const int NV = sizeof(VARIANTS) / sizeof(VARIANTS[0]);
 static int esize(int dt) { return dt == 0 ? 4 : 2; }
-
-// Host conversions (round to nearest even), matching the device's cvt.rn.
-static uint16_t f2bf(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fff + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
-static float bf2f(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static uint16_t f2h(float f) { return __half_as_ushort(__float2half_rn(f)); }
-static float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-// Rounds x to the dtype, writes its storage bytes at dst, returns the rounded value.
-static float store_elem(int dt, void *dst, size_t i, float x)
-{
-    if (dt == 0) { ((float *)dst)[i] = x; return x; }
-    if (dt == 1) { uint16_t h = f2h(x); ((uint16_t *)dst)[i] = h; return h2f(h); }
-    uint16_t h = f2bf(x);
-    ((uint16_t *)dst)[i] = h;
-    return bf2f(h);
-}
-static double load_elem(int dt, const void *src, size_t i)
-{
-    if (dt == 0) return ((const float *)src)[i];
-    if (dt == 1) return h2f(((const uint16_t *)src)[i]);
-    return bf2f(((const uint16_t *)src)[i]);
-}
 
 static void launch(const Variant &v, const la_params &p, cudaStream_t s = 0)
 {

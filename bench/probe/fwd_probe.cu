@@ -20,6 +20,7 @@
 #include <random>
 
 #include "../../templates/common/la_params.h"
+#include "probe_elem.h"
 
 #define CK(x)                                                                                      \
     do {                                                                                           \
@@ -35,45 +36,9 @@
 static int g_dt; // 0 f32, 1 f16, 2 bf16
 static size_t esz() { return g_dt == 0 ? 4 : 2; }
 
-static uint16_t f2bf(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fff + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
-static float bf2f(uint16_t b)
-{
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static uint16_t f2h(float f) { return __half_as_ushort(__float2half_rn(f)); }
-static float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-
-// Rounds to the storage dtype and returns the rounded value; writes the bits to dst.
-static float store_el(void *dst, size_t i, float x)
-{
-    if (g_dt == 0) {
-        ((float *)dst)[i] = x;
-        return x;
-    }
-    if (g_dt == 1) {
-        uint16_t b = f2h(x);
-        ((uint16_t *)dst)[i] = b;
-        return h2f(b);
-    }
-    uint16_t b = f2bf(x);
-    ((uint16_t *)dst)[i] = b;
-    return bf2f(b);
-}
-static double load_el(const void *src, size_t i)
-{
-    if (g_dt == 0) return ((const float *)src)[i];
-    if (g_dt == 1) return h2f(((const uint16_t *)src)[i]);
-    return bf2f(((const uint16_t *)src)[i]);
-}
+// Rounds to the storage dtype g_dt and returns the rounded value; writes the bits to dst.
+static float store_el(void *dst, size_t i, float x) { return store_elem(g_dt, dst, i, x); }
+static double load_el(const void *src, size_t i) { return load_elem(g_dt, src, i); }
 
 struct Cfg {
     int D, E, BLOCK, TILE_V, WARPS, STAGES, decay, init, fin, varlen, vk, bnhd, B, H;

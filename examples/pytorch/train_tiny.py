@@ -8,19 +8,29 @@
    imitate a fixed teacher; the loss must fall and stay finite.
 Exits 1 when a check fails. Uses the installed lajit package when there is one (pip install .),
 else lajit_torch.py beside it: LAJIT_LIBRARY=/path/liblajit.so python3 train_tiny.py"""
+import importlib.util
 import math
+import os
 import sys
 
 import torch
 
 try:
     import lajit
+    from lajit.reference import ds_bound, recurrence
 
     def lightning_attention(q, k, v, s=None, scale=1.0):
         return lajit.lightning_attn(q, k, v, s, scale=scale)
     print(f"lajit package {lajit.version()} from {lajit.__file__}")
 except ImportError:
     from lajit_torch import lightning_attention
+    # The package's float64 reference (python/lajit/reference.py) needs only torch: load that one
+    # file from the source tree, so the example runs with no package installed.
+    _spec = importlib.util.spec_from_file_location("lajit_reference", os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "lajit", "reference.py"))
+    _reference = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_reference)
+    ds_bound, recurrence = _reference.ds_bound, _reference.recurrence
 
 torch.manual_seed(0)
 dev = torch.device("cuda")
@@ -29,33 +39,6 @@ failures = []
 
 def rel_l2(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
-
-
-def recurrence(q, k, v, s, scale):
-    """o_t = σ q_t S_t, S_t = exp(-s) S_{t-1} + k_tᵀ v_t, in the inputs' dtype (float64 here)."""
-    B, H, N, D = q.shape
-    lam = torch.exp(-s).view(1, H, 1, 1)
-    S = q.new_zeros(B, H, D, v.shape[-1])
-    out = []
-    for t in range(N):
-        S = lam * S + k[:, :, t, :, None] * v[:, :, t, None, :]
-        out.append(scale * torch.einsum("bhd,bhde->bhe", q[:, :, t], S))
-    return torch.stack(out, 2)
-
-
-def ds_bound(q, k, v, do, s, scale):
-    """λ Σ_t ||G_t||·||S_{t-1}|| per head, summed over the batch (DESIGN.md's ds tolerance)."""
-    B, H, N, D = q.shape
-    lam = torch.exp(-s).view(1, H, 1, 1)
-    states = [q.new_zeros(B, H, D, v.shape[-1])]
-    for t in range(N):
-        states.append(lam * states[-1] + k[:, :, t, :, None] * v[:, :, t, None, :])
-    G = torch.zeros_like(states[0])
-    bound = torch.zeros(H, dtype=q.dtype, device=q.device)
-    for t in range(N - 1, -1, -1):
-        G = (lam * G if t < N - 1 else G) + scale * q[:, :, t, :, None] * do[:, :, t, None, :]
-        bound += (G.flatten(2).norm(dim=2) * states[t].flatten(2).norm(dim=2)).sum(0)
-    return torch.exp(-s) * bound
 
 
 # ---- 1 and 2: gradients ------------------------------------------------------------------
@@ -72,7 +55,7 @@ got = [x.grad for x in leaves] + [s_l.grad]
 
 ref_leaves = [x.double().requires_grad_() for x in (q, k, v)]
 s_r = s.double().requires_grad_()
-o_ref = recurrence(*ref_leaves, s_r, scale)
+o_ref, _ = recurrence(*ref_leaves, s_r, scale)
 o_ref.backward(do.double())
 ref = [x.grad for x in ref_leaves] + [s_r.grad]
 bound = ds_bound(q.double(), k.double(), v.double(), do.double(), s.double(), scale)

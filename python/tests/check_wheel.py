@@ -14,7 +14,7 @@ import zipfile
 
 EXPECTED = ["lajit/_lib/liblajit.so.0", "lajit/_lib/liblua5.4.so.0", "lajit/_lib/libsqlite3.so.0",
             "lajit/_bin/lajit", "lajit/__init__.py", "lajit/_native.py", "lajit/_torch.py",
-            "lajit/api.py", "lajit/tools.py", "lajit_cli.py"]
+            "lajit/api.py", "lajit/reference.py", "lajit/tools.py", "lajit_cli.py"]
 BUNDLED = ("liblua", "libsqlite")
 
 

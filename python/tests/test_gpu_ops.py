@@ -20,6 +20,7 @@ if not MOCK and not torch.cuda.is_available():
     raise unittest.SkipTest("no CUDA device")
 
 import lajit  # noqa: E402
+from lajit.reference import ds_bound, recurrence  # noqa: E402
 
 
 def needs_gpu():
@@ -36,32 +37,6 @@ def check(name, got, ref, tol):
     assert torch.isfinite(got).all(), f"{name}: NaN or Inf"
     e = rel_l2(got, ref)
     assert e <= tol, f"{name}: relative L2 {e:.2e} > {tol:.0e}"
-
-
-def recurrence(q, k, v, s, scale, h0=None):
-    """[B, H, N, D] float64: o_t = σ q_t S_t, S_t = λ S_{t−1} + k_tᵀ v_t. Returns (o, S_N)."""
-    B, H, N, D = q.shape
-    lam = torch.exp(-s).view(1, H, 1, 1) if s is not None else q.new_ones(1, H, 1, 1)
-    S = h0.clone() if h0 is not None else q.new_zeros(B, H, D, v.shape[-1])
-    out = []
-    for t in range(N):
-        S = lam * S + k[:, :, t, :, None] * v[:, :, t, None, :]
-        out.append(scale * torch.einsum("bhd,bhde->bhe", q[:, :, t], S))
-    return torch.stack(out, 2), S
-
-
-def ds_bound(q, k, v, do, s, scale):
-    B, H, N, D = q.shape
-    lam = torch.exp(-s).view(1, H, 1, 1)
-    states = [q.new_zeros(B, H, D, v.shape[-1])]
-    for t in range(N):
-        states.append(lam * states[-1] + k[:, :, t, :, None] * v[:, :, t, None, :])
-    G = torch.zeros_like(states[0])
-    bound = torch.zeros(H, dtype=q.dtype, device=q.device)
-    for t in range(N - 1, -1, -1):
-        G = (lam * G if t < N - 1 else G) + scale * q[:, :, t, :, None] * do[:, :, t, None, :]
-        bound += (G.flatten(2).norm(dim=2) * states[t].flatten(2).norm(dim=2)).sum(0)
-    return torch.exp(-s) * bound
 
 
 def inputs(B, H, N, D, E, dtype, seed=0):

@@ -421,3 +421,34 @@ LJ_TEST(families_command_uses_the_api)
     ASSERT_CONTAINS(out, "la_fwd_sm90 (fwd)\n");
     ASSERT_CONTAINS(out, "  TILE_V     16 32 64 128\n");
 }
+
+/* The commands that take no argument but --help (version, info, families) share one option
+ * parser: --help and -h print "usage: lajit <cmd>" and exit 0; an argument, an unknown option or
+ * an unknown letter is a usage error (2) naming it. */
+LJ_TEST(no_argument_commands)
+{
+    static char out[1 << 16];
+    static const char *const cmds[] = {"version", "info", "families"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char args[64], want[64];
+        snprintf(want, sizeof want, "usage: lajit %s\n\n", cmds[i]);
+        snprintf(args, sizeof args, "%s --help", cmds[i]);
+        ASSERT_EQ(run_cli(args, out, sizeof out), 0);
+        ASSERT_TRUE(strncmp(out, want, strlen(want)) == 0);
+        ASSERT_TRUE(out[strlen(out) - 1] == '\n' && out[strlen(want)] != '\n');
+        snprintf(args, sizeof args, "%s -h", cmds[i]);
+        ASSERT_EQ(run_cli(args, out, sizeof out), 0);
+        ASSERT_TRUE(strncmp(out, want, strlen(want)) == 0);
+        snprintf(args, sizeof args, "%s extra", cmds[i]);
+        ASSERT_EQ(run_cli(args, out, sizeof out), 2);
+        snprintf(want, sizeof want, "lajit: %s: unexpected argument extra (see lajit --help)\n",
+                 cmds[i]);
+        ASSERT_TRUE(strcmp(out, want) == 0);
+        snprintf(args, sizeof args, "%s --bogus", cmds[i]);
+        ASSERT_EQ(run_cli(args, out, sizeof out), 2);
+        ASSERT_CONTAINS(out, "unexpected argument --bogus");
+        snprintf(args, sizeof args, "%s -x", cmds[i]);
+        ASSERT_EQ(run_cli(args, out, sizeof out), 2);
+        ASSERT_CONTAINS(out, "unexpected argument -x");
+    }
+}

@@ -196,6 +196,9 @@ static void fault_sweep(int ptx)
         }
         failures++;
         ASSERT_TRUE(env.errmsg[0] != 0);
+        /* Every failed call is reported by the name of the result it returned (a hit is
+         * NVRTC_ERROR_INTERNAL_ERROR), not the generic "NVRTC error" of an unknown code. */
+        ASSERT_CONTAINS(env.errmsg, "NVRTC_ERROR_INTERNAL_ERROR");
         if (sv != LAJIT_OK) {
             /* The version call took the fault; the compile after it ran normally. */
             ASSERT_STATUS(sv, LAJIT_ERR_NO_COMPILER);
