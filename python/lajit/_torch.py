@@ -56,21 +56,16 @@ def fill(view, t):
 
 
 class _Scratch:
-    """Per-thread views and argument structs, reused by every call of that thread (a call is
-    not re-entered on one thread, and the C API reads them only during the call)."""
+    """Per-thread views and argument structs of fwd, bwd and prefill, reused by every call of
+    that thread (a call is not re-entered on one thread, and the C API reads them only during
+    the call). The lean decode has its own (_DecodeScratch)."""
 
     def __init__(self):
         self.views = [N.View() for _ in range(14)]
         self.fwd = N.FwdArgs()
         self.bwd = N.BwdArgs()
-        self.dec = N.DecodeArgs()
-        # Fields the lean decode never changes (only decode_into uses self.dec).
-        self.dec.struct_size = N.ctypes.sizeof(N.DecodeArgs)
-        self.dec.step_states = None
-        self.dec.family = None
         self.fwd_ptr = N.ctypes.addressof(self.fwd)
         self.bwd_ptr = N.ctypes.addressof(self.bwd)
-        self.dec_ptr = N.ctypes.addressof(self.dec)
 
 
 def _scratch(lib):
@@ -367,31 +362,31 @@ def decode_into(o, q, k, v, state_pool, state_slots, s, scale, state_vk):
         sc = lib.local.decode
     except AttributeError:
         sc = _decode_scratch(lib)
-    m = sc.meta
+    m0, m1, m2, m3, m4, m5, m6 = sc.meta
     a = sc.args
     dev = q.get_device()
-    c = m[0]
+    c = m0
     if (q.shape != c[0] or q.dtype is not c[1] or dev != c[2]
             or not (q.is_contiguous() if c[3] else q.stride() == c[4])):
         c = _describe(sc, 0, q)
     c[5].value = q.data_ptr()
-    c = m[1]
+    c = m1
     if (k.shape != c[0] or k.dtype is not c[1] or k.get_device() != c[2]
             or not (k.is_contiguous() if c[3] else k.stride() == c[4])):
         c = _describe(sc, 1, k)
     c[5].value = k.data_ptr()
-    c = m[2]
+    c = m2
     if (v.shape != c[0] or v.dtype is not c[1] or v.get_device() != c[2]
             or not (v.is_contiguous() if c[3] else v.stride() == c[4])):
         c = _describe(sc, 2, v)
     c[5].value = v.data_ptr()
-    c = m[3]
+    c = m3
     if (o.shape != c[0] or o.dtype is not c[1] or o.get_device() != c[2]
             or not (o.is_contiguous() if c[3] else o.stride() == c[4])):
         c = _describe(sc, 3, o)
     c[5].value = o.data_ptr()
     if s is not None:
-        c = m[4]
+        c = m4
         if (s.shape != c[0] or s.dtype is not c[1] or s.get_device() != c[2]
                 or not (s.is_contiguous() if c[3] else s.stride() == c[4])):
             c = _describe(sc, 4, s)
@@ -400,14 +395,14 @@ def decode_into(o, q, k, v, state_pool, state_slots, s, scale, state_vk):
     else:
         a.s = None
     t = state_pool
-    c = m[5]
+    c = m5
     if (t.shape != c[0] or t.dtype is not c[1] or t.get_device() != c[2]
             or not (t.is_contiguous() if c[3] else t.stride() == c[4])):
         c = _describe(sc, 5, t)
     c[5].value = t.data_ptr()
     if state_slots is not None:
         t = state_slots
-        c = m[6]
+        c = m6
         if (t.shape != c[0] or t.dtype is not c[1] or t.get_device() != c[2]
                 or not (t.is_contiguous() if c[3] else t.stride() == c[4])):
             c = _describe(sc, 6, t)
