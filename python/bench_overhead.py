@@ -6,10 +6,13 @@ the GPU's own time is not counted unless the launch queue fills, which the batch
   c_api_ctypes   lajit_attn_decode through ctypes with prebuilt arguments (the C API's host
                  cost: validation, plan lookup, cuLaunchKernel; plus ~0.3 µs of ctypes)
   bind_decode    lajit.bind_decode(...)(): decode bound to fixed buffers (views built once)
-  lajit.decode   the package's eager decode (lean path: views refilled in place per call)
+  lajit.decode   the package's eager decode (lean path: per-thread views; each call reads every
+                 tensor's shape, dtype, device, strides and data pointer and rewrites a view
+                 only where they changed)
   torch.ops      torch.ops.lajit.decode_ (the custom op, through the dispatcher)
   fla_eager      FLA's fused_recurrent_simple_gla for one step, when FLA is importable
 The goal is <= 5 µs above c_api_ctypes (reported for bind_decode and for lajit.decode).
+bench_decode_host.py measures the Python side alone on a machine with no GPU.
 
     python bench_overhead.py [--B 8] [--H 8] [--D 128] [--calls 200] [--reps 50] [--out FILE]"""
 import argparse

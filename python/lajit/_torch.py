@@ -56,21 +56,16 @@ def fill(view, t):
 
 
 class _Scratch:
-    """Per-thread views and argument structs, reused by every call of that thread (a call is
-    not re-entered on one thread, and the C API reads them only during the call)."""
+    """Per-thread views and argument structs of fwd, bwd and prefill, reused by every call of
+    that thread (a call is not re-entered on one thread, and the C API reads them only during
+    the call). The lean decode has its own (_DecodeScratch)."""
 
     def __init__(self):
         self.views = [N.View() for _ in range(14)]
         self.fwd = N.FwdArgs()
         self.bwd = N.BwdArgs()
-        self.dec = N.DecodeArgs()
-        # Fields the lean decode never changes (only decode_into uses self.dec).
-        self.dec.struct_size = N.ctypes.sizeof(N.DecodeArgs)
-        self.dec.step_states = None
-        self.dec.family = None
         self.fwd_ptr = N.ctypes.addressof(self.fwd)
         self.bwd_ptr = N.ctypes.addressof(self.bwd)
-        self.dec_ptr = N.ctypes.addressof(self.dec)
 
 
 def _scratch(lib):
@@ -286,29 +281,144 @@ def _(q, k, v, state_pool, state_slots, s, scale, state_vk):
     return v.new_empty(v.shape)
 
 
+class _DecodeScratch:
+    """Per-thread state of the lean decode: the argument struct, seven DLTensor views of its own
+    (q, k, v, o, s, state, state_slots; no other code writes them) whose addresses are stored in
+    the struct once, a c_uint64 over each view's data field, and meta[i], what view i's other
+    fields describe: (size, dtype, device, canonical, strides) as read from the tensor that
+    last filled it, canonical meaning "every size >= 2 and the strides are the contiguous ones".
+
+    Why this cannot serve a stale description. Every call reads each tensor's shape, dtype and
+    get_device() afresh (never trusting id() or the object's identity: resize_, set_,
+    as_strided_ and `t.data = ...` change them in place) and compares them with meta[i]; its
+    strides are read afresh too, as stride(), or, when meta[i] is canonical, as is_contiguous()
+    (torch's flag, recomputed whenever sizes or strides change): with the same sizes, all >= 2,
+    contiguity leaves one stride per dimension possible, the one described (a size-1 dimension
+    would leave its stride free, hence the ">= 2"). Only _describe writes view i's shape,
+    stride, dtype and device fields, and it sets meta[i] after writing them (UNSET while it
+    writes, so an exception midway leaves a view that matches nothing). The data pointer is
+    read and stored on every call."""
+
+    __slots__ = ("args", "argp", "views", "unset", "meta", "s_ptr", "slots_ptr", "ctxs")
+
+    def __init__(self, lib):
+        self.views = [N.View() for _ in range(7)]
+        # meta[i] when view i describes nothing: matches no tensor (a shape is never None).
+        self.unset = [(None, None, None, False, None,
+                       N.ctypes.c_uint64.from_address(vw.ptr + N.DLTensor.data.offset))
+                      for vw in self.views]
+        self.meta = list(self.unset)
+        a = self.args = N.DecodeArgs()
+        a.struct_size = N.ctypes.sizeof(N.DecodeArgs)
+        a.q, a.k, a.v, a.o = (vw.ptr for vw in self.views[:4])
+        a.state = self.views[5].ptr
+        a.step_states = None
+        a.family = None
+        self.s_ptr = self.views[4].ptr
+        self.slots_ptr = self.views[6].ptr
+        self.argp = N.ctypes.addressof(a)
+        # This thread's context table (Library.ctx fills the same dict).
+        self.ctxs = getattr(lib.local, "ctx", None)
+        if self.ctxs is None:
+            self.ctxs = lib.local.ctx = {}
+
+
+def _canonical(size, stride):
+    """True when every size is >= 2 and stride is size's contiguous strides."""
+    expect = 1
+    for n, st in zip(reversed(size), reversed(stride)):
+        if n < 2 or st != expect:
+            return False
+        expect *= n
+    return True
+
+
+def _describe(sc, i, t):
+    """Rewrites view i's shape, strides, dtype and device from t (the slow path: new shapes)."""
+    unset = sc.meta[i] = sc.unset[i]
+    size, stride, dtype, dev = t.shape, t.stride(), t.dtype, t.get_device()
+    try:
+        code, bits = _DTYPES[dtype]
+    except KeyError:
+        raise TypeError(f"lajit does not take {dtype} tensors") from None
+    sc.views[i].fill(0, size, stride, code, bits, N.K_DL_CUDA if dev >= 0 else N.K_DL_CPU,
+                     max(dev, 0))
+    c = sc.meta[i] = (size, dtype, dev, _canonical(size, stride), stride, unset[5])
+    return c
+
+
+def _decode_scratch(lib):
+    sc = lib.local.decode = _DecodeScratch(lib)
+    return sc
+
+
 def decode_into(o, q, k, v, state_pool, state_slots, s, scale, state_vk):
-    """The lean decode: one lajit_attn_decode call with the per-thread views refilled in place
-    (data pointers only, in steady state) and the raw current stream. No dispatcher."""
+    """The lean decode: one lajit_attn_decode call on this thread's views, whose data pointers
+    are stored afresh each call and whose shapes/strides/dtypes/devices are rewritten only when
+    the fresh reads differ from what they describe (see _DecodeScratch), and the raw current
+    stream. No dispatcher. Unrolled on purpose: this is the per-token host cost of serving."""
     lib = N._library or N.library()
-    sc = getattr(lib.local, "scratch", None) or _scratch(lib)
-    vw = sc.views
-    a = sc.dec
-    a.q = fill(vw[0], q)
-    a.k = fill(vw[1], k)
-    a.v = fill(vw[2], v)
-    a.o = fill(vw[3], o)
-    a.s = fill(vw[4], s) if s is not None else None
-    a.state = fill(vw[5], state_pool)
-    a.state_slots = fill(vw[6], state_slots) if state_slots is not None else None
+    try:
+        sc = lib.local.decode
+    except AttributeError:
+        sc = _decode_scratch(lib)
+    m0, m1, m2, m3, m4, m5, m6 = sc.meta
+    a = sc.args
+    dev = q.get_device()
+    c = m0
+    if (q.shape != c[0] or q.dtype is not c[1] or dev != c[2]
+            or not (q.is_contiguous() if c[3] else q.stride() == c[4])):
+        c = _describe(sc, 0, q)
+    c[5].value = q.data_ptr()
+    c = m1
+    if (k.shape != c[0] or k.dtype is not c[1] or k.get_device() != c[2]
+            or not (k.is_contiguous() if c[3] else k.stride() == c[4])):
+        c = _describe(sc, 1, k)
+    c[5].value = k.data_ptr()
+    c = m2
+    if (v.shape != c[0] or v.dtype is not c[1] or v.get_device() != c[2]
+            or not (v.is_contiguous() if c[3] else v.stride() == c[4])):
+        c = _describe(sc, 2, v)
+    c[5].value = v.data_ptr()
+    c = m3
+    if (o.shape != c[0] or o.dtype is not c[1] or o.get_device() != c[2]
+            or not (o.is_contiguous() if c[3] else o.stride() == c[4])):
+        c = _describe(sc, 3, o)
+    c[5].value = o.data_ptr()
+    if s is not None:
+        c = m4
+        if (s.shape != c[0] or s.dtype is not c[1] or s.get_device() != c[2]
+                or not (s.is_contiguous() if c[3] else s.stride() == c[4])):
+            c = _describe(sc, 4, s)
+        c[5].value = s.data_ptr()
+        a.s = sc.s_ptr
+    else:
+        a.s = None
+    t = state_pool
+    c = m5
+    if (t.shape != c[0] or t.dtype is not c[1] or t.get_device() != c[2]
+            or not (t.is_contiguous() if c[3] else t.stride() == c[4])):
+        c = _describe(sc, 5, t)
+    c[5].value = t.data_ptr()
+    if state_slots is not None:
+        t = state_slots
+        c = m6
+        if (t.shape != c[0] or t.dtype is not c[1] or t.get_device() != c[2]
+                or not (t.is_contiguous() if c[3] else t.stride() == c[4])):
+            c = _describe(sc, 6, t)
+        c[5].value = t.data_ptr()
+        a.state_slots = sc.slots_ptr
+    else:
+        a.state_slots = None
     a.scale = scale
     a.flags = 1 if state_vk else 0
-    dev = q.get_device()
-    a.stream = _raw_stream(dev) if dev >= 0 and _raw_stream is not None else None
-    table = getattr(lib.local, "ctx", None)
-    ctx = table.get(max(dev, 0)) if table else None
-    if ctx is None:
-        ctx = lib.ctx(max(dev, 0))
-    st = lib.decode(ctx, sc.dec_ptr)
+    if dev >= 0:
+        a.stream = _raw_stream(dev) if _raw_stream is not None else None
+        ctx = sc.ctxs.get(dev) or lib.ctx(dev)
+    else:
+        a.stream = None
+        ctx = sc.ctxs.get(0) or lib.ctx(0)
+    st = lib.decode(ctx, sc.argp)
     if st:
         N.raise_status("lajit_attn_decode", st, lib.errmsg(ctx))
     return o

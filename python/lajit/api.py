@@ -12,10 +12,11 @@ from . import _native
 from . import _torch as _ops
 
 
-def _compiling():
-    try:
-        return torch.compiler.is_compiling()
-    except AttributeError:  # torch < 2.3
+try:
+    # Bound once: decode calls it per token (dynamo still folds it to True while tracing).
+    _compiling = torch.compiler.is_compiling
+except AttributeError:  # torch < 2.3
+    def _compiling():
         return False
 
 

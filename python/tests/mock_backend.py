@@ -2,10 +2,14 @@
 recurrence in float64 on CPU tensors, so the package's Python side (layouts, varlen and pool
 plumbing, autograd wiring, return conventions) and the GPU test file itself can be exercised on
 a machine with no GPU. It replaces the ctypes function pointers of the loaded Library and reads
-the argument structs the package fills, mapping each DLTensor back to the tensor that filled it.
+the argument structs the package fills, mapping each DLTensor back to the tensor that filled it
+(fwd, bwd) or, for decode, rebuilding the tensor from what the DLTensor says (pointer, shape,
+strides, dtype): the lean decode caches its views' descriptions, so a stale one shows here.
 
 Not a test of the kernels: the C library is not called. install() patches; nothing else does."""
+import ctypes
 import threading
+import warnings
 
 import torch
 
@@ -16,6 +20,27 @@ _by_view = {}
 
 def _tensor(ptr):
     return None if not ptr else _by_view[ptr]
+
+
+_BY_CODE = {v: k for k, v in _torch._DTYPES.items()}
+
+
+def _from_dl(ptr):
+    """The CPU tensor a DLTensor describes, sharing its memory (None for a null pointer)."""
+    if not ptr:
+        return None
+    dl = _native.DLTensor.from_address(ptr)
+    assert dl.device.device_type == _native.K_DL_CPU, "mock decode: not a host tensor"
+    dtype = _BY_CODE[(dl.dtype.code, dl.dtype.bits)]
+    shape = [dl.shape[i] for i in range(dl.ndim)]
+    strides = [dl.strides[i] for i in range(dl.ndim)]
+    if 0 in shape:
+        return torch.empty(shape, dtype=dtype)
+    item = dl.dtype.bits // 8
+    extent = (1 + sum((n - 1) * st for n, st in zip(shape, strides))) * item
+    buf = (ctypes.c_char * extent).from_address(dl.data + dl.byte_offset)
+    flat = torch.frombuffer(buf, dtype=torch.uint8).view(dtype)
+    return flat.as_strided(shape, strides)
 
 
 def _recur(q, k, v, s, scale, h0, vk):
@@ -135,8 +160,10 @@ def _bwd(argp):
 
 def decode(ctx, argp):
     a = _native.DecodeArgs.from_address(argp)
-    q, k, v, o = (_tensor(a.q), _tensor(a.k), _tensor(a.v), _tensor(a.o))
-    s, pool, slots = _tensor(a.s), _tensor(a.state), _tensor(a.state_slots)
+    with warnings.catch_warnings():  # frombuffer on a ctypes buffer warns about writability
+        warnings.simplefilter("ignore")
+        q, k, v, o = (_from_dl(a.q), _from_dl(a.k), _from_dl(a.v), _from_dl(a.o))
+        s, pool, slots = _from_dl(a.s), _from_dl(a.state), _from_dl(a.state_slots)
     vk = bool(a.flags & _native.STATE_VK)
     steps = q.dim() == 4
     for b in range(q.shape[0]):
