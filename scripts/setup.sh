@@ -3,7 +3,7 @@
 # As root it runs apt-get; otherwise it prints the command to run and fails.
 set -euo pipefail
 need=()
-for pkg in cmake make gcc pkg-config liblua5.4-dev libsqlite3-dev libxxhash-dev libdlpack-dev clang-format; do
+for pkg in cmake make gcc pkg-config liblua5.4-dev libsqlite3-dev libxxhash-dev libdlpack-dev clang-format python3 python3-venv python3-pip; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
