@@ -324,34 +324,6 @@ int lj_tensor_same_memory(const DLTensor *a, const DLTensor *b)
     return 1;
 }
 
-int lj_tensor_overlaps(const DLTensor *a, const DLTensor *b)
-{
-    if (!a || !b || a->device.device_id != b->device.device_id)
-        return 0;
-    layout la, lb;
-    layout_of(a, &la);
-    layout_of(b, &lb);
-    uint64_t a_end = la.ptr + (uint64_t)(la.max_offset + 1) * (uint64_t)la.elsize;
-    uint64_t b_end = lb.ptr + (uint64_t)(lb.max_offset + 1) * (uint64_t)lb.elsize;
-    return la.ptr < b_end && lb.ptr < a_end;
-}
-
-lajit_status lj_tensor_check_disjoint(lj_env *env, const char *out_name, const DLTensor *out,
-                                      const char *in_name, const DLTensor *in, int allow_same)
-{
-    if (!out || !in)
-        return LAJIT_OK;
-    if (allow_same && lj_tensor_same_memory(out, in))
-        return LAJIT_OK;
-    if (lj_tensor_overlaps(out, in))
-        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s overlaps %s in memory%s", out_name,
-                        in_name,
-                        allow_same ? " without being the same view (same address, shape and "
-                                     "strides)"
-                                   : "; an output must not overlap an input");
-    return LAJIT_OK;
-}
-
 lajit_status lj_tensor_check_writable(lj_env *env, const char *name, const DLTensor *t)
 {
     if (!t)

@@ -66,18 +66,6 @@ lajit_status lj_tensor_same_device(lj_env *env, const char *a_name, const DLTens
  * be S_0). */
 int lj_tensor_same_memory(const DLTensor *a, const DLTensor *b);
 
-/* 1 when the byte ranges [address, address + extent) of a and b intersect, where extent runs
- * to the end of the last element. Coarse: two interleaved views that touch no common element
- * (q, k, v slices of one packed buffer) do intersect, so use it only between an output and
- * inputs that are not expected to share a buffer. */
-int lj_tensor_overlaps(const DLTensor *a, const DLTensor *b);
-
-/* An output must not overlap an input: LAJIT_ERR_INVALID_ARGUMENT ("o overlaps q") when
- * lj_tensor_overlaps, except that with allow_same an output that is exactly the input's view
- * (lj_tensor_same_memory) passes. Either tensor may be NULL (nothing to check). */
-lajit_status lj_tensor_check_disjoint(lj_env *env, const char *out_name, const DLTensor *out,
-                                      const char *in_name, const DLTensor *in, int allow_same);
-
 /* An output's elements must be distinct memory: a view where two indices reach the same
  * element (e.g. shape [4, 64] with strides [16, 1]) would make the kernels race. Checked
  * conservatively: ordered by stride, each dimension must step past the whole extent of the

@@ -9,6 +9,7 @@
 
 #include "context.h"
 #include "fake_driver.h"
+#include "op_args.h"
 #include "overlap.h"
 
 enum { B = 2, H = 3, N = 5, D = 32, E = 16 };
@@ -242,4 +243,32 @@ LJ_TEST(bwd_workspace_size_overflow)
     ASSERT_EQ(lajit_attn_bwd_workspace_size(INT64_MAX, INT64_MAX, 256), SIZE_MAX);
     ASSERT_EQ(lajit_attn_bwd_workspace_size((int64_t)1 << 40, (int64_t)1 << 20, 256), SIZE_MAX);
     ASSERT_EQ(lajit_attn_bwd_workspace_size(INT64_MAX / 2, 1, 16), SIZE_MAX);
+}
+
+/* lj_check_io, the one pairwise check of every op: the in-place state (the pair the API lets
+ * alias) passes only as the very same view; an output that shares elements with an input is
+ * refused naming both; a tensor not given is not checked. */
+LJ_TEST(check_io_same_view_and_overlap)
+{
+    lajit_ctx *ctx = fake_ctx();
+    CUdeviceptr p = 0x7f0000000000ull; /* only addresses are compared: nothing is allocated */
+    int64_t shape[4] = {2, 4, 64, 64};
+    int64_t compact[4] = {4 * 64 * 64, 64 * 64, 64, 1};
+    int64_t swapped[4] = {4 * 64 * 64, 64 * 64, 1, 64}; /* same memory, rows and columns swapped */
+    DLTensor s0 = view(p, 0, 4, shape, NULL), sn = view(p, 0, 4, shape, compact);
+    DLTensor other = view(p, 0, 4, shape, swapped);
+
+    lj_io_tensor same[2] = {{"initial_state", &s0, 0}, {"final_state", &sn, 1}};
+    ASSERT_OK(lj_check_io(ctx, same, 2, "final_state", "initial_state"));
+    lj_io_tensor crossed[2] = {{"initial_state", &s0, 0}, {"final_state", &other, 1}};
+    ASSERT_STATUS(lj_check_io(ctx, crossed, 2, "final_state", "initial_state"),
+                  LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx),
+                    "final_state and initial_state share elements without being the same view");
+    lj_io_tensor out_in[2] = {{"q", &s0, 0}, {"o", &sn, 1}};
+    ASSERT_STATUS(lj_check_io(ctx, out_in, 2, NULL, NULL), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "output o shares elements with input q");
+    lj_io_tensor absent[2] = {{"q", &s0, 0}, {"o", NULL, 1}};
+    ASSERT_OK(lj_check_io(ctx, absent, 2, NULL, NULL));
+    lajit_ctx_destroy(ctx);
 }
