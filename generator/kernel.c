@@ -208,48 +208,6 @@ lajit_status lj_kernel_key(lj_lua *L, lj_family *f, const lj_config *cfg, const 
     return st;
 }
 
-lajit_status lj_kernel_build(lj_lua *L, lj_family *f, lj_cache *cache, const lj_config *cfg,
-                             const lj_problem *p, const lj_device_info *device, int ptx,
-                             lj_kernel *out)
-{
-    lj_env *env = lj_lua_env(L);
-    lj_kernel_job job;
-    lajit_status st = lj_kernel_prepare(L, f, cfg, p, device, ptx, &job);
-    if (st != LAJIT_OK)
-        return st;
-    lj_kernel k;
-    memset(&k, 0, sizeof k);
-    k.key = job.key;
-    int found = 0;
-    st = lj_cache_get(cache, job.key, ptx, &k.entry, &found);
-    if (st == LAJIT_OK && !found) {
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        lj_compiled c;
-        st = lj_kernel_compile(env, &job, &c);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        if (st == LAJIT_OK) {
-            k.compiled = 1;
-            k.compile_s =
-                (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-            st = lj_cache_put(cache, job.key, ptx, &c);
-            lj_compiled_free(env, &c);
-            if (st == LAJIT_OK)
-                st = lj_cache_get(cache, job.key, ptx, &k.entry, &found);
-            if (st == LAJIT_OK && !found)
-                st = lj_error(env, LAJIT_ERR_INTERNAL, "a kernel just stored is not in the cache");
-        } else {
-            char cfgtext[256];
-            lj_config_format(cfg, cfgtext, sizeof cfgtext);
-            lj_error_prefix(env, "%s [%s] for %s", lj_family_name(f), cfgtext, device->arch);
-        }
-    }
-    lj_kernel_job_free(L, &job);
-    if (st == LAJIT_OK)
-        *out = k;
-    return st;
-}
-
 /* ---- Parallel compiles ------------------------------------------------------------------------ */
 
 /* Every host allocation of a compile goes through the caller's env, yet the user's allocator is

@@ -1,7 +1,8 @@
-/* kernel.h — from (family, config, problem, arch) to a kernel image: expand the template,
- * compute the cache key over every byte NVRTC would see, and take the image from the cache or
- * compile it (and store it). This is the whole generator data path in one call; the runtime
- * calls it once per plan, the CLI once per config. */
+/* kernel.h — from (family, config, problem, arch) to a kernel: expand the template and compute
+ * the cache key over every byte NVRTC would see (prepare), then compile it with NVRTC, alone or
+ * many at once on worker threads. Which cache level serves a kernel is levels.h's
+ * lj_kernel_fetch (the op path); the CLI and the tuner prepare, look up the cache and compile
+ * in parallel themselves. */
 #ifndef LAJIT_KERNEL_H
 #define LAJIT_KERNEL_H
 
@@ -14,19 +15,7 @@
 lajit_status lj_kernel_headers(lj_lua *L, lj_header **headers, int *count);
 void lj_kernel_headers_free(lj_lua *L, lj_header *headers, int count);
 
-typedef struct lj_kernel {
-    lj_cache_entry entry; /* image (borrowed from the cache) and resource report */
-    lj_key key;
-    int compiled;     /* 1: NVRTC ran for this request; 0: served by the cache */
-    double compile_s; /* wall seconds spent in NVRTC (0 when cached) */
-} lj_kernel;
-
-/* Expands, keys and fetches or compiles (L: the Lua state f was loaded into). device->arch is the target. ptx != 0 asks for PTX. */
-lajit_status lj_kernel_build(lj_lua *L, lj_family *f, lj_cache *cache, const lj_config *cfg,
-                             const lj_problem *p, const lj_device_info *device, int ptx,
-                             lj_kernel *out);
-
-/* The same in two phases, so independent compiles can run on several threads: prepare
+/* A kernel in two phases, so independent compiles can run on several threads: prepare
  * (expansion and key; uses L, so one thread), then compile (NVRTC only; any thread, with its
  * own env), then store the result in the cache (one thread). */
 typedef struct lj_kernel_job {
