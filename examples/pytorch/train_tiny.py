@@ -6,32 +6,22 @@
 2. The same gradients against FLA's chunk_simple_gla (g_gamma = -s), when FLA is installed.
 3. A tiny linear-attention layer with a learnable decay trained for a few hundred steps to
    imitate a fixed teacher; the loss must fall and stay finite.
-Exits 1 when a check fails. Uses the installed lajit package when there is one (pip install .),
-else lajit_torch.py beside it: LAJIT_LIBRARY=/path/liblajit.so python3 train_tiny.py"""
-import importlib.util
+Exits 1 when a check fails. Needs the lajit package (pip install . from the checkout; see the
+README's "Python package"): python3 train_tiny.py"""
 import math
-import os
 import sys
 
 import torch
 
-try:
-    import lajit
-    from lajit.reference import ds_bound, recurrence
+import lajit
+from lajit.reference import ds_bound, recurrence
 
-    def lightning_attention(q, k, v, s=None, scale=1.0):
-        return lajit.lightning_attn(q, k, v, s, scale=scale)
-    print(f"lajit package {lajit.version()} from {lajit.__file__}")
-except ImportError:
-    from lajit_torch import lightning_attention
-    # The package's float64 reference (python/lajit/reference.py) needs only torch: load that one
-    # file from the source tree, so the example runs with no package installed.
-    _spec = importlib.util.spec_from_file_location("lajit_reference", os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "lajit", "reference.py"))
-    _reference = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_reference)
-    ds_bound, recurrence = _reference.ds_bound, _reference.recurrence
 
+def lightning_attention(q, k, v, s=None, scale=1.0):
+    return lajit.lightning_attn(q, k, v, s, scale=scale)
+
+
+print(f"lajit package {lajit.version()} from {lajit.__file__}")
 torch.manual_seed(0)
 dev = torch.device("cuda")
 failures = []
