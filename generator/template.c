@@ -43,12 +43,14 @@ static void add_quoted(lj_buf *b, const char *s, size_t n)
     add_quoted_nl(b, s, n, 0);
 }
 
-static int is_lua_line(const char *s, size_t n)
+/* Where a Lua line's code starts (just past its "//%", after optional blanks), or 0 for a line
+ * of text. Works on the line's n bytes alone: the template need not end in a NUL. */
+static size_t lua_code_start(const char *s, size_t n)
 {
     size_t i = 0;
     while (i < n && (s[i] == ' ' || s[i] == '\t'))
         i++;
-    return n - i >= 3 && s[i] == '/' && s[i + 1] == '/' && s[i + 2] == '%';
+    return n - i >= 3 && s[i] == '/' && s[i + 1] == '/' && s[i + 2] == '%' ? i + 3 : 0;
 }
 
 lajit_status lj_template_translate(lj_env *env, const char *name, const char *text, size_t len,
@@ -68,9 +70,9 @@ lajit_status lj_template_translate(lj_env *env, const char *name, const char *te
         const char *nl = memchr(line, '\n', len - pos);
         size_t n = nl ? (size_t)(nl - line) : len - pos;
         pos += n + (nl ? 1 : 0);
-        if (is_lua_line(line, n)) {
-            const char *code = strstr(line, "//%") + 3;
-            lj_buf_add(&b, code, n - (size_t)(code - line));
+        size_t code = lua_code_start(line, n);
+        if (code) {
+            lj_buf_add(&b, line + code, n - code);
             lj_buf_add(&b, "\n", 1);
             need_line = 1;
             continue;

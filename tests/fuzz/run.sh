@@ -37,6 +37,8 @@ if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then
   export TMPDIR=/dev/shm
 fi
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# A string function that reads past an unterminated input fails even when it finds its match.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-strict_string_checks=1}
 
 failed=""
 for t in $targets; do
