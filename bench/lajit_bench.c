@@ -544,6 +544,64 @@ static void bench_dispatch(lajit_ctx *ctx, CUstream s)
     CU(cuMemFree(o));
 }
 
+/* The generic launch's host cost: lajit_launch of the toy_axpy family (tests/data/families, a
+ * custom family with two tensors and a scalar; found through LAJIT_FAMILY_PATH) on a cached
+ * kernel, beside the same bare cuLaunchKernel of an empty kernel. Skipped with a note when the
+ * family path does not hold it. */
+static void bench_dispatch_custom(lajit_ctx *ctx, CUstream s)
+{
+    lajit_family_info info = {.struct_size = sizeof info};
+    if (lajit_family_describe(ctx, "toy_axpy", &info) != LAJIT_OK) {
+        printf("{\"op\": \"dispatch\", \"impl\": \"lajit\", \"what\": \"lajit_launch\", "
+               "\"skipped\": \"toy_axpy not in LAJIT_FAMILY_PATH\"}\n");
+        return;
+    }
+    int64_t shape[2] = {1, 64};
+    CUdeviceptr x = dalloc(256), y = dalloc(256);
+    fill_random(x, 64, 32, 1.0f, 3);
+    fill_random(y, 64, 32, 1.0f, 4);
+    DLTensor tx = tensor(x, 2, shape, 32, kDLFloat), ty = tensor(y, 2, shape, 32, kDLFloat);
+    lajit_tensor_arg tensors[2] = {{"x", &tx}, {"y", &ty}};
+    lajit_scalar_arg scalars[1] = {{"alpha", 0.5}};
+    lajit_launch_args a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = sizeof a;
+    a.family = "toy_axpy";
+    a.tensors = tensors;
+    a.n_tensors = 2;
+    a.scalars = scalars;
+    a.n_scalars = 1;
+    a.stream = s;
+    check(ctx, lajit_launch(ctx, &a), "lajit_launch warm-up");
+    CU(cuStreamSynchronize(s));
+    const int calls = 20000;
+    double best_api = 1e9, best_bare = 1e9;
+    for (int round = 0; round < 5; round++) {
+        double t0 = now_s();
+        for (int i = 0; i < calls; i++)
+            lajit_launch(ctx, &a);
+        double t1 = now_s();
+        CU(cuStreamSynchronize(s));
+        double t2 = now_s();
+        for (int i = 0; i < calls; i++)
+            drv->cuLaunchKernel(fn_empty, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL);
+        double t3 = now_s();
+        CU(cuStreamSynchronize(s));
+        double api = (t1 - t0) / calls * 1e6, bare = (t3 - t2) / calls * 1e6;
+        if (api < best_api)
+            best_api = api;
+        if (bare < best_bare)
+            best_bare = bare;
+    }
+    printf("{\"op\": \"dispatch\", \"impl\": \"lajit\", \"what\": \"lajit_launch toy_axpy\", "
+           "\"us_host\": %.3f, \"us_launch\": %.3f, \"calls\": %d, \"how\": \"best of 5 rounds of "
+           "%d back-to-back calls, host wall time per call\"}\n",
+           best_api, best_bare, calls, calls);
+    fflush(stdout);
+    CU(cuMemFree(x));
+    CU(cuMemFree(y));
+}
+
 /* ---- main ---------------------------------------------------------------------------------- */
 
 static int parse_list(const char *s, int *out, int cap)
@@ -631,8 +689,10 @@ int main(int argc, char **argv)
     CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     flush_buf = dalloc(flush_bytes);
     int all = strcmp(mode, "all") == 0;
-    if (all || strcmp(mode, "dispatch") == 0)
+    if (all || strcmp(mode, "dispatch") == 0) {
         bench_dispatch(ctx, s);
+        bench_dispatch_custom(ctx, s);
+    }
     if (all || strcmp(mode, "decode") == 0)
         for (int t = 0; t < nT; t++)
             bench_decode(ctx, s, Bs, nB, dH, dD, Ts[t]);

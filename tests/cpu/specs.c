@@ -259,6 +259,114 @@ LJ_TEST(bad_declarations_are_refused_at_load)
     lj_lua_close(L);
 }
 
+/* A custom family's declared arguments (op "custom", generator/family_args.c): every malformed
+ * declaration is refused at load with a message naming the entry; a good one loads, and its
+ * grid may name its symbols but not the attention ops' variables. */
+#define CUSTOM                                                                               \
+    "s.op = 'custom' s.args = { { name = 'x', dtype = 'dtype', shape = { 'B', 'N' } },\n"    \
+    "  { name = 'w', dtype = 'f32', shape = { 'N' }, optional = true },\n"                   \
+    "  { name = 'y', dtype = 'dtype', shape = { 'B', 'N' }, output = true },\n"              \
+    "  { name = 'alpha', scalar = 'f32' } }\n"                                               \
+    "s.problems = { { B = 2, N = 64 } } s.dynamic = { 'B' }\n"                               \
+    "s.launch = function() return { grid = { { 'N', 64 }, 'B', 1 }, block = { 64, 1, 1 },\n" \
+    "  smem = 0, entry = 'k' } end\n"
+
+LJ_TEST(bad_custom_declarations_are_refused_at_load)
+{
+    static const struct {
+        const char *override, *says;
+    } cases[] = {
+        {CUSTOM "s.args = nil", "args must be a list of 1 to 24"},
+        {CUSTOM "s.args = { 5 }", "args[1] must be a table"},
+        {CUSTOM "s.args[1].name = 'op'", "args[1].name must be an identifier"},
+        {CUSTOM "s.args[1].name = '1x'", "args[1].name must be an identifier"},
+        {CUSTOM "s.args[2].name = 'x'", "args[2]: a second argument named x"},
+        {CUSTOM "s.args[1].dtype = 'f64'", "args[1] (x): a tensor's dtype must be"},
+        {CUSTOM "s.args[1].shape = {}", "args[1] (x): shape must be a list of 1 to 8"},
+        {CUSTOM "s.args[1].shape = { 'B', 3 }", "args[1] (x): shape[2] must be a symbol name"},
+        {CUSTOM "s.args[1].shape = { 'B', 'dtype' }", "args[1] (x): shape[2] must be a symbol"},
+        {CUSTOM "s.args[3].shape = { 'B', 'has_w' }", "its flag has_w"},
+        {CUSTOM "s.args[2].optional = 'yes'", "args[2] (w): optional must be a boolean"},
+        {CUSTOM "s.args[2].fill = { 1, 0 }", "args[2] (w): fill must be {lo, hi}"},
+        {CUSTOM "s.args[2].fill = { 0, 1 / 0 }", "args[2] (w): fill must be {lo, hi}"},
+        {CUSTOM "s.args[2].align = 3", "args[2] (w): align must be a power of two"},
+        {CUSTOM "s.args[2].align = 2", "args[2] (w): align must be a power of two"},
+        {CUSTOM "s.args[4].scalar = 'f64'", "args[4].scalar must be f32, i32 or i64"},
+        {CUSTOM "s.args = { { name = 'a', scalar = 'f32' } }", "at least one tensor"},
+        {CUSTOM "s.args = {} for i = 1, 25 do s.args[i] = { name = 'a' .. i, scalar = 'i32' } end",
+         "args must be a list of 1 to 24"},
+        {CUSTOM "s.args[1].shape = {} for i = 1, 8 do s.args[1].shape[i] = 'S' .. i end "
+                "s.args[3].shape = {} for i = 1, 8 do s.args[3].shape[i] = 'T' .. i end "
+                "s.args[2].shape = { 'U' }",
+         "more than 16 symbols"},
+        {CUSTOM "s.dynamic = { 'M' }", "dynamic[1] must name a shape symbol"},
+        {CUSTOM "s.dynamic = { 'has_w' }", "dynamic[1] must name a shape symbol"},
+        {CUSTOM "s.dtypes = { 'f64' }", "dtypes[1] must be f32, f16 or bf16"},
+        {CUSTOM "s.dtypes = {}", "dtypes must list 1 to 3"},
+        {CUSTOM "s.problems = { { B = 0, N = 64 } }", "problems[1]: problem.B must be an integer"},
+        {CUSTOM "s.problems = { { B = 2 } }", "problems[1]: problem.N must be an integer"},
+        {CUSTOM "s.problems = { { B = 2, N = 64, has_w = 3 } }", "problem.has_w must be a boolean"},
+        {CUSTOM "s.dtypes = { 'f16' } s.problems = { { dtype = 'bf16', B = 2, N = 64 } }",
+         "problem.dtype must be one of the family's dtypes"},
+        {"s.args = { { name = 'x', dtype = 'f32', shape = { 'N' } } }",
+         "args is for op \"custom\" only"},
+        {"s.op = 'sideways'", "op must be fwd, bwd, decode or custom"},
+        {"s.problems = { { op = 'custom', D = 16 } }", "problems[1]: problem.op"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        lj_lua *L = open_spec(cases[i].override);
+        int top = lua_gettop(lj_lua_state(L));
+        lj_family *f = NULL;
+        lajit_status st = lj_family_load(&env, L, "bad", &f);
+        if (st != LAJIT_ERR_TEMPLATE || !strstr(env.errmsg, cases[i].says))
+            lj_test_fail(__FILE__, __LINE__, "%s: got %s: \"%s\", want \"%s\"", cases[i].override,
+                         lajit_status_string(st), env.errmsg, cases[i].says);
+        ASSERT_EQ(lua_gettop(lj_lua_state(L)), top);
+        lj_family_free(f);
+        lj_lua_close(L);
+    }
+    /* The good declaration: symbols in order of first use, then the flag. */
+    lj_lua *L = open_spec(CUSTOM);
+    lj_family *f;
+    ASSERT_OK(lj_family_load(&env, L, "bad", &f));
+    const lj_args_decl *d = lj_family_args(f);
+    ASSERT_TRUE(d != NULL);
+    ASSERT_EQ(d->n_args, 4);
+    ASSERT_EQ(d->n_syms, 3);
+    ASSERT_STREQ(d->sym[0].name, "B");
+    ASSERT_EQ(d->sym[0].dynamic, 1);
+    ASSERT_STREQ(d->sym[1].name, "N");
+    ASSERT_STREQ(d->sym[2].name, "has_w");
+    ASSERT_EQ(d->sym[2].flag, 1);
+    ASSERT_EQ(d->arg[1].flag, 2);
+    lj_problem *p;
+    int np;
+    ASSERT_OK(lj_family_problems(f, &p, &np));
+    ASSERT_EQ(p[0].op, LJ_OP_CUSTOM);
+    ASSERT_EQ(p[0].sym[1], 64);
+    lj_device_info dev;
+    ASSERT_TRUE(lj_device_info_for_arch("sm_90a", &dev));
+    lj_config c = {.n = 1, .names = {"UNROLL"}, .values = {1}};
+    lj_launch l;
+    ASSERT_OK(lj_family_launch(f, &c, &p[0], &dev, &l));
+    ASSERT_EQ(l.grid[0].var, LJ_VAR_SYM0 + 1);
+    ASSERT_EQ(l.grid[0].div, 64);
+    ASSERT_EQ(l.grid[1].var, LJ_VAR_SYM0);
+    lj_free(&env, p);
+    lj_family_free(f);
+    lj_lua_close(L);
+    /* A custom family's grid names its symbols, not H (which it does not declare). */
+    L = open_spec(CUSTOM "s.launch = function() return { grid = { 'H', 1, 1 }, block = { 64, 1, 1 "
+                         "}, smem = 0, entry = 'k' } end");
+    ASSERT_OK(lj_family_load(&env, L, "bad", &f));
+    ASSERT_OK(lj_family_problems(f, &p, &np));
+    ASSERT_STATUS(lj_family_launch(f, &c, &p[0], &dev, &l), LAJIT_ERR_TEMPLATE);
+    ASSERT_CONTAINS(env.errmsg, "names no shape symbol");
+    lj_free(&env, p);
+    lj_family_free(f);
+    lj_lua_close(L);
+}
+
 /* 120 calls each just under the per-call instruction limit took 41 s: the family's budget stops
  * them after a few, and each later call fails at once. (Each call runs about 150 million
  * instructions: an ADD and a FORLOOP per iteration.) */
