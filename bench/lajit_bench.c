@@ -496,6 +496,48 @@ static void bench_decode(lajit_ctx *ctx, CUstream s, const int *Bs, int nB, int 
 
 /* ---- Dispatch cost ------------------------------------------------------------------------- */
 
+/* Host wall time per call of `call` on a cached kernel (best of 5 rounds of 20,000 back-to-back
+ * calls), beside the same number of bare cuLaunchKernel calls of an empty kernel on the same
+ * stream; one JSON row. */
+typedef lajit_status (*dispatch_fn)(lajit_ctx *ctx, const void *args);
+static lajit_status call_decode(lajit_ctx *ctx, const void *args)
+{
+    return lajit_attn_decode(ctx, args);
+}
+static lajit_status call_launch(lajit_ctx *ctx, const void *args)
+{
+    return lajit_launch(ctx, args);
+}
+
+static void time_dispatch(const char *what, dispatch_fn call, lajit_ctx *ctx, const void *args,
+                          CUstream s)
+{
+    const int calls = 20000;
+    double best_api = 1e9, best_bare = 1e9;
+    for (int round = 0; round < 5; round++) {
+        double t0 = now_s();
+        for (int i = 0; i < calls; i++)
+            call(ctx, args);
+        double t1 = now_s();
+        CU(cuStreamSynchronize(s));
+        double t2 = now_s();
+        for (int i = 0; i < calls; i++)
+            drv->cuLaunchKernel(fn_empty, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL);
+        double t3 = now_s();
+        CU(cuStreamSynchronize(s));
+        double api = (t1 - t0) / calls * 1e6, bare = (t3 - t2) / calls * 1e6;
+        if (api < best_api)
+            best_api = api;
+        if (bare < best_bare)
+            best_bare = bare;
+    }
+    printf("{\"op\": \"dispatch\", \"impl\": \"lajit\", \"what\": \"%s\", \"us_host\": %.3f, "
+           "\"us_launch\": %.3f, \"calls\": %d, \"how\": \"best of 5 rounds of %d back-to-back "
+           "calls, host wall time per call\"}\n",
+           what, best_api, best_bare, calls, calls);
+    fflush(stdout);
+}
+
 static void bench_dispatch(lajit_ctx *ctx, CUstream s)
 {
     /* A small decode (B=1, H=1, D=E=64) so the GPU keeps up and host time dominates. */
@@ -515,30 +557,7 @@ static void bench_dispatch(lajit_ctx *ctx, CUstream s)
     a.stream = s;
     check(ctx, lajit_attn_decode(ctx, &a), "decode warm-up");
     CU(cuStreamSynchronize(s));
-    const int calls = 20000;
-    double best_api = 1e9, best_bare = 1e9;
-    for (int round = 0; round < 5; round++) {
-        double t0 = now_s();
-        for (int i = 0; i < calls; i++)
-            lajit_attn_decode(ctx, &a);
-        double t1 = now_s();
-        CU(cuStreamSynchronize(s));
-        double t2 = now_s();
-        for (int i = 0; i < calls; i++)
-            drv->cuLaunchKernel(fn_empty, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL);
-        double t3 = now_s();
-        CU(cuStreamSynchronize(s));
-        double api = (t1 - t0) / calls * 1e6, bare = (t3 - t2) / calls * 1e6;
-        if (api < best_api)
-            best_api = api;
-        if (bare < best_bare)
-            best_bare = bare;
-    }
-    printf("{\"op\": \"dispatch\", \"impl\": \"lajit\", \"what\": \"lajit_attn_decode\", "
-           "\"us_host\": %.3f, \"us_launch\": %.3f, \"calls\": %d, \"how\": \"best of 5 rounds of "
-           "%d back-to-back calls, host wall time per call\"}\n",
-           best_api, best_bare, calls, calls);
-    fflush(stdout);
+    time_dispatch("lajit_attn_decode", call_decode, ctx, &a, s);
     CU(cuMemFree(q));
     CU(cuMemFree(st));
     CU(cuMemFree(o));
@@ -574,30 +593,7 @@ static void bench_dispatch_custom(lajit_ctx *ctx, CUstream s)
     a.stream = s;
     check(ctx, lajit_launch(ctx, &a), "lajit_launch warm-up");
     CU(cuStreamSynchronize(s));
-    const int calls = 20000;
-    double best_api = 1e9, best_bare = 1e9;
-    for (int round = 0; round < 5; round++) {
-        double t0 = now_s();
-        for (int i = 0; i < calls; i++)
-            lajit_launch(ctx, &a);
-        double t1 = now_s();
-        CU(cuStreamSynchronize(s));
-        double t2 = now_s();
-        for (int i = 0; i < calls; i++)
-            drv->cuLaunchKernel(fn_empty, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL);
-        double t3 = now_s();
-        CU(cuStreamSynchronize(s));
-        double api = (t1 - t0) / calls * 1e6, bare = (t3 - t2) / calls * 1e6;
-        if (api < best_api)
-            best_api = api;
-        if (bare < best_bare)
-            best_bare = bare;
-    }
-    printf("{\"op\": \"dispatch\", \"impl\": \"lajit\", \"what\": \"lajit_launch toy_axpy\", "
-           "\"us_host\": %.3f, \"us_launch\": %.3f, \"calls\": %d, \"how\": \"best of 5 rounds of "
-           "%d back-to-back calls, host wall time per call\"}\n",
-           best_api, best_bare, calls, calls);
-    fflush(stdout);
+    time_dispatch("lajit_launch toy_axpy", call_launch, ctx, &a, s);
     CU(cuMemFree(x));
     CU(cuMemFree(y));
 }

@@ -59,13 +59,7 @@ int lj_args_symbol(const lj_args_decl *d, const char *name)
  * kernel parameter, a problem field and a -p key of the CLI). */
 static int name_ok(const char *s, size_t n)
 {
-    if (n == 0 || n >= LJ_NAME_LEN || (s[0] >= '0' && s[0] <= '9'))
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
-              (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
-            return 0;
-    return 1;
+    return n < LJ_NAME_LEN && lj_identifier(s, n);
 }
 
 /* Words the problem table already uses: a symbol may not shadow them. */

@@ -358,7 +358,7 @@ static const char *read_grid(lua_State *L, int idx, const lj_args_decl *decl, lj
     return "names no grid variable (B, H, N, BH, nseq, T)";
 }
 
-static int identifier(const char *s, size_t n)
+int lj_identifier(const char *s, size_t n)
 {
     if (n == 0 || (s[0] >= '0' && s[0] <= '9'))
         return 0;
@@ -432,7 +432,7 @@ static int read_launch(lua_State *L, int r, call_rec *rec)
     size_t n = 0;
     const char *entry =
         lj_rawgetfield(L, r, "entry") == LUA_TSTRING ? lua_tolstring(L, -1, &n) : NULL;
-    if (!entry || n >= sizeof l->entry || !identifier(entry, n)) {
+    if (!entry || n >= sizeof l->entry || !lj_identifier(entry, n)) {
         snprintf(rec->err, sizeof rec->err,
                  "entry must be the kernel's name (an identifier of fewer than %zu "
                  "characters)",

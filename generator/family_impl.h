@@ -50,6 +50,9 @@ void lj_push_problem(lua_State *L, const lj_problem *p);
 void lj_push_device(lua_State *L, const lj_device_info *d);
 void lj_push_config(lua_State *L, const lj_config *c);
 
+/* Whether s[0 .. n) is a C identifier (letters, digits, '_', not starting with a digit). */
+int lj_identifier(const char *s, size_t n);
+
 /* Pushes t[key] without metamethods (allocates the key: protected calls only); returns its
  * type. */
 int lj_rawgetfield(lua_State *L, int t, const char *key);

@@ -124,8 +124,8 @@ typedef void (*lajit_log_fn)(void *user, lajit_log_level level, const char *mess
 #define LAJIT_CTX_CHECKED       0x2u /* validate device-side values (costs a synchronisation) */
 #define LAJIT_CTX_NO_DEVICE     0x4u /* never touch the driver: generation and compile only */
 #define LAJIT_CTX_FAMILY_OVERRIDE \
-    0x8u /* a family of family_path may replace a built-in family of the same name (without
-            it, such a name fails lajit_ctx_create) */
+    0x8u /* a family from outside (lajit_ctx_add_families, LAJIT_FAMILY_PATH) may replace a
+            built-in family of the same name; without it such a name is an error */
 
 /* Autotune policies (lajit_ctx_desc.autotune). The tuning database is tune.db in the cache
  * directory (none with LAJIT_CTX_NO_DISK_CACHE); an unusable database means defaults. */
@@ -155,14 +155,6 @@ typedef struct lajit_ctx_desc {
                                  any compile, so NVRTC need not be installed. Opened (and
                                  checked) at creation: LAJIT_ERR_DATABASE for a missing or
                                  damaged file. Added in 0.1, like autotune. */
-    const char *family_path;   /* folders of families from outside the library, ':'-separated
-                                 (NULL: $LAJIT_FAMILY_PATH, else none): each subfolder holding
-                                 a family.lua is a family of that name, reached with
-                                 lajit_launch (op "custom") or by name in the ops. Listed at
-                                 creation: LAJIT_ERR_IO for a folder that is missing,
-                                 LAJIT_ERR_INVALID_ARGUMENT for a name defined twice or a
-                                 built-in's (see LAJIT_CTX_FAMILY_OVERRIDE). Added in 0.2: a
-                                 struct_size ending before it is accepted and means NULL. */
 } lajit_ctx_desc;
 
 /* Fills *desc with the defaults (device 0, system allocator, no log, default cache). */
@@ -174,6 +166,16 @@ LAJIT_API void lajit_ctx_desc_init(lajit_ctx_desc *desc);
  * variable LAJIT_CHECK=1 adds LAJIT_CTX_CHECKED. */
 LAJIT_API lajit_status lajit_ctx_create(const lajit_ctx_desc *desc, lajit_ctx **out);
 
+/* Adds the families of folders outside the library (path: one folder, or several separated by
+ * ':'): each subfolder holding a family.lua is a family of that subfolder's name, reached with
+ * lajit_launch (op "custom") or, for an attention op, by name in its args. The folders are
+ * listed now; their files are read, under the same rules as every template file, when a family
+ * is first used. LAJIT_FAMILY_PATH, when set at creation, is added the same way by
+ * lajit_ctx_create. Refused with nothing added: a folder that is missing or not a folder
+ * (LAJIT_ERR_IO), a family name that is not letters, digits, '_' and '-', one already defined by
+ * an added folder, or a built-in family's name without LAJIT_CTX_FAMILY_OVERRIDE (with it, the
+ * built-in must not have been used in ctx yet) (LAJIT_ERR_INVALID_ARGUMENT). */
+LAJIT_API lajit_status lajit_ctx_add_families(lajit_ctx *ctx, const char *path);
 /* Destroys a context and everything it owns (Lua state, loaded modules). Accepts NULL. The
  * caller must have synchronised the streams of the context's launches. */
 LAJIT_API void lajit_ctx_destroy(lajit_ctx *ctx);

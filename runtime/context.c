@@ -45,13 +45,9 @@ LAJIT_API lajit_status lajit_ctx_create(const lajit_ctx_desc *desc, lajit_ctx **
      * the field took what was padding, which lajit_ctx_desc_init zeroes). */
     size_t before_autotune = offsetof(lajit_ctx_desc, autotune);
     size_t before_bundle = offsetof(lajit_ctx_desc, bundle);
-    size_t before_family_path = offsetof(lajit_ctx_desc, family_path);
     if (desc->struct_size != sizeof(lajit_ctx_desc) && desc->struct_size != before_autotune &&
-        desc->struct_size != before_bundle && desc->struct_size != before_family_path)
+        desc->struct_size != before_bundle)
         return LAJIT_ERR_STRUCT_SIZE;
-    const char *family_path = desc->struct_size > before_family_path ? desc->family_path : NULL;
-    if (!family_path)
-        family_path = getenv("LAJIT_FAMILY_PATH");
     const char *bundle = desc->struct_size > before_bundle ? desc->bundle : NULL;
     if (!bundle && getenv("LAJIT_BUNDLE") && *getenv("LAJIT_BUNDLE"))
         bundle = getenv("LAJIT_BUNDLE");
@@ -104,8 +100,9 @@ LAJIT_API lajit_status lajit_ctx_create(const lajit_ctx_desc *desc, lajit_ctx **
             }
         }
     }
-    if (st == LAJIT_OK)
-        st = lj_family_path_scan(ctx, family_path, (ctx->flags & LAJIT_CTX_FAMILY_OVERRIDE) != 0);
+    const char *family_path = getenv("LAJIT_FAMILY_PATH");
+    if (st == LAJIT_OK && family_path && *family_path)
+        st = lajit_ctx_add_families(ctx, family_path);
     if (st != LAJIT_OK)
         return create_failed(ctx, st);
     lj_clear_error(&ctx->env);

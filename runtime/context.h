@@ -58,8 +58,5 @@ lajit_status lajit__ctx_cache(lajit_ctx *ctx, lj_cache **out);
 lajit_status lajit__ctx_family(lajit_ctx *ctx, const char *name, lj_family **out);
 lajit_status lajit__ctx_device(lajit_ctx *ctx, lj_device **out);
 
-/* Lists the folders of path (':'-separated) into ctx->outside (family_path.c); override lets an
- * outside family replace a built-in one of the same name. */
-lajit_status lj_family_path_scan(lajit_ctx *ctx, const char *path, int override);
 
 #endif

@@ -1,6 +1,6 @@
 /* family_path.c — families from outside the library: the folders an application names
- * (lajit_ctx_desc.family_path, else $LAJIT_FAMILY_PATH, ':'-separated) are listed once at
- * context creation; each subfolder holding a regular file family.lua is a family of that name.
+ * (lajit_ctx_add_families, and $LAJIT_FAMILY_PATH at creation; ':'-separated) are listed when
+ * named; each subfolder holding a regular file family.lua is a family of that name.
  * The sandbox then reads "<name>/..." from that folder (lj_lua_add_family_root), so the family's
  * spec and templates are found as the built-in ones are, and `common/` stays the library's.
  *
@@ -133,10 +133,10 @@ static lajit_status add_folder(lajit_ctx *ctx, const char *dir, int override)
     return st;
 }
 
-lajit_status lj_family_path_scan(lajit_ctx *ctx, const char *path, int override)
+/* Lists the folders of path into ctx->outside; on failure what this call added is taken back. */
+static lajit_status scan(lajit_ctx *ctx, const char *path, int override)
 {
-    if (!path || !*path)
-        return LAJIT_OK;
+    int before = ctx->n_outside;
     lajit_status st = LAJIT_OK;
     for (const char *c = path; *c && st == LAJIT_OK;) {
         size_t n = strcspn(c, ":");
@@ -151,5 +151,42 @@ lajit_status lj_family_path_scan(lajit_ctx *ctx, const char *path, int override)
         }
         c += n + (c[n] == ':');
     }
+    if (st != LAJIT_OK)
+        while (ctx->n_outside > before)
+            lj_free(&ctx->env, ctx->outside[--ctx->n_outside].dir);
     return st;
+}
+
+LAJIT_API lajit_status lajit_ctx_add_families(lajit_ctx *ctx, const char *path)
+{
+    if (!ctx)
+        return LAJIT_ERR_INVALID_ARGUMENT;
+    lj_env *env = &ctx->env;
+    if (!path || !*path)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "lajit_ctx_add_families: no path");
+    int before = ctx->n_outside;
+    lajit_status st = scan(ctx, path, (ctx->flags & LAJIT_CTX_FAMILY_OVERRIDE) != 0);
+    if (st != LAJIT_OK)
+        return st;
+    /* A built-in the context has loaded already cannot be replaced any more: its plans and
+     * spec are in use. */
+    for (int i = before; i < ctx->n_outside && st == LAJIT_OK; i++)
+        for (int j = 0; j < ctx->n_families; j++)
+            if (strcmp(lj_family_name(ctx->families[j]), ctx->outside[i].name) == 0)
+                st = lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                              "family path: %s/%s would replace the built-in %s, which this "
+                              "context has used already: add the folder before using it",
+                              ctx->outside[i].dir, ctx->outside[i].name, ctx->outside[i].name);
+    /* A Lua state made already reads the new families from now on. */
+    for (int i = before; i < ctx->n_outside && st == LAJIT_OK && ctx->lua; i++)
+        st = lj_lua_add_family_root(ctx->lua, ctx->outside[i].name, ctx->outside[i].dir);
+    if (st != LAJIT_OK) {
+        while (ctx->n_outside > before)
+            lj_free(env, ctx->outside[--ctx->n_outside].dir);
+        return st;
+    }
+    lj_free(env, (void *)ctx->family_names); /* lajit_family_list is made again */
+    ctx->family_names = NULL;
+    lj_clear_error(env);
+    return LAJIT_OK;
 }

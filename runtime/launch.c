@@ -237,6 +237,14 @@ LAJIT_API lajit_status lajit_launch(lajit_ctx *ctx, const lajit_launch_args *a)
         scalar[i] = a->scalars[j].value;
     }
 
+    /* Every required argument is there before any is examined: a missing one is named first. */
+    for (int i = 0; i < d->n_args; i++) {
+        const lj_arg_decl *ad = &d->arg[i];
+        if (ad->kind == LJ_ARG_TENSOR ? !given[i] && !ad->optional : !seen[i])
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s: %s %s is required", fam,
+                            ad->kind == LJ_ARG_TENSOR ? "tensor" : "scalar", ad->name);
+    }
+
     /* The problem: dtype, the symbols the caller gives, then the flags of optional tensors. */
     lj_problem p;
     memset(&p, 0, sizeof p);
@@ -296,21 +304,14 @@ LAJIT_API lajit_status lajit_launch(lajit_ctx *ctx, const lajit_launch_args *a)
         if (ad->kind == LJ_ARG_TENSOR) {
             if (ad->optional)
                 p.sym[ad->flag] = given[i] != NULL;
-            if (!given[i]) {
-                if (!ad->optional)
-                    return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s: tensor %s is required",
-                                    fam, ad->name);
-                continue;
-            }
+            if (!given[i])
+                continue; /* an optional one left out (a required one was caught above) */
             if ((st = check_tensor(env, fam, ad, given[i], &p, &known, bound_by, &v[i])) !=
                 LAJIT_OK)
                 return st;
             io[n_io++] = (lj_io_tensor){ad->name, given[i], ad->output};
             continue;
         }
-        if (!seen[i])
-            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s: scalar %s is required", fam,
-                            ad->name);
         double x = scalar[i];
         if (ad->kind == LJ_ARG_F32) {
             if (!isfinite(x) || fabs(x) > 3.4028234663852886e38)

@@ -10,7 +10,8 @@ nvidia-cuda-nvrtc wheel (LAJIT_NVRTC_PATH overrides). Importing it registers the
 torch.ops.lajit.{fwd, bwd, prefill_, decode_}; nothing touches the GPU before the first call."""
 from ._native import LajitArgumentError, LajitError, find_wheel_nvrtc, library
 from .api import (bind_decode, chunk_simple_gla, decay_alibi, decay_from_log, decay_tnl, decode,
-                  fused_recurrent_simple_gla, g_gamma_from_decay, lightning_attn, prefill)
+                  fused_recurrent_simple_gla, g_gamma_from_decay, launch, lightning_attn,
+                  prefill)
 from .tools import LajitCliError, gen_bundle, tune
 from . import _torch as ops  # noqa: F401  (registers the custom ops)
 
@@ -18,7 +19,7 @@ __version__ = "0.1.0"
 
 __all__ = ["lightning_attn", "chunk_simple_gla", "fused_recurrent_simple_gla", "prefill",
            "decode", "bind_decode", "decay_alibi", "decay_tnl", "decay_from_log",
-           "g_gamma_from_decay", "tune", "gen_bundle", "LajitError", "LajitArgumentError",
+           "g_gamma_from_decay", "launch", "tune", "gen_bundle", "LajitError", "LajitArgumentError",
            "LajitCliError",
            "version", "families", "expand", "set_bundle", "configure", "find_wheel_nvrtc"]
 
@@ -29,7 +30,7 @@ def version():
 
 
 def families():
-    """The names of the built-in kernel families."""
+    """The names of the kernel families: the built-in ones, then those of LAJIT_FAMILY_PATH."""
     return library().family_names()
 
 
@@ -39,10 +40,11 @@ def expand(family, arch=None, **assignments):
     return library().expand(family, assignments, arch)
 
 
-def configure(*, checked=None, no_disk_cache=None, cache_dir=None, bundle=None):
+def configure(*, checked=None, no_disk_cache=None, cache_dir=None, bundle=None, families=None):
     """Options of the contexts created from now on (per thread and device, on first use):
     checked mode (validates device-side values, synchronises), memory-only cache, the cache
-    directory, an offline bundle. Contexts already created keep their options."""
+    directory, an offline bundle, folders of families of your own (':'-separated, as
+    LAJIT_FAMILY_PATH; see lajit.launch). Contexts already created keep their options."""
     lib = library()
     from . import _native as N
     if checked is not None:
@@ -55,6 +57,8 @@ def configure(*, checked=None, no_disk_cache=None, cache_dir=None, bundle=None):
         lib.ctx_cache_dir = cache_dir
     if bundle is not None:
         lib.ctx_bundle = bundle
+    if families is not None:
+        lib.ctx_families = families
 
 
 def set_bundle(path):

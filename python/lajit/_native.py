@@ -101,6 +101,26 @@ class DecodeArgs(ctypes.Structure):
                 ("stream", _P)]
 
 
+class TensorArg(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("tensor", _P)]
+
+
+class ScalarArg(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("value", ctypes.c_double)]
+
+
+class IntArg(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("value", ctypes.c_int64)]
+
+
+class LaunchArgs(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("family", ctypes.c_char_p),
+                ("tensors", _P), ("n_tensors", ctypes.c_size_t),
+                ("scalars", _P), ("n_scalars", ctypes.c_size_t),
+                ("problem", _P), ("n_problem", ctypes.c_size_t),
+                ("dtype", ctypes.c_char_p), ("stream", _P)]
+
+
 class CtxDesc(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t), ("device", ctypes.c_int), ("alloc", _P),
                 ("alloc_user", _P), ("log", _P), ("log_user", _P), ("log_level", ctypes.c_int),
@@ -230,13 +250,18 @@ class Library:
         lib.lajit_ctx_destroy.argtypes = [_P]
         lib.lajit_family_names.restype = ctypes.POINTER(ctypes.c_char_p)
         lib.lajit_family_names.argtypes = []
+        lib.lajit_ctx_add_families.restype = ctypes.c_int
+        lib.lajit_ctx_add_families.argtypes = [_P, ctypes.c_char_p]
+        lib.lajit_family_list.restype = ctypes.c_int
+        lib.lajit_family_list.argtypes = [_P, ctypes.POINTER(ctypes.POINTER(ctypes.c_char_p)),
+                                          ctypes.POINTER(ctypes.c_size_t)]
         lib.lajit_expand.restype = ctypes.c_int
         lib.lajit_expand.argtypes = [_P, ctypes.c_char_p, ctypes.c_char_p,
                                      ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t,
                                      ctypes.POINTER(_P)]
         lib.lajit_free.restype = None
         lib.lajit_free.argtypes = [_P, _P]
-        for name in ("lajit_attn_fwd", "lajit_attn_bwd", "lajit_attn_decode"):
+        for name in ("lajit_attn_fwd", "lajit_attn_bwd", "lajit_attn_decode", "lajit_launch"):
             fn = getattr(lib, name)
             fn.restype = ctypes.c_int
             fn.argtypes = [_P, _P]
@@ -258,6 +283,7 @@ class Library:
         self.ctx_flags = 0
         self.ctx_bundle = None
         self.ctx_cache_dir = None
+        self.ctx_families = None
 
     def version(self):
         return self.lib.lajit_version_string().decode()
@@ -286,6 +312,12 @@ class Library:
             detail = self.lib.lajit_status_string(st).decode()
             detail += f" (device {device}, bundle {bundle!r}, cache_dir {cache_dir!r})"
             raise_status("lajit_ctx_create", st, detail)
+        if self.ctx_families:
+            st = self.lib.lajit_ctx_add_families(ctx, os.fsencode(self.ctx_families))
+            if st != 0:
+                detail = self.errmsg(ctx)
+                self.lib.lajit_ctx_destroy(ctx)
+                raise_status("lajit_ctx_add_families", st, detail)
         return ctx.value
 
     def ctx(self, device):
@@ -303,12 +335,13 @@ class Library:
             raise_status(function, status, self.errmsg(ctx))
 
     def family_names(self):
-        arr = self.lib.lajit_family_names()
-        out, i = [], 0
-        while arr[i]:
-            out.append(arr[i].decode())
-            i += 1
-        return out
+        """Every family a context sees: the built-in ones, then LAJIT_FAMILY_PATH's."""
+        ctx = self.ctx_nodevice()
+        arr = ctypes.POINTER(ctypes.c_char_p)()
+        n = ctypes.c_size_t()
+        self.check("lajit_family_list", ctx,
+                   self.lib.lajit_family_list(ctx, ctypes.byref(arr), ctypes.byref(n)))
+        return [arr[i].decode() for i in range(n.value)]
 
     def expand(self, family, assignments=(), arch=None):
         """lajit_expand on a device-less context: the CUDA source of one kernel."""

@@ -5,6 +5,7 @@ state pool, and the decay adapters.
 Mathematics (DESIGN.md): S_t = λ_h S_{t−1} + k_tᵀ v_t, o_t = σ q_t S_t, λ_h = exp(−s_h), S in
 fp32. FLA's g_gamma is log λ, so s = −g_gamma; FLA's default σ is 1/√D, lajit's is 1."""
 import math
+import re
 
 import torch
 
@@ -187,3 +188,62 @@ def decay_from_log(log_lambda):
 def g_gamma_from_decay(s):
     """FLA's g_gamma for lajit's s (g_gamma = −s)."""
     return -s
+
+
+def launch(family, tensors, scalars=None, problem=None, dtype=None):
+    """Launches a family that declares its own arguments (op "custom": an application's family
+    on LAJIT_FAMILY_PATH, templates/README.md) on the current CUDA stream, through the C API's
+    lajit_launch.
+
+    tensors: {name: tensor or None} (None or absent: an optional tensor left out); outputs are
+    written in place. scalars: {name: number}. problem: {symbol: int}, values of shape symbols
+    (the others are taken from the tensors). dtype: "f32", "f16", "bf16" or a torch dtype (None:
+    from the tensors). Eager only: not a registered torch op (its arguments are the family's), so
+    torch.compile graph-breaks on it. A refused argument raises LajitArgumentError whose
+    `argument` is the declared name the C message names."""
+    from ._torch import _stream, fill
+    lib = _native.library()
+    N = _native
+    items = [(k, t) for k, t in dict(tensors).items()]
+    views = [N.View() for _ in items]
+    targs = (N.TensorArg * max(1, len(items)))()
+    device = -1  # a CUDA tensor's device (none: the C API refuses the host tensors)
+    for i, (name, t) in enumerate(items):
+        targs[i].name = name.encode()
+        if t is not None:
+            targs[i].tensor = fill(views[i], t)
+            if t.is_cuda and device < 0:
+                device = t.get_device()
+    sitems = list(dict(scalars or {}).items())
+    sargs = (N.ScalarArg * max(1, len(sitems)))()
+    for i, (name, x) in enumerate(sitems):
+        sargs[i].name = name.encode()
+        sargs[i].value = float(x)
+    pitems = list(dict(problem or {}).items())
+    pargs = (N.IntArg * max(1, len(pitems)))()
+    for i, (name, x) in enumerate(pitems):
+        pargs[i].name = name.encode()
+        pargs[i].value = int(x)
+    if isinstance(dtype, torch.dtype):
+        dtype = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}.get(dtype)
+        if dtype is None:
+            raise TypeError("lajit.launch: dtype must be float32, float16 or bfloat16")
+    a = N.LaunchArgs(struct_size=N.ctypes.sizeof(N.LaunchArgs), family=family.encode(),
+                     tensors=N.ctypes.addressof(targs), n_tensors=len(items),
+                     scalars=N.ctypes.addressof(sargs), n_scalars=len(sitems),
+                     problem=N.ctypes.addressof(pargs), n_problem=len(pitems),
+                     dtype=dtype.encode() if dtype else None, stream=_stream(device))
+    ctx = lib.ctx(max(device, 0))
+    st = lib.lib.lajit_launch(ctx, N.ctypes.addressof(a))
+    if st != 0:
+        detail = lib.errmsg(ctx)
+        try:
+            lib.check("lajit_launch", ctx, st)
+        except N.LajitError as e:
+            # "<family>: <name> ..." or "...tensor <name> ...": the declared name it is about.
+            words = re.split(r"[\s:'\",()]+", detail)
+            given = set(dict(items)) | set(dict(sitems))
+            named = [w for w in words[1:] if w in given]
+            if named:
+                e.argument = named[0]
+            raise

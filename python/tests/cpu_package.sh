@@ -51,5 +51,7 @@ wheel=$(ls "$work"/dist/lajit-*.whl)
 # the installed one.
 mkdir -p "$work/home"
 cd "$work/home"
+# The family path holds the CPU tests' custom family (lajit.launch's argument checks).
+LAJIT_FAMILY_PATH="$src/tests/data/families" \
 LAJIT_CACHE_DIR="$work/home/cache" "$vpy" "$src/python/tests/run.py" \
   "$src/python/tests/test_cpu_package.py" "$src/python/tests/test_cpu_mock.py"

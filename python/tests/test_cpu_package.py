@@ -186,6 +186,27 @@ def test_c_shape_error_names_the_argument():
         raise AssertionError("k [1,2,8,32] beside q [1,2,8,16] was accepted")
 
 
+def test_launch_a_custom_family_checks_its_arguments():
+    """lajit.launch reaches lajit_launch: the family path's toy family is listed, and host
+    tensors, an unknown name and a missing scalar are refused naming the argument."""
+    fams = lajit.families()
+    assert "toy_axpy" in fams, fams
+    x = torch.zeros(3, 64)
+    y = torch.zeros(3, 64)
+    for kwargs, arg, says in (
+            (dict(tensors={"x": x, "y": y}, scalars={"alpha": 1.0}), "x", "not CUDA memory"),
+            (dict(tensors={"x": x, "z": y}, scalars={"alpha": 1.0}), "z", "does not declare"),
+            (dict(tensors={"x": x, "y": y}), None, "scalar alpha is required")):
+        try:
+            lajit.launch("toy_axpy", **kwargs)
+        except lajit.LajitArgumentError as e:
+            assert says in str(e), str(e)
+            if arg:
+                assert e.argument == arg, (e.argument, str(e))
+        else:
+            raise AssertionError(f"{kwargs} was accepted")
+
+
 def test_fla_unsupported_features_raise():
     q = torch.zeros(1, 4, 2, 8)
     for call, exc in ((lambda: lajit.chunk_simple_gla(q, q, q, g=torch.zeros(1, 4, 2)),

@@ -12,6 +12,8 @@
 #include "context.h"
 #include "fake_driver.h"
 #include "gen.h"
+#include "gpu.h"
+#include "op_sweep.h"
 #include "search.h"
 
 static const char *families_dir(void)
@@ -19,15 +21,6 @@ static const char *families_dir(void)
     static char dir[1024];
     snprintf(dir, sizeof dir, "%s/tests/data/families", lj_test_source_dir());
     return dir;
-}
-
-static void require_nvrtc(void)
-{
-    lj_env env;
-    lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
-    int major, minor;
-    if (lj_nvrtc_version(&env, &major, &minor) != LAJIT_OK)
-        lj_test_skip("NVRTC not available");
 }
 
 /* What the plans were built from: the log's "plan ... (<source>)" lines. */
@@ -51,11 +44,11 @@ static lajit_ctx *family_ctx(const char *bundle)
     desc.log_level = LAJIT_LOG_INFO;
     plan_log[0] = 0;
     desc.flags = LAJIT_CTX_NO_DISK_CACHE;
-    desc.family_path = families_dir();
     desc.bundle = bundle;
     desc.autotune = LAJIT_AUTOTUNE_OFF;
     lajit_ctx *ctx;
     ASSERT_OK(lajit_ctx_create(&desc, &ctx));
+    ASSERT_OK(lajit_ctx_add_families(ctx, families_dir()));
     lajit__ctx_set_driver(ctx, lj_fake_driver());
     return ctx;
 }
@@ -120,27 +113,54 @@ LJ_TEST(family_path_name_rules)
     lajit_ctx_desc_init(&desc);
     desc.flags = LAJIT_CTX_NO_DISK_CACHE;
     lajit_ctx *ctx;
-    /* Defined twice. */
+    ASSERT_OK(lajit_ctx_create(&desc, &ctx));
+    /* Defined twice: in one call, or by a second call; nothing is added by a refused call. */
     snprintf(both, sizeof both, "%s:%s", a, b);
-    desc.family_path = both;
-    ASSERT_STATUS(lajit_ctx_create(&desc, &ctx), LAJIT_ERR_INVALID_ARGUMENT);
-    ASSERT_CONTAINS(lajit_errmsg(NULL), "defined twice");
-    /* A built-in's name: refused, unless the application asks for the override. */
-    char only_c[1100];
-    snprintf(only_c, sizeof only_c, "%s", c);
-    desc.family_path = only_c;
-    ASSERT_STATUS(lajit_ctx_create(&desc, &ctx), LAJIT_ERR_INVALID_ARGUMENT);
-    ASSERT_CONTAINS(lajit_errmsg(NULL), "built-in family");
+    ASSERT_STATUS(lajit_ctx_add_families(ctx, both), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "defined twice");
+    const char *const *names;
+    size_t n, builtin;
+    ASSERT_OK(lajit_family_list(ctx, &names, &builtin));
+    ASSERT_OK(lajit_ctx_add_families(ctx, a));
+    ASSERT_OK(lajit_family_list(ctx, &names, &n));
+    ASSERT_EQ(n, builtin + 1);
+    ASSERT_STREQ(names[n - 1], "mine");
+    ASSERT_STATUS(lajit_ctx_add_families(ctx, b), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "defined twice");
+    /* A built-in's name: refused, unless the context asks for the override. */
+    ASSERT_STATUS(lajit_ctx_add_families(ctx, c), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "built-in family");
+    /* A missing folder is an error, not silence. */
+    ASSERT_STATUS(lajit_ctx_add_families(ctx, "/nonexistent/lajit-families"), LAJIT_ERR_IO);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "/nonexistent/lajit-families");
+    ASSERT_STATUS(lajit_ctx_add_families(ctx, NULL), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_STATUS(lajit_ctx_add_families(NULL, a), LAJIT_ERR_INVALID_ARGUMENT);
+    lajit_ctx_destroy(ctx);
+
     desc.flags |= LAJIT_CTX_FAMILY_OVERRIDE;
     ASSERT_OK(lajit_ctx_create(&desc, &ctx));
-    lajit_family_info info = {.struct_size = sizeof info};
+    ASSERT_OK(lajit_ctx_add_families(ctx, c));
     /* The outside la_fwd (a spec with only a name) is the one loaded now. */
+    lajit_family_info info = {.struct_size = sizeof info};
     ASSERT_STATUS(lajit_family_describe(ctx, "la_fwd", &info), LAJIT_ERR_TEMPLATE);
     lajit_ctx_destroy(ctx);
-    /* A missing folder is an error, not silence. */
-    desc.family_path = "/nonexistent/lajit-families";
-    ASSERT_STATUS(lajit_ctx_create(&desc, &ctx), LAJIT_ERR_IO);
-    ASSERT_CONTAINS(lajit_errmsg(NULL), "/nonexistent/lajit-families");
+    /* Too late: the built-in is in use already. */
+    ASSERT_OK(lajit_ctx_create(&desc, &ctx));
+    ASSERT_OK(lajit_family_describe(ctx, "la_fwd", &info));
+    ASSERT_STATUS(lajit_ctx_add_families(ctx, c), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "has used already");
+    lajit_ctx_destroy(ctx);
+    /* LAJIT_FAMILY_PATH is added at creation; a bad one fails the creation. */
+    desc.flags = LAJIT_CTX_NO_DISK_CACHE;
+    setenv("LAJIT_FAMILY_PATH", both, 1);
+    ASSERT_STATUS(lajit_ctx_create(&desc, &ctx), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(NULL), "defined twice");
+    setenv("LAJIT_FAMILY_PATH", a, 1);
+    ASSERT_OK(lajit_ctx_create(&desc, &ctx));
+    ASSERT_OK(lajit_family_list(ctx, &names, &n));
+    ASSERT_STREQ(names[n - 1], "mine");
+    lajit_ctx_destroy(ctx);
+    unsetenv("LAJIT_FAMILY_PATH");
 }
 
 /* Fake device memory for x, y [B, N] and w [N]. */
@@ -154,18 +174,14 @@ typedef struct axpy {
     lajit_launch_args args;
 } axpy;
 
-static DLTensor make(CUdeviceptr p, int ndim, int64_t *shape, uint8_t code, uint8_t bits)
+/* A compact float32 view of fake device memory, its shape in shape (which the test may change
+ * afterwards: the view points at it). */
+static DLTensor make(CUdeviceptr p, int ndim, int64_t *shape)
 {
-    DLTensor t;
-    memset(&t, 0, sizeof t);
-    t.data = (void *)(uintptr_t)p;
-    t.device.device_type = kDLCUDA;
-    t.ndim = ndim;
-    t.dtype.code = code;
-    t.dtype.bits = bits;
-    t.dtype.lanes = 1;
-    t.shape = shape;
-    return t;
+    lj_test_tensor t;
+    DLTensor v = *lj_gpu_tensor(&t, p, 0, ndim, shape, NULL, lj_test_dl_dtype(LJ_F32));
+    v.shape = shape;
+    return v;
 }
 
 static void axpy_open(axpy *u, int B, int N)
@@ -182,9 +198,9 @@ static void axpy_open(axpy *u, int B, int N)
     ASSERT_EQ(drv->cuMemAlloc(&u->w, (size_t)N * 4), CUDA_SUCCESS);
     u->xshape[0] = u->yshape[0] = B;
     u->xshape[1] = u->yshape[1] = u->wshape[0] = N;
-    u->tx = make(u->x, 2, u->xshape, kDLFloat, 32);
-    u->ty = make(u->y, 2, u->yshape, kDLFloat, 32);
-    u->tw = make(u->w, 1, u->wshape, kDLFloat, 32);
+    u->tx = make(u->x, 2, u->xshape);
+    u->ty = make(u->y, 2, u->yshape);
+    u->tw = make(u->w, 1, u->wshape);
     u->tensors[0] = (lajit_tensor_arg){"x", &u->tx};
     u->tensors[1] = (lajit_tensor_arg){"y", &u->ty};
     u->tensors[2] = (lajit_tensor_arg){"w", &u->tw};
@@ -208,7 +224,7 @@ static void axpy_close(axpy *u)
 
 LJ_TEST(launch_packs_declared_arguments)
 {
-    require_nvrtc();
+    sweep_require_nvrtc();
     lj_fake_driver_reset();
     axpy u;
     axpy_open(&u, 3, 1000);
@@ -262,7 +278,7 @@ LJ_TEST(launch_packs_declared_arguments)
 
 LJ_TEST(launch_refuses_what_the_declaration_does_not_allow)
 {
-    require_nvrtc();
+    sweep_require_nvrtc();
     lj_fake_driver_reset();
     axpy u;
     axpy_open(&u, 3, 1000);
@@ -273,7 +289,7 @@ LJ_TEST(launch_refuses_what_the_declaration_does_not_allow)
     u.ty.dtype.bits = 16;
     ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
     ASSERT_CONTAINS(lajit_errmsg(ctx), "y is bfloat16; expected f32");
-    u.ty = make(u.y, 2, u.yshape, kDLFloat, 32);
+    u.ty = make(u.y, 2, u.yshape);
     /* A dtype the family does not take. */
     u.tx.dtype.bits = u.ty.dtype.bits = 16;
     ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_UNSUPPORTED);
@@ -342,7 +358,7 @@ LJ_TEST(launch_refuses_what_the_declaration_does_not_allow)
     u.ty.data = (void *)(uintptr_t)(u.y + 2);
     ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
     ASSERT_CONTAINS(lajit_errmsg(ctx), "not a multiple of 4 bytes");
-    u.ty = make(u.y, 2, u.yshape, kDLFloat, 32);
+    u.ty = make(u.y, 2, u.yshape);
     u.tw.device.device_type = kDLCPU;
     ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
     ASSERT_CONTAINS(lajit_errmsg(ctx), "w is not CUDA memory");
@@ -381,7 +397,7 @@ static double axpy_time(const lj_fake_launch *l, void *user)
 
 LJ_TEST(tuned_bundled_and_served_without_a_compiler)
 {
-    require_nvrtc();
+    sweep_require_nvrtc();
     lj_fake_driver_reset();
     lj_fake_driver_set_kernel_time(axpy_time, NULL);
     lajit_ctx *ctx = family_ctx(NULL);

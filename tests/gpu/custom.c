@@ -16,10 +16,10 @@ static lajit_ctx *open_ctx(const char *family_path)
     lajit_ctx_desc desc;
     lajit_ctx_desc_init(&desc);
     desc.flags = LAJIT_CTX_NO_DISK_CACHE;
-    desc.family_path = family_path;
     desc.autotune = LAJIT_AUTOTUNE_OFF;
     lajit_ctx *ctx;
     ASSERT_OK(lajit_ctx_create(&desc, &ctx));
+    ASSERT_OK(lajit_ctx_add_families(ctx, family_path));
     return ctx;
 }
 
