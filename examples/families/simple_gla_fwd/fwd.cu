@@ -326,7 +326,6 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             lj_fence_async_smem();
             __syncthreads(); // chunk c landed; chunk c − 1's products and state copy are done
             load_next();
-            issue_scores(c);
         }
 
         // The gates' prefix sums b_i (log2 units), every warp for itself: lane l holds tokens 2l
@@ -348,6 +347,17 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             reinterpret_cast<float2 *>(pB)[lane] = make_float2(s - a01 + a0, s);
             __syncwarp();
         }
+        // S ← exp(b_{L−1}) S now, so that the state update only adds. No product is in flight
+        // (the last retired at the end of the previous chunk); without PREFETCH this comes before
+        // the scores are issued, as ptxas otherwise waits for them before touching the state.
+        {
+            const float dl = gla_ex2(bl);
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                for (int x = 0; x < NACC; x++) st[mb][x] *= dl;
+        }
+        if constexpr (!PREFETCH) issue_scores(c);
 
         // The values weighted for the state update, exp(b_{L−1} − b_j) on row j (rows past L are
         // zero). Each warpgroup weights its own columns (so the buffer's hazards stay inside it).
@@ -384,16 +394,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         __syncthreads();
         if constexpr (PREFETCH) load_next();
 
-        // O = Q S₁₆ and S ← exp(b_{L−1}) S + Kᵀ V_w: the registers are decayed now (no product
-        // has them in flight: the last one retired at the end of the previous chunk), so the
-        // update only adds.
-        {
-            const float dl = gla_ex2(bl);
-#pragma unroll
-            for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-                for (int x = 0; x < NACC; x++) st[mb][x] *= dl;
-        }
+        // O = Q S₁₆ and S += Kᵀ V_w (the state was decayed above).
         float oa[NACC];
 #pragma unroll
         for (int mb = 0; mb < MB; mb++) lj_fence_regs(st[mb]);
