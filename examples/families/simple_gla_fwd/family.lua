@@ -27,7 +27,10 @@ end
 -- Registers a thread holds across the chunk loop: the state (D·TILE_V/128) and the output
 -- accumulators (TILE_V/2), plus the scores (32), addresses and the rest. la_fwd_sm90's model
 -- (120 beside state and accumulators, with 32 of them its fixed score mask) less that mask:
--- here the mask is made per chunk from the prefix sums while P is packed.
+-- here the mask is made per chunk from the prefix sums while P is packed. Checked with NVRTC
+-- (CUDA 13.0, sm_90a) over every valid configuration of D = 64…256, E = 64…256, f16/bf16, with and
+-- without states: no spills, at most 254 registers (D = 64, TILE_V = 128), 244 at D = 192 TILE_V =
+-- 64, 236 at D = 128 TILE_V = 64 with states.
 local function regs(cfg, problem)
     return problem.D * cfg.TILE_V // 128 + cfg.TILE_V // 2 + 100
 end
