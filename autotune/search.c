@@ -5,6 +5,7 @@
  * no context needed), then all timing (one thread, private context), and the caller records the
  * results afterwards in one short transaction; nothing here touches the database. */
 #include "search.h"
+#include "args.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +108,11 @@ typedef struct bench {
     size_t set_bytes;
     lj_dense_layout layout;
     la_params params[MAX_SETS];
+    /* A custom family (op custom): its tensors' offsets in a set, and each set's packed
+     * arguments (allocated: LJ_ARGS_BYTES each). */
+    const lj_args_decl *decl;
+    size_t arg_off[LJ_MAX_ARGS], arg_bytes[LJ_MAX_ARGS];
+    lj_packed_args *packed;
     const lj_problem *p;
     unsigned char *host; /* one set's initial contents */
 } bench;
@@ -168,8 +174,73 @@ static void set_offsets(const lj_dense_layout *l, size_t off[8], size_t *total)
     *total = at;
 }
 
+/* A custom family's tensors, each from its declaration and the problem's symbols: present
+ * unless an optional one whose has_ flag is off. Sets b->set_bytes. */
+static lajit_status custom_layout(lj_env *env, bench *b)
+{
+    const lj_args_decl *d = b->decl;
+    const lj_problem *p = b->p;
+    size_t at = 0;
+    for (int i = 0; i < d->n_args; i++) {
+        const lj_arg_decl *a = &d->arg[i];
+        b->arg_off[i] = at;
+        b->arg_bytes[i] = 0;
+        if (a->kind != LJ_ARG_TENSOR || (a->optional && !p->sym[a->flag]))
+            continue;
+        size_t bytes =
+            (size_t)lj_elem_size(a->elem == LJ_ELEM_PROBLEM ? (lj_elem)p->dtype : a->elem);
+        for (int k = 0; k < a->rank; k++) {
+            long long n = p->sym[a->shape[k]];
+            if (n < 1 || __builtin_mul_overflow(bytes, (size_t)n, &bytes))
+                return lj_error(env, LAJIT_ERR_UNSUPPORTED, "the tuner's %s is too large", a->name);
+        }
+        b->arg_bytes[i] = bytes;
+        if (__builtin_add_overflow(at, round_up(bytes), &at))
+            return lj_error(env, LAJIT_ERR_UNSUPPORTED, "the tuner's inputs are too large");
+    }
+    b->set_bytes = at ? at : ALIGN;
+    return LAJIT_OK;
+}
+
+/* A custom family's arguments for set i: compact tensors at their offsets, f32 scalars 1 and
+ * integer scalars 0 (a spec whose kernel's speed depends on a scalar says so in its docs). */
+static void make_custom_args(bench *b, int i)
+{
+    const lj_args_decl *d = b->decl;
+    lj_arg_value v[LJ_MAX_ARGS];
+    memset(v, 0, sizeof v);
+    for (int k = 0; k < d->n_args; k++) {
+        const lj_arg_decl *a = &d->arg[k];
+        if (a->kind == LJ_ARG_F32)
+            v[k].f = 1.0;
+        if (a->kind != LJ_ARG_TENSOR || !b->arg_bytes[k])
+            continue;
+        v[k].ptr = (unsigned long long)b->sets[i] + b->arg_off[k];
+        long long stride = 1;
+        for (int r = a->rank - 1; r >= 0; r--) {
+            v[k].size[r] = b->p->sym[a->shape[r]];
+            v[k].stride[r] = stride;
+            stride *= v[k].size[r];
+        }
+    }
+    lj_args_pack(d, v, &b->packed[i]);
+}
+
 static void make_host_image(bench *b)
 {
+    if (b->decl) {
+        /* Inputs random in their declared fill range; outputs and integers zero. */
+        uint64_t seed = 0x9e3779b97f4a7c15ull;
+        memset(b->host, 0, b->set_bytes);
+        for (int k = 0; k < b->decl->n_args; k++) {
+            const lj_arg_decl *a = &b->decl->arg[k];
+            lj_elem e = a->elem == LJ_ELEM_PROBLEM ? (lj_elem)b->p->dtype : a->elem;
+            if (a->kind == LJ_ARG_TENSOR && b->arg_bytes[k] && !a->output && e <= LJ_ELEM_BF16)
+                fill_values(b->host + b->arg_off[k], b->arg_bytes[k], (lj_dtype)e,
+                            (float)a->fill_lo, (float)(a->fill_hi - a->fill_lo), &seed);
+        }
+        return;
+    }
     size_t off[8], total;
     set_offsets(&b->layout, off, &total);
     uint64_t seed = 0x9e3779b97f4a7c15ull;
@@ -184,6 +255,10 @@ static void make_host_image(bench *b)
 
 static void make_params(bench *b, int i)
 {
+    if (b->decl) {
+        make_custom_args(b, i);
+        return;
+    }
     size_t off[8], total;
     set_offsets(&b->layout, off, &total);
     unsigned long long base = (unsigned long long)b->sets[i];
@@ -306,7 +381,11 @@ static CUresult time_candidate(bench *b, candidate *c, int warmup, int runs)
     const lj_driver *drv = b->drv;
     const lj_problem *p = b->p;
     unsigned grid[3];
-    if (!lj_plan_grid(&c->launch, p->B, p->H, p->N, p->B, p->T > 0 ? p->T : 1, grid)) {
+    long long vars[LJ_N_GRID_VARS];
+    lj_plan_vars(vars, p->B, p->H, p->N, p->B, p->T > 0 ? p->T : 1);
+    for (int i = 0; i < LJ_MAX_SYMBOLS; i++)
+        vars[LJ_VAR_SYM0 + i] = p->sym[i];
+    if (!lj_plan_grid(&c->launch, vars, LJ_N_GRID_VARS, grid)) {
         set_failure(c, "%s", "grid exceeds the driver's limits");
         return CUDA_ERROR_INVALID_VALUE;
     }
@@ -327,7 +406,8 @@ static CUresult time_candidate(bench *b, candidate *c, int warmup, int runs)
     for (int i = 0; i < warmup && r == CUDA_SUCCESS; i++, set = (set + 1) % b->n_sets) {
         void *args[] = {&b->params[set]};
         r = LJ_CU(env, drv, cuLaunchKernel, fn, grid[0], grid[1], grid[2], c->launch.block[0],
-                  c->launch.block[1], c->launch.block[2], c->launch.smem, b->stream, args, NULL);
+                  c->launch.block[1], c->launch.block[2], c->launch.smem, b->stream,
+                  b->decl ? b->packed[set].params : args, NULL);
     }
     if (r == CUDA_SUCCESS) {
         what = "cuStreamSynchronize";
@@ -340,8 +420,8 @@ static CUresult time_candidate(bench *b, candidate *c, int warmup, int runs)
             break;
         what = "cuLaunchKernel";
         if ((r = LJ_CU(env, drv, cuLaunchKernel, fn, grid[0], grid[1], grid[2], c->launch.block[0],
-                       c->launch.block[1], c->launch.block[2], c->launch.smem, b->stream, args,
-                       NULL)) != CUDA_SUCCESS)
+                       c->launch.block[1], c->launch.block[2], c->launch.smem, b->stream,
+                       b->decl ? b->packed[set].params : args, NULL)) != CUDA_SUCCESS)
             break;
         what = "cuEventRecord";
         if ((r = LJ_CU(env, drv, cuEventRecord, b->stop, b->stream)) != CUDA_SUCCESS)
@@ -392,7 +472,8 @@ lajit_status lj_search_run(lj_env *env, lj_lua *L, lj_family *f, lj_cache *cache
     if (o.runs < 5)
         o.runs = 5;
     lj_dense_layout layout;
-    lajit_status st = lj_dense_layout_of(env, p, &layout);
+    memset(&layout, 0, sizeof layout);
+    lajit_status st = p->op == LJ_OP_CUSTOM ? LAJIT_OK : lj_dense_layout_of(env, p, &layout);
     if (st != LAJIT_OK)
         return st;
     lj_search_out res;
@@ -480,8 +561,18 @@ lajit_status lj_search_run(lj_env *env, lj_lua *L, lj_family *f, lj_cache *cache
     b.cudev = dev->dev;
     b.p = p;
     b.layout = layout;
-    size_t off[8];
-    set_offsets(&layout, off, &b.set_bytes);
+    b.decl = p->op == LJ_OP_CUSTOM ? lj_family_args(f) : NULL;
+    if (b.decl) {
+        if ((st = custom_layout(env, &b)) != LAJIT_OK)
+            goto done;
+        if (!(b.packed = lj_calloc(env, MAX_SETS, sizeof *b.packed))) {
+            st = lj_oom(env);
+            goto done;
+        }
+    } else {
+        size_t off[8];
+        set_offsets(&layout, off, &b.set_bytes);
+    }
     if (!(b.host = lj_malloc(env, b.set_bytes))) {
         st = lj_oom(env);
         goto done;
@@ -534,6 +625,7 @@ done:
             if (cands[i].have_job)
                 lj_kernel_job_free(L, &cands[i].job);
     lj_free(env, b.host);
+    lj_free(env, b.packed);
     lj_free(env, res.results);
     lj_free(env, tasks);
     lj_free(env, cands);

@@ -27,21 +27,27 @@ _Static_assert(sizeof(void *) == sizeof(lj_get_proc_fn),
 /* Base names as cuGetProcAddress knows them, and where each lands in the table. The member
  * names pass through cuda.h's version macros (cuMemAlloc -> cuMemAlloc_v2), the same way they
  * did in the struct declaration, while #fn keeps the base name. */
-#define LJ_ENTRY(fn)                    \
-    {                                   \
-#fn, offsetof(lj_driver, fn), 0 \
+#define LJ_ENTRY(fn)                       \
+    {                                      \
+#fn, offsetof(lj_driver, fn), 0, 0 \
     }
 /* An entry whose ABI changed after the version the table is declared for: cuGetProcAddress
  * returns the newest variant not newer than the version asked for, so cuCtxCreate at 12000
  * would be cuCtxCreate_v3 (affinity parameters first); 11000 selects the (flags, device) one. */
-#define LJ_ENTRY_AT(fn, version)              \
-    {                                         \
-#fn, offsetof(lj_driver, fn), version \
+#define LJ_ENTRY_AT(fn, version)                 \
+    {                                            \
+#fn, offsetof(lj_driver, fn), version, 0 \
+    }
+/* An entry newer drivers have and lajit can do without: left NULL when the driver lacks it. */
+#define LJ_ENTRY_OPTIONAL(fn, version)           \
+    {                                            \
+#fn, offsetof(lj_driver, fn), version, 1 \
     }
 static const struct {
     const char *name;
     size_t offset;
     int version; /* 0: LJ_DRIVER_ABI */
+    int optional;
 } entries[] = {
     LJ_ENTRY(cuInit),
     LJ_ENTRY(cuDriverGetVersion),
@@ -65,6 +71,7 @@ static const struct {
     LJ_ENTRY(cuModuleGetFunction),
     LJ_ENTRY(cuFuncSetAttribute),
     LJ_ENTRY(cuFuncGetAttribute),
+    LJ_ENTRY_OPTIONAL(cuFuncGetParamInfo, 12040),
     LJ_ENTRY(cuLaunchKernel),
     LJ_ENTRY(cuMemAlloc),
     LJ_ENTRY(cuMemFree),
@@ -83,7 +90,7 @@ static const struct {
     LJ_ENTRY(cuStreamEndCapture),
     /* The flags form under its own name: the base name can resolve to the older
      * five-argument cuGraphInstantiate. */
-    {"cuGraphInstantiateWithFlags", offsetof(lj_driver, cuGraphInstantiate), 0},
+    {"cuGraphInstantiateWithFlags", offsetof(lj_driver, cuGraphInstantiate), 0, 0},
     LJ_ENTRY(cuGraphLaunch),
     LJ_ENTRY(cuGraphExecDestroy),
     LJ_ENTRY(cuGraphDestroy),
@@ -206,6 +213,8 @@ static void load(void)
             dlclose(lib);
             return;
         }
+        if (entries[i].optional && (r != CUDA_SUCCESS || found != CU_GET_PROC_ADDRESS_SUCCESS))
+            continue; /* an older driver: the entry stays NULL */
         if (r != CUDA_SUCCESS || found != CU_GET_PROC_ADDRESS_SUCCESS || !fn) {
             fail(LAJIT_ERR_NO_DRIVER,
                  "no usable CUDA driver: %s%s does not provide %s at CUDA %d.%d (result %d, "

@@ -38,6 +38,9 @@ typedef struct lj_driver {
     CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
     CUresult (*cuFuncSetAttribute)(CUfunction, CUfunction_attribute, int);
     CUresult (*cuFuncGetAttribute)(int *, CUfunction_attribute, CUfunction);
+    /* CUDA 12.4+, NULL on older drivers: a kernel's parameter offsets and sizes (lajit_launch
+     * checks a custom family's kernel against its declared arguments). */
+    CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
     CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                                unsigned, unsigned, CUstream, void **, void **);
     CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);

@@ -35,16 +35,27 @@ lj_plan_key lj_plan_key_make(const lj_problem *p, int family_index)
     k.D = (unsigned short)p->D;
     k.E = (unsigned short)p->E;
     k.part = (unsigned short)p->part;
+    if (p->op == LJ_OP_CUSTOM && p->decl) {
+        k.D = 0xffff;
+        k.E = k.log2_n = k.log2_bh = k.log2_b = k.steps = k.flags = 0;
+        for (int i = 0; i < p->decl->n_syms; i++)
+            k.sym[i] = p->decl->sym[i].dynamic ? (1LL << 62) + (long long)log2_bucket(p->sym[i])
+                                               : p->sym[i];
+    }
     return k;
 }
 
 static unsigned hash_key(const lj_plan_key *k)
 {
-    /* FNV-1a over the 16 bytes of the key: a handful of cycles. */
+    /* FNV-1a over the first 16 bytes of the key (all the attention ops use): a handful of
+     * cycles; a custom key's symbols are folded in a word at a time. */
     const unsigned char *b = (const unsigned char *)k;
     unsigned h = 2166136261u;
-    for (size_t i = 0; i < sizeof *k; i++)
+    for (size_t i = 0; i < 16; i++)
         h = (h ^ b[i]) * 16777619u;
+    if (k->op == LJ_OP_CUSTOM)
+        for (int i = 0; i < LJ_MAX_SYMBOLS; i++)
+            h = (h ^ (unsigned)(k->sym[i] ^ (k->sym[i] >> 32))) * 16777619u;
     return h;
 }
 
@@ -96,22 +107,30 @@ void lj_plan_table_free(lj_env *env, lj_plan_table *t)
     memset(t, 0, sizeof *t);
 }
 
-int lj_plan_grid(const lj_launch *l, long long B, long long H, long long N, long long nseq,
-                 long long T, unsigned grid[3])
+void lj_plan_vars(long long vars[LJ_VAR_SYM0], long long B, long long H, long long N,
+                  long long nseq, long long T)
+{
+    vars[LJ_VAR_ONE] = 1;
+    vars[LJ_VAR_B] = B;
+    vars[LJ_VAR_H] = H;
+    vars[LJ_VAR_N] = N;
+    vars[LJ_VAR_BH] = B * H;
+    vars[LJ_VAR_NSEQ] = nseq;
+    vars[LJ_VAR_T] = T;
+}
+
+int lj_plan_grid(const lj_launch *l, const long long *vars, int nvars, unsigned grid[3])
 {
     static const long long limits[3] = {2147483647LL, 65535, 65535};
     for (int d = 0; d < 3; d++) {
-        long long v = 1;
-        switch (l->grid[d].var) {
-            case LJ_VAR_ONE: v = 1; break;
-            case LJ_VAR_B: v = B; break;
-            case LJ_VAR_H: v = H; break;
-            case LJ_VAR_N: v = N; break;
-            case LJ_VAR_BH: v = B * H; break;
-            case LJ_VAR_NSEQ: v = nseq; break;
-            case LJ_VAR_T: v = T; break;
-        }
-        long long g = (v * l->grid[d].mul + l->grid[d].div - 1) / l->grid[d].div;
+        const lj_grid_dim *gd = &l->grid[d];
+        if ((int)gd->var >= nvars)
+            return 0;
+        long long v = gd->var == LJ_VAR_ONE ? 1 : vars[gd->var];
+        /* v, mul and div are at most 2^62 and 2^31: v * mul may overflow, so divide first. */
+        if (v < 0 || (gd->mul > 1 && v > (1LL << 31)))
+            return 0;
+        long long g = (v * gd->mul + gd->div - 1) / gd->div;
         if (g < 1 || g > limits[d])
             return 0;
         grid[d] = (unsigned)g;

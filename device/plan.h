@@ -16,8 +16,11 @@
 typedef struct lj_plan_key {
     unsigned char op, family, dtype, flags;
     unsigned char log2_n, log2_bh, log2_b, steps;
-    unsigned short D, E;
+    unsigned short D, E; /* op custom: D is 0xffff (a key with D == 0 marks an empty slot) */
     unsigned short part, reserved;
+    /* op custom: each symbol's value, or for a dynamic one its log2 bucket (plus 2^62 so the
+     * two never meet); zero for the attention ops. Hashed only for op custom. */
+    long long sym[LJ_MAX_SYMBOLS];
 } lj_plan_key;
 
 #define LJ_PLAN_FLAG_DECAY   0x01u
@@ -49,8 +52,12 @@ const lj_plan *lj_plan_find(const lj_plan_table *t, const lj_plan_key *key);
 lajit_status lj_plan_add(lj_env *env, lj_plan_table *t, const lj_plan *plan);
 void lj_plan_table_free(lj_env *env, lj_plan_table *t);
 
-/* Grid size for one call: evaluates the recipe; 0 on overflow of the driver's limits. */
-int lj_plan_grid(const lj_launch *l, long long B, long long H, long long N, long long nseq,
-                 long long T, unsigned grid[3]);
+/* Grid size for one call: evaluates the recipe with vars (indexed by lj_grid_var: the attention
+ * ops fill LJ_VAR_ONE .. LJ_VAR_T, a custom family LJ_VAR_SYM0 + i with its symbols); 0 on a
+ * variable past nvars or overflow of the driver's limits. */
+int lj_plan_grid(const lj_launch *l, const long long *vars, int nvars, unsigned grid[3]);
+/* The attention ops' grid variables. */
+void lj_plan_vars(long long vars[LJ_VAR_SYM0], long long B, long long H, long long N,
+                  long long nseq, long long T);
 
 #endif

@@ -24,6 +24,7 @@ const char *lj_op_name(lj_op op)
         case LJ_OP_FWD: return "fwd";
         case LJ_OP_BWD: return "bwd";
         case LJ_OP_DECODE: return "decode";
+        case LJ_OP_CUSTOM: return "custom";
     }
     return "?";
 }
@@ -56,7 +57,7 @@ int lj_dtype_parse(const char *s, lj_dtype *out)
 
 static int op_parse(const char *s, lj_op *out)
 {
-    for (int op = LJ_OP_FWD; op <= LJ_OP_DECODE; op++) {
+    for (int op = LJ_OP_FWD; op <= LJ_OP_CUSTOM; op++) {
         if (strcmp(s, lj_op_name((lj_op)op)) == 0) {
             *out = (lj_op)op;
             return 1;
@@ -144,7 +145,7 @@ const char *lj_read_problem(lua_State *L, int idx, lj_op family_op, lj_problem *
     p->T = 1;
     const char *msg = NULL;
     int t = lj_rawgetfield(L, idx, "op");
-    if ((t == LUA_TSTRING && !op_parse(lua_tostring(L, -1), &p->op)) ||
+    if ((t == LUA_TSTRING && (!op_parse(lua_tostring(L, -1), &p->op) || p->op == LJ_OP_CUSTOM)) ||
         (t != LUA_TSTRING && t != LUA_TNIL))
         msg = "problem.op must be fwd, bwd or decode";
     lua_settop(L, top);
@@ -332,7 +333,8 @@ static int check_spec(lua_State *L)
     if (lj_rawgetfield(L, 1, "name") != LUA_TSTRING || strcmp(lua_tostring(L, -1), name) != 0)
         snprintf(a->err, sizeof a->err, "%s/family.lua: name must be \"%s\"", name, name);
     else if (lj_rawgetfield(L, 1, "op") != LUA_TSTRING || !op_parse(lua_tostring(L, -1), &f->op))
-        snprintf(a->err, sizeof a->err, "%s/family.lua: op must be fwd, bwd or decode", name);
+        snprintf(a->err, sizeof a->err, "%s/family.lua: op must be fwd, bwd, decode or custom",
+                 name);
     lua_settop(L, 1);
     if (a->err[0])
         return 0;
@@ -362,6 +364,20 @@ static int check_spec(lua_State *L)
     lua_settop(L, 1);
     if (a->err[0])
         return 0;
+    /* A custom family's arguments, before its problems (which are made of their symbols). */
+    if (f->op == LJ_OP_CUSTOM) {
+        char aerr[400];
+        const char *e = lj_read_args(L, 1, &f->args, aerr, sizeof aerr);
+        lua_settop(L, 1);
+        if (e) {
+            snprintf(a->err, sizeof a->err, "%s/family.lua: %s", name, e);
+            return 0;
+        }
+    } else if (lj_rawgetfield(L, 1, "args") != LUA_TNIL) {
+        snprintf(a->err, sizeof a->err, "%s/family.lua: args is for op \"custom\" only", name);
+        return 0;
+    }
+    lua_settop(L, 1);
     lua_Unsigned np = lj_rawgetfield(L, 1, "problems") == LUA_TTABLE ? lua_rawlen(L, 2) : 0;
     if (np == 0 || np > LJ_MAX_PROBLEMS) {
         snprintf(a->err, sizeof a->err,
@@ -372,7 +388,10 @@ static int check_spec(lua_State *L)
     for (lua_Integer i = 1; i <= (lua_Integer)np; i++) {
         char perr[160];
         lua_rawgeti(L, 2, i);
-        const char *e = lj_read_problem(L, 3, f->op, &f->problems[i - 1], perr, sizeof perr);
+        const char *e =
+            f->op == LJ_OP_CUSTOM
+                ? lj_read_custom_problem(L, 3, &f->args, &f->problems[i - 1], perr, sizeof perr)
+                : lj_read_problem(L, 3, f->op, &f->problems[i - 1], perr, sizeof perr);
         lua_settop(L, 2);
         if (e) {
             snprintf(a->err, sizeof a->err, "%s/family.lua: problems[%d]: %s", name, (int)i, e);
@@ -502,6 +521,11 @@ void lj_family_push_spec(const lj_family *f)
 lj_op lj_family_op(const lj_family *f)
 {
     return f->op;
+}
+
+const lj_args_decl *lj_family_args(const lj_family *f)
+{
+    return f->op == LJ_OP_CUSTOM ? &f->args : NULL;
 }
 
 int lj_family_param_count(const lj_family *f)

@@ -12,7 +12,10 @@
  *
  * Spec contract (family.lua returns a table):
  *   name      string, equal to the folder name
- *   op        "fwd" | "bwd" | "decode"
+ *   op        "fwd" | "bwd" | "decode" | "custom"
+ *   args      op custom only: the kernel's arguments in order (family_args.c has the form),
+ *                    with optional `dtypes` (the problem dtypes taken) and `dynamic` (the
+ *                    symbols a kernel reads at run time: not baked, log2-bucketed in the plan)
  *   params    { NAME = {v1, v2, ...}, ... }  the tunable space: at most LJ_MAX_PARAMS names of
  *                    capitals, digits and _, each 1 to 64 distinct integers, the product of the
  *                    counts at most LJ_MAX_CONFIGS
@@ -24,7 +27,7 @@
  *   launch(cfg, problem, device)   -> { grid = {gx, gy, gz}, block = {bx, by, bz}, smem = bytes,
  *                                       entry = "kernel_name" }
  *                    each grid entry is an integer, a problem variable name ("B", "H", "N", "BH",
- *                    "nseq", "T"), or {var, div} meaning ceil(var / div) (integers and divs from
+ *                    "nseq", "T"; for op custom its symbols), or {var, div} meaning ceil(var / div) (integers and divs from
  *                    1 to 2^31 - 1); block entries 1 to 1024 with at most 1024 threads; smem 0 to
  *                    2^30; entry an identifier.
  *   source(cfg, problem, device)   -> { template = "<family>/<file>.cu", consts = {...} }
@@ -38,7 +41,9 @@
 #include "core.h"
 #include "sandbox.h"
 
-typedef enum lj_op { LJ_OP_FWD = 0, LJ_OP_BWD = 1, LJ_OP_DECODE = 2 } lj_op;
+/* LJ_OP_CUSTOM: a family that declares its own arguments (`args`, below) and is reached through
+ * lajit_launch (runtime/launch.c), not through one of the attention ops. */
+typedef enum lj_op { LJ_OP_FWD = 0, LJ_OP_BWD = 1, LJ_OP_DECODE = 2, LJ_OP_CUSTOM = 3 } lj_op;
 typedef enum lj_dtype { LJ_F32 = 0, LJ_F16 = 1, LJ_BF16 = 2 } lj_dtype;
 
 const char *lj_op_name(lj_op op);
@@ -46,8 +51,67 @@ const char *lj_dtype_name(lj_dtype dt);
 int lj_dtype_parse(const char *s, lj_dtype *out); /* "f32|fp32|float32", "f16|fp16|float16",
                                                      "bf16|bfloat16"; returns 0 if unknown */
 
+/* ---- Declared arguments (op "custom") ----------------------------------------------------------
+ * A custom family's spec lists its kernel arguments in order (`args`): tensors with a dtype and
+ * a shape of named symbols, and scalars. The symbols (every name a shape uses, in order of first
+ * use, then has_<name> for each optional tensor) are the family's problem: named integers that
+ * lajit_launch binds from the caller's tensors and checks across them. Read once at load
+ * (family_args.c) and owned by the family. */
+#define LJ_MAX_ARGS    24
+#define LJ_MAX_SYMBOLS 16
+#define LJ_MAX_RANK    8
+#define LJ_NAME_LEN    32
+
+typedef enum lj_arg_kind { LJ_ARG_TENSOR = 0, LJ_ARG_F32, LJ_ARG_I32, LJ_ARG_I64 } lj_arg_kind;
+/* Element types a declared tensor may have: the three float dtypes (lj_dtype's values), two
+ * integer ones, or "the problem's dtype". */
+typedef enum lj_elem {
+    LJ_ELEM_PROBLEM = -1,
+    LJ_ELEM_F32 = 0,
+    LJ_ELEM_F16 = 1,
+    LJ_ELEM_BF16 = 2,
+    LJ_ELEM_I32 = 3,
+    LJ_ELEM_I64 = 4
+} lj_elem;
+const char *lj_elem_name(lj_elem e); /* "f32", ..., "dtype" */
+int lj_elem_size(lj_elem e);         /* bytes (0 for LJ_ELEM_PROBLEM) */
+
+typedef struct lj_arg_decl {
+    char name[LJ_NAME_LEN];
+    lj_arg_kind kind;
+    lj_elem elem;                   /* tensors */
+    int rank;                       /* tensors: 1 .. LJ_MAX_RANK */
+    signed char shape[LJ_MAX_RANK]; /* tensors: the symbol of each dimension */
+    int optional;                   /* tensors: the caller may leave it out */
+    int output;                     /* tensors: the kernel writes it */
+    int flag;                       /* optional tensors: the index of their has_<name> symbol */
+    int align;                      /* tensors: bytes the address and every stride of a dimension
+                                       past the last must be a multiple of (default: the
+                                       element's size; the kernel's vector width, e.g. 16) */
+    int unit_stride;                /* tensors: the last dimension's stride must be 1 */
+    double fill_lo, fill_hi;        /* tensors: the tuner's random range (default -1, 1) */
+} lj_arg_decl;
+
+typedef struct lj_symbol {
+    char name[LJ_NAME_LEN];
+    int dynamic; /* varies within one plan (a run-time size such as B or N): not baked */
+    int flag;    /* a has_<name> flag (0 or 1), pushed to Lua as a boolean */
+} lj_symbol;
+
+typedef struct lj_args_decl {
+    int n_args;
+    lj_arg_decl arg[LJ_MAX_ARGS];
+    int n_syms;
+    lj_symbol sym[LJ_MAX_SYMBOLS];
+    unsigned dtypes; /* bit (1 << lj_dtype) per problem dtype the family takes */
+} lj_args_decl;
+
+/* The index of a symbol by name, or -1. */
+int lj_args_symbol(const lj_args_decl *d, const char *name);
+
 /* What a kernel is asked to compute. Shape fields are the actual sizes of a call (B, N vary
- * within a bucket); the flags are compile-time specialisations. */
+ * within a bucket); the flags are compile-time specialisations. A custom family's problem is
+ * its dtype and its symbols' values (decl, sym); the attention fields stay zero. */
 typedef struct lj_problem {
     lj_op op;
     lj_dtype dtype;
@@ -62,6 +126,8 @@ typedef struct lj_problem {
     int has_dsn;       /* backward: dS_N given */
     int step_states;   /* decode: per-step states written */
     int part;          /* an op of several kernels (la_bwd): which one (0 for single-kernel ops) */
+    const lj_args_decl *decl;      /* op custom: the family's declaration (its symbols' names) */
+    long long sym[LJ_MAX_SYMBOLS]; /* op custom: each symbol's value, in decl's order */
 } lj_problem;
 
 /* The target: from the device when there is one, else from the arch table (offline compile). */
@@ -109,8 +175,12 @@ typedef enum lj_grid_var {
     LJ_VAR_N,
     LJ_VAR_BH,
     LJ_VAR_NSEQ,
-    LJ_VAR_T
+    LJ_VAR_T,
+    LJ_VAR_SYM0 /* op custom: LJ_VAR_SYM0 + i is symbol i of the family's declaration */
 } lj_grid_var;
+
+/* The grid variables' values for one launch, indexed by lj_grid_var. */
+#define LJ_N_GRID_VARS (LJ_VAR_SYM0 + LJ_MAX_SYMBOLS)
 
 /* One grid dimension: ceil(value_of(var) * mul / div). A constant c is {LJ_VAR_ONE, c, 1}. */
 typedef struct lj_grid_dim {
@@ -135,6 +205,8 @@ const char *lj_family_name(const lj_family *f);
 /* Whether the family serves arch: its spec's optional `archs` list names it, or it has none. */
 int lj_family_serves(const lj_family *f, const char *arch);
 lj_op lj_family_op(const lj_family *f);
+/* A custom family's declared arguments; NULL for the attention families. */
+const lj_args_decl *lj_family_args(const lj_family *f);
 
 /* The parameter space: number of params, each name and its candidate values (borrowed). */
 int lj_family_param_count(const lj_family *f);

@@ -38,6 +38,20 @@ static void set_str(lua_State *L, const char *k, const char *v)
 
 void lj_push_problem(lua_State *L, const lj_problem *p)
 {
+    if (p->op == LJ_OP_CUSTOM && p->decl) {
+        /* A custom family's problem: its dtype and its symbols (flags as booleans). */
+        const lj_args_decl *d = p->decl;
+        lua_createtable(L, 0, d->n_syms + 2);
+        set_str(L, "op", lj_op_name(p->op));
+        set_str(L, "dtype", lj_dtype_name(p->dtype));
+        for (int i = 0; i < d->n_syms; i++) {
+            if (d->sym[i].flag)
+                set_bool(L, d->sym[i].name, p->sym[i] != 0);
+            else
+                set_int(L, d->sym[i].name, p->sym[i]);
+        }
+        return;
+    }
     lua_createtable(L, 0, 20);
     set_str(L, "op", lj_op_name(p->op));
     set_str(L, "dtype", lj_dtype_name(p->dtype));
@@ -291,8 +305,9 @@ lajit_status lj_family_key(lj_family *f, const lj_problem *p, char *out, size_t 
 /* The largest grid constant and divisor: a grid dimension is at most 2^31 - 1 blocks. */
 #define LJ_GRID_MAX 2147483647LL
 
-/* One grid entry at idx: an integer, a variable name or {var, div}. Returns an error text. */
-static const char *read_grid(lua_State *L, int idx, lj_grid_dim *g)
+/* One grid entry at idx: an integer, a variable name or {var, div}. Returns an error text. A
+ * custom family's variables are its shape symbols (decl); the attention families' are fixed. */
+static const char *read_grid(lua_State *L, int idx, const lj_args_decl *decl, lj_grid_dim *g)
 {
     static const struct {
         const char *name;
@@ -326,6 +341,13 @@ static const char *read_grid(lua_State *L, int idx, lj_grid_dim *g)
             return "is {var, div} without an integer div from 1 to 2^31 - 1";
     } else {
         return "must be an integer, a variable name or {var, div}";
+    }
+    if (decl) {
+        int s = name ? lj_args_symbol(decl, name) : -1;
+        if (s < 0 || decl->sym[s].flag)
+            return "names no shape symbol of the family's args";
+        g->var = (lj_grid_var)(LJ_VAR_SYM0 + s);
+        return NULL;
     }
     for (size_t i = 0; name && i < sizeof vars / sizeof vars[0]; i++) {
         if (strcmp(name, vars[i].name) == 0) {
@@ -364,7 +386,7 @@ static int read_launch(lua_State *L, int r, call_rec *rec)
     }
     for (int i = 0; i < 3; i++) {
         lua_rawgeti(L, top + 1, i + 1);
-        const char *e = read_grid(L, -1, &l->grid[i]);
+        const char *e = read_grid(L, -1, lj_family_args(rec->f), &l->grid[i]);
         lua_settop(L, top + 1);
         if (e) {
             snprintf(rec->err, sizeof rec->err, "grid[%d] %s", i + 1, e);

@@ -3,6 +3,7 @@
  *
  *   family.c       loading a spec and checking its shape: what it declares (params, problems,
  *                  archs, uses) is copied into C at load, so a spec cannot change it later
+ *   family_args.c  a custom family's declared arguments (args, dtypes, dynamic)
  *   family_call.c  calling the spec's functions and reading their results
  *   family_text.c  the text a family is tuned under (the files of its template folders)
  *
@@ -41,6 +42,7 @@ struct lj_family {
                         comma-separated (la_bwd expands la_fwd/fwd.cu): part of its template
                         text, so of its tuning hash */
     lj_lua_budget budget; /* every call into the spec draws from it (sandbox.h) */
+    lj_args_decl args;    /* op custom: its declared arguments (family_args.c) */
 };
 
 /* Pushers: they allocate, so they run inside protected calls. */
@@ -56,5 +58,12 @@ int lj_rawgetfield(lua_State *L, int t, const char *key);
  * NULL, or an error text (err holds it when it names a field). Protected calls only. */
 const char *lj_read_problem(lua_State *L, int idx, lj_op family_op, lj_problem *p, char *err,
                             size_t cap);
+
+/* A custom family's `args`, `dtypes` and `dynamic` from the spec table at spec (family_args.c);
+ * NULL or an error text in err. Protected calls only. */
+const char *lj_read_args(lua_State *L, int spec, lj_args_decl *d, char *err, size_t cap);
+/* A custom family's problem table at idx (dtype and symbols). */
+const char *lj_read_custom_problem(lua_State *L, int idx, const lj_args_decl *d, lj_problem *p,
+                                   char *err, size_t cap);
 
 #endif

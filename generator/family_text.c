@@ -1,6 +1,6 @@
 /* family_text.c — the text a family is tuned under: every file of its template folders
- * (common/, its own, and those its spec `uses`) in a fixed order, from the embedded copy or
- * from a template dir. A template dir is untrusted: its folders are listed with a cap on their
+ * (common/, its own, and those its spec `uses`) in a fixed order, from the embedded copy, a
+ * template dir or, for an outside family, its own folder. A template dir is untrusted: its folders are listed with a cap on their
  * entries, and each file is read through the sandbox, which refuses links, non-regular files
  * and oversized files (sandbox.h). */
 #include "family_impl.h"
@@ -80,33 +80,41 @@ lajit_status lj_family_template_text(lj_family *f, char **text, size_t *len)
     }
     lj_buf b;
     lj_buf_init(&b, f->env);
+    /* Each folder from where the sandbox reads it: an outside family's from its root, the rest
+     * from the template dir when there is one, else the embedded copy. The names are copied
+     * either way, so one list owns them all. */
     const char *dir = lj_lua_template_dir(f->h);
-    char **owned = NULL; /* template dir: the listed names, freed below */
-    size_t n_owned = 0, cap_owned = 0;
-    const char **paths = NULL;
-    size_t m = 0;
+    char **owned = NULL;
+    size_t m = 0, cap_owned = 0;
     lajit_status st = LAJIT_OK;
-    if (dir) {
-        for (size_t k = 0; k < nf && st == LAJIT_OK; k++)
-            st = list_folder(f->env, dir, folders[k], &owned, &n_owned, &cap_owned);
-        paths = (const char **)owned;
-        m = n_owned;
-    } else {
-        size_t n = lj_embedded_count;
-        paths = lj_malloc(f->env, sizeof *paths * (n ? n : 1));
-        if (!paths)
-            return lj_oom(f->env);
-        for (size_t i = 0; i < n; i++) {
+    for (size_t k = 0; k < nf && st == LAJIT_OK; k++) {
+        const char *root = lj_lua_family_root(f->h, folders[k]);
+        if (root || dir) {
+            st = list_folder(f->env, root ? root : dir, folders[k], &owned, &m, &cap_owned);
+            continue;
+        }
+        size_t fl = strlen(folders[k]);
+        for (size_t i = 0; i < lj_embedded_count && st == LAJIT_OK; i++) {
             const char *p = lj_embedded_files[i].path;
-            for (size_t k = 0; k < nf; k++) {
-                size_t fl = strlen(folders[k]);
-                if (strncmp(p, folders[k], fl) == 0 && p[fl] == '/') {
-                    paths[m++] = p;
+            if (strncmp(p, folders[k], fl) != 0 || p[fl] != '/')
+                continue;
+            if (m == cap_owned) {
+                size_t grown = cap_owned ? 2 * cap_owned : 16;
+                char **g = lj_realloc(f->env, owned, grown * sizeof *g);
+                if (!g) {
+                    st = lj_oom(f->env);
                     break;
                 }
+                owned = g;
+                cap_owned = grown;
             }
+            if (!(owned[m] = lj_strdup(f->env, p)))
+                st = lj_oom(f->env);
+            else
+                m++;
         }
     }
+    const char **paths = (const char **)owned;
     if (st == LAJIT_OK && m > 1)
         qsort(paths, m, sizeof *paths, compare_str);
     for (size_t i = 0; i < m && st == LAJIT_OK; i++) {
@@ -118,12 +126,9 @@ lajit_status lj_family_template_text(lj_family *f, char **text, size_t *len)
             lj_buf_add(&b, t, l);
         }
     }
-    for (size_t i = 0; i < n_owned; i++)
+    for (size_t i = 0; i < m; i++)
         lj_free(f->env, owned[i]);
-    if (dir)
-        lj_free(f->env, owned);
-    else
-        lj_free(f->env, (void *)paths);
+    lj_free(f->env, owned);
     if (st != LAJIT_OK) {
         lj_buf_free(&b);
         return st;

@@ -76,17 +76,33 @@ lajit_status lj_assign(lj_env *env, lj_family *f, const char *assignment, lj_pro
     memcpy(key, assignment, (size_t)(eq - assignment));
     key[eq - assignment] = 0;
     const char *value = eq + 1;
+    const lj_args_decl *decl = p->op == LJ_OP_CUSTOM ? p->decl : NULL;
     if (strcmp(key, "dtype") == 0) {
-        if (!lj_dtype_parse(value, &p->dtype))
+        lj_dtype dt;
+        if (!lj_dtype_parse(value, &dt))
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "dtype=%s: expected f32, f16 or bf16",
                             value);
+        if (decl && !(decl->dtypes & (1u << dt)))
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "dtype=%s: %s does not take it", value,
+                            lj_family_name(f));
+        p->dtype = dt;
         return LAJIT_OK;
     }
     long long v;
     if (!parse_int(value, &v))
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s=%s: expected an integer", key, value);
+    /* A custom family's problem is its symbols: shape sizes from 1, has_ flags 0 or 1. */
+    int sym = decl ? lj_args_symbol(decl, key) : -1;
+    if (sym >= 0) {
+        int flag = decl->sym[sym].flag;
+        if (flag ? (v != 0 && v != 1) : (v < 1 || v > (1LL << 62)))
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s=%lld: out of range (%s)", key, v,
+                            flag ? "0 or 1" : "1 to 2^62");
+        p->sym[sym] = v;
+        return LAJIT_OK;
+    }
     /* D, E, B, H, N, T are problem sizes even though they are capitals. */
-    int *field = problem_field(p, key);
+    int *field = decl ? NULL : problem_field(p, key);
     if (field) {
         if (v < 0 || v > 1 << 30)
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s=%lld: out of range", key, v);
@@ -123,6 +139,20 @@ int lj_assignment_is_parameter(const char *a)
     return a[0] >= 'A' && a[0] <= 'Z' && a[1] != '=' && a[1] != 0;
 }
 
+/* Whether an assignment sets a parameter of f rather than its problem: a custom family's symbols
+ * may be capitals too (BT=64), so its symbol names are asked first. */
+static int sets_parameter(const lj_family *f, const char *a)
+{
+    const lj_args_decl *decl = lj_family_args(f);
+    if (decl) {
+        size_t n = strcspn(a, "=");
+        for (int i = 0; i < decl->n_syms; i++)
+            if (strlen(decl->sym[i].name) == n && strncmp(decl->sym[i].name, a, n) == 0)
+                return 0;
+    }
+    return lj_assignment_is_parameter(a);
+}
+
 lajit_status lj_assign_all(lj_env *env, lj_family *f, const char *const *assignments, size_t n,
                            const lj_device_info *dev, lj_problem *p, lj_config *cfg)
 {
@@ -130,19 +160,32 @@ lajit_status lj_assign_all(lj_env *env, lj_family *f, const char *const *assignm
     for (size_t i = 0; i < n && st == LAJIT_OK; i++) {
         if (!assignments[i])
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "assignment %zu is NULL", i);
-        if (!lj_assignment_is_parameter(assignments[i]))
+        if (!sets_parameter(f, assignments[i]))
             st = lj_assign(env, f, assignments[i], p, cfg);
     }
     if (st == LAJIT_OK)
         st = lj_family_default(f, p, dev, cfg);
     for (size_t i = 0; i < n && st == LAJIT_OK; i++)
-        if (lj_assignment_is_parameter(assignments[i]))
+        if (sets_parameter(f, assignments[i]))
             st = lj_assign(env, f, assignments[i], p, cfg);
     return st;
 }
 
 void lj_problem_format(const lj_problem *p, char *out, size_t cap)
 {
+    if (p->op == LJ_OP_CUSTOM && p->decl) {
+        /* "custom bf16 B=4 H=32 N=8192 D=128 E=128 has_h0" */
+        size_t used = (size_t)snprintf(out, cap, "custom %s", lj_dtype_name(p->dtype));
+        for (int i = 0; i < p->decl->n_syms && used < cap; i++) {
+            const lj_symbol *s = &p->decl->sym[i];
+            int n = s->flag ? (p->sym[i] ? snprintf(out + used, cap - used, " %s", s->name) : 0)
+                            : snprintf(out + used, cap - used, " %s=%lld", s->name, p->sym[i]);
+            if (n < 0)
+                break;
+            used += (size_t)n;
+        }
+        return;
+    }
     char steps[16] = "";
     if (p->op == LJ_OP_DECODE)
         snprintf(steps, sizeof steps, " T=%d", p->T);

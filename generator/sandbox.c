@@ -41,6 +41,12 @@ struct lj_lua {
     long long budget_cpu0;    /* thread CPU time when it was set */
     read_file *files;
     size_t files_bytes; /* text held in files, against LJ_LUA_MAX_FILE_TOTAL */
+    /* Outside families (lj_lua_add_family_root): paths "<name>/..." are read from <dir>/<name>. */
+    int n_roots;
+    struct {
+        char name[64];
+        char *dir;
+    } roots[LJ_LUA_MAX_ROOTS];
 };
 
 static void *lua_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
@@ -320,6 +326,8 @@ void lj_lua_close(lj_lua *h)
         lj_free(env, f);
     }
     lj_free(env, h->template_dir);
+    for (int i = 0; i < h->n_roots; i++)
+        lj_free(env, h->roots[i].dir);
     lj_free(env, h);
 }
 
@@ -521,9 +529,9 @@ static int safe_template_path(const char *path)
 /* Opens path under the template dir without following a symbolic link anywhere below the dir
  * (O_NOFOLLOW on every component) and without blocking on a FIFO or device (O_NONBLOCK; the
  * caller then insists on a regular file). Returns the descriptor, or -1 with errno set. */
-static int open_below(lj_lua *h, const char *path)
+static int open_below(lj_lua *h, const char *base, const char *path)
 {
-    int dir = lj_fs_open(h->env, h->template_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+    int dir = lj_fs_open(h->env, base, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
     if (dir < 0)
         return -1;
     const char *c = path;
@@ -546,10 +554,48 @@ static int open_below(lj_lua *h, const char *path)
     }
 }
 
+lajit_status lj_lua_add_family_root(lj_lua *h, const char *name, const char *dir)
+{
+    if (h->n_roots == LJ_LUA_MAX_ROOTS)
+        return lj_error(h->env, LAJIT_ERR_INVALID_ARGUMENT, "more than %d outside families",
+                        LJ_LUA_MAX_ROOTS);
+    if (strlen(name) >= sizeof h->roots[0].name || !safe_template_path(name) || strchr(name, '/'))
+        return lj_error(h->env, LAJIT_ERR_INVALID_ARGUMENT, "outside family name \"%s\" refused",
+                        name);
+    char *d = lj_strdup(h->env, dir);
+    if (!d)
+        return lj_oom(h->env);
+    snprintf(h->roots[h->n_roots].name, sizeof h->roots[0].name, "%s", name);
+    h->roots[h->n_roots++].dir = d;
+    return LAJIT_OK;
+}
+
+const char *lj_lua_family_root(const lj_lua *h, const char *name)
+{
+    for (int i = 0; i < h->n_roots; i++)
+        if (strcmp(h->roots[i].name, name) == 0)
+            return h->roots[i].dir;
+    return NULL;
+}
+
+/* The folder an outside family's path is read under, or NULL when path is not one's. */
+static const char *root_of(const lj_lua *h, const char *path)
+{
+    for (int i = 0; i < h->n_roots; i++) {
+        size_t n = strlen(h->roots[i].name);
+        if (strncmp(path, h->roots[i].name, n) == 0 && path[n] == '/')
+            return h->roots[i].dir;
+    }
+    return NULL;
+}
+
 lajit_status lj_lua_read_template(lj_lua *h, const char *path, const char **text, size_t *len)
 {
     lj_env *env = h->env;
-    if (!h->template_dir) {
+    const char *base = root_of(h, path);
+    if (!base)
+        base = h->template_dir;
+    if (!base) {
         const lj_embedded_file *f = lj_embedded_find(path);
         if (!f)
             return lj_error(env, LAJIT_ERR_NOT_FOUND, "no template file %s", path);
@@ -569,18 +615,16 @@ lajit_status lj_lua_read_template(lj_lua *h, const char *path, const char **text
             return LAJIT_OK;
         }
     }
-    int fd = open_below(h, path);
+    int fd = open_below(h, base, path);
     if (fd < 0) {
         if (errno == ENOENT)
-            return lj_error(env, LAJIT_ERR_NOT_FOUND, "no template file %s/%s", h->template_dir,
-                            path);
+            return lj_error(env, LAJIT_ERR_NOT_FOUND, "no template file %s/%s", base, path);
         if (errno == ELOOP || errno == ENOTDIR)
             return lj_error(env, LAJIT_ERR_IO,
                             "template file %s/%s: a symbolic link (or a non-folder) "
                             "on its path is refused",
-                            h->template_dir, path);
-        return lj_error(env, LAJIT_ERR_IO, "template file %s/%s: %s", h->template_dir, path,
-                        strerror(errno));
+                            base, path);
+        return lj_error(env, LAJIT_ERR_IO, "template file %s/%s: %s", base, path, strerror(errno));
     }
     struct stat st;
     const char *refused = NULL;
@@ -594,8 +638,7 @@ lajit_status lj_lua_read_template(lj_lua *h, const char *path, const char **text
         refused = "would take the template files read over 16 MiB in all";
     if (refused) {
         close(fd);
-        return lj_error(env, LAJIT_ERR_IO, "template file %s/%s %s: refused", h->template_dir, path,
-                        refused);
+        return lj_error(env, LAJIT_ERR_IO, "template file %s/%s %s: refused", base, path, refused);
     }
     read_file *f = lj_calloc(env, 1, sizeof *f);
     size_t cap = (size_t)st.st_size; /* the file may grow after fstat: never read past this */
@@ -624,8 +667,7 @@ lajit_status lj_lua_read_template(lj_lua *h, const char *path, const char **text
         lj_free(env, p);
         lj_free(env, data);
         lj_free(env, f);
-        return lj_error(env, LAJIT_ERR_IO, "template file %s/%s: %s", h->template_dir, path,
-                        strerror(failed));
+        return lj_error(env, LAJIT_ERR_IO, "template file %s/%s: %s", base, path, strerror(failed));
     }
     data[got] = 0;
     f->path = p;

@@ -72,4 +72,13 @@ lajit_status lj_lua_pcall(lj_lua *L, int nargs, int nresults);
  * the state's files over LJ_LUA_MAX_FILE_TOTAL. */
 lajit_status lj_lua_read_template(lj_lua *L, const char *path, const char **text, size_t *len);
 
+/* An outside family: from now on paths "<name>/..." are read from <dir>/<name>/ on disk under
+ * the same rules as a template dir's (whatever the template dir), while every other path
+ * ("common/...", the built-in families) is read as before. The caller has checked the name
+ * against the others (runtime/context.c). dir is copied. */
+#define LJ_LUA_MAX_ROOTS 64
+lajit_status lj_lua_add_family_root(lj_lua *L, const char *name, const char *dir);
+/* The folder holding outside family name (its files are under <folder>/<name>), or NULL. */
+const char *lj_lua_family_root(const lj_lua *L, const char *name);
+
 #endif

@@ -123,6 +123,9 @@ typedef void (*lajit_log_fn)(void *user, lajit_log_level level, const char *mess
 #define LAJIT_CTX_NO_DISK_CACHE 0x1u /* keep compiled kernels in memory only */
 #define LAJIT_CTX_CHECKED       0x2u /* validate device-side values (costs a synchronisation) */
 #define LAJIT_CTX_NO_DEVICE     0x4u /* never touch the driver: generation and compile only */
+#define LAJIT_CTX_FAMILY_OVERRIDE \
+    0x8u /* a family of family_path may replace a built-in family of the same name (without
+            it, such a name fails lajit_ctx_create) */
 
 /* Autotune policies (lajit_ctx_desc.autotune). The tuning database is tune.db in the cache
  * directory (none with LAJIT_CTX_NO_DISK_CACHE); an unusable database means defaults. */
@@ -152,6 +155,14 @@ typedef struct lajit_ctx_desc {
                                  any compile, so NVRTC need not be installed. Opened (and
                                  checked) at creation: LAJIT_ERR_DATABASE for a missing or
                                  damaged file. Added in 0.1, like autotune. */
+    const char *family_path;   /* folders of families from outside the library, ':'-separated
+                                 (NULL: $LAJIT_FAMILY_PATH, else none): each subfolder holding
+                                 a family.lua is a family of that name, reached with
+                                 lajit_launch (op "custom") or by name in the ops. Listed at
+                                 creation: LAJIT_ERR_IO for a folder that is missing,
+                                 LAJIT_ERR_INVALID_ARGUMENT for a name defined twice or a
+                                 built-in's (see LAJIT_CTX_FAMILY_OVERRIDE). Added in 0.2: a
+                                 struct_size ending before it is accepted and means NULL. */
 } lajit_ctx_desc;
 
 /* Fills *desc with the defaults (device 0, system allocator, no log, default cache). */
@@ -186,6 +197,10 @@ LAJIT_API int lajit_last_driver_error(const lajit_ctx *ctx, const char **name);
 
 /* Names of the built-in families, NULL-terminated, static. */
 LAJIT_API const char *const *lajit_family_names(void);
+/* Every family ctx can use: the built-in ones (less those an outside family replaces), then
+ * those of its family path. *names is NULL-terminated, owned by ctx until lajit_ctx_destroy;
+ * *n is its length. */
+LAJIT_API lajit_status lajit_family_list(lajit_ctx *ctx, const char *const **names, size_t *n);
 
 /* Expands a family's template for one configuration and problem, given as "KEY=VALUE" strings
  * (configuration parameters in capitals, problem fields such as dtype=bf16, D=128 in lower
@@ -345,6 +360,58 @@ typedef struct lajit_attn_decode_args {
 } lajit_attn_decode_args;
 
 LAJIT_API lajit_status lajit_attn_decode(lajit_ctx *ctx, const lajit_attn_decode_args *args);
+
+/* ---- Families that declare their own arguments ------------------------------------------ */
+/* A family with op "custom" in its spec (one of the family path's, or a built-in) declares its
+ * kernel's arguments (`args`: tensors with a dtype and a shape of named symbols, scalars) and is
+ * launched by name through lajit_launch, with the same plan table, tuning database, bundles and
+ * CLI (lajit tune/gen/compile) as the attention families. templates/README.md is the authoring
+ * guide. */
+typedef struct lajit_tensor_arg {
+    const char *name;       /* as the family's args declare it */
+    const DLTensor *tensor; /* NULL: left out (an optional tensor) */
+} lajit_tensor_arg;
+typedef struct lajit_scalar_arg {
+    const char *name;
+    double value; /* converted to the declared type: f32 must be finite (and within float's
+                     range), i32 and i64 integral and within range */
+} lajit_scalar_arg;
+typedef struct lajit_int_arg {
+    const char *name; /* a shape symbol of the family ("N") */
+    int64_t value;
+} lajit_int_arg;
+/* One launch of a custom family.
+ * - tensors: every tensor the family declares, by name, in any order; optional ones may be
+ *   left out (or given NULL). Each must be CUDA memory on the context's device, of the declared
+ *   dtype ("dtype": the problem's) and rank, with sizes that agree wherever the declaration
+ *   uses the same symbol, no zero size, non-negative strides, the address and strides aligned
+ *   as the spec asks (align, unit_stride), and element offsets within 63 bits. Outputs may not
+ *   share an element with any other argument (disjoint slices of one buffer are fine).
+ * - scalars: every declared scalar, by name.
+ * - problem: optional values of shape symbols; a symbol not given takes its value from the
+ *   first tensor that uses it, and every tensor must agree. The problem's flags has_<name>
+ *   follow from which optional tensors are given.
+ * - dtype: "f32", "f16" or "bf16" (also "float32", "bfloat16", ...): the problem's element
+ *   type, one of the family's `dtypes`; NULL: that of the first given tensor declared "dtype".
+ * An unknown or repeated name, a missing tensor or scalar, a wrong dtype or rank, or sizes that
+ * disagree are LAJIT_ERR_INVALID_ARGUMENT with a message naming the argument; a family that is
+ * not custom, LAJIT_ERR_INVALID_ARGUMENT; an unknown family, LAJIT_ERR_NOT_FOUND. The kernel's
+ * parameters are checked against the declaration when its module is loaded (CUDA 12.4+
+ * drivers): LAJIT_ERR_TEMPLATE on a mismatch. Asynchronous on stream; a cached kernel launches
+ * with no allocation, Lua or synchronisation (graph-capturable), like the attention ops. */
+typedef struct lajit_launch_args {
+    size_t struct_size; /* sizeof(lajit_launch_args) */
+    const char *family;
+    const lajit_tensor_arg *tensors;
+    size_t n_tensors;
+    const lajit_scalar_arg *scalars;
+    size_t n_scalars;
+    const lajit_int_arg *problem;
+    size_t n_problem;
+    const char *dtype;
+    void *stream;
+} lajit_launch_args;
+LAJIT_API lajit_status lajit_launch(lajit_ctx *ctx, const lajit_launch_args *args);
 
 /* ---- Decay conventions -------------------------------------------------------------------- */
 

@@ -45,9 +45,13 @@ LAJIT_API lajit_status lajit_ctx_create(const lajit_ctx_desc *desc, lajit_ctx **
      * the field took what was padding, which lajit_ctx_desc_init zeroes). */
     size_t before_autotune = offsetof(lajit_ctx_desc, autotune);
     size_t before_bundle = offsetof(lajit_ctx_desc, bundle);
+    size_t before_family_path = offsetof(lajit_ctx_desc, family_path);
     if (desc->struct_size != sizeof(lajit_ctx_desc) && desc->struct_size != before_autotune &&
-        desc->struct_size != before_bundle)
+        desc->struct_size != before_bundle && desc->struct_size != before_family_path)
         return LAJIT_ERR_STRUCT_SIZE;
+    const char *family_path = desc->struct_size > before_family_path ? desc->family_path : NULL;
+    if (!family_path)
+        family_path = getenv("LAJIT_FAMILY_PATH");
     const char *bundle = desc->struct_size > before_bundle ? desc->bundle : NULL;
     if (!bundle && getenv("LAJIT_BUNDLE") && *getenv("LAJIT_BUNDLE"))
         bundle = getenv("LAJIT_BUNDLE");
@@ -100,6 +104,8 @@ LAJIT_API lajit_status lajit_ctx_create(const lajit_ctx_desc *desc, lajit_ctx **
             }
         }
     }
+    if (st == LAJIT_OK)
+        st = lj_family_path_scan(ctx, family_path, (ctx->flags & LAJIT_CTX_FAMILY_OVERRIDE) != 0);
     if (st != LAJIT_OK)
         return create_failed(ctx, st);
     lj_clear_error(&ctx->env);
@@ -130,6 +136,9 @@ LAJIT_API void lajit_ctx_destroy(lajit_ctx *ctx)
     lj_cache_close(ctx->cache);
     lj_free(env, ctx->cache_dir);
     lj_free(env, ctx->template_dir);
+    for (int i = 0; i < ctx->n_outside; i++)
+        lj_free(env, ctx->outside[i].dir);
+    lj_free(env, (void *)ctx->family_names);
     lj_env copy = *env;
     lj_raw_alloc(&copy, ctx, sizeof *ctx, 0);
 }
@@ -152,6 +161,37 @@ LAJIT_API const char *const *lajit_family_names(void)
     return lj_embedded_families;
 }
 
+LAJIT_API lajit_status lajit_family_list(lajit_ctx *ctx, const char *const **names, size_t *n)
+{
+    if (!ctx || !names || !n)
+        return LAJIT_ERR_INVALID_ARGUMENT;
+    if (!ctx->family_names) {
+        size_t nb = 0;
+        while (lj_embedded_families[nb])
+            nb++;
+        const char **list = lj_calloc(&ctx->env, nb + (size_t)ctx->n_outside + 1, sizeof *list);
+        if (!list)
+            return lj_oom(&ctx->env);
+        size_t m = 0;
+        for (size_t i = 0; i < nb; i++) {
+            int replaced = 0;
+            for (int j = 0; j < ctx->n_outside; j++)
+                replaced |= strcmp(ctx->outside[j].name, lj_embedded_families[i]) == 0;
+            if (!replaced)
+                list[m++] = lj_embedded_families[i];
+        }
+        for (int j = 0; j < ctx->n_outside; j++)
+            list[m++] = ctx->outside[j].name;
+        ctx->family_names = list;
+    }
+    size_t m = 0;
+    while (ctx->family_names[m])
+        m++;
+    *names = ctx->family_names;
+    *n = m;
+    return LAJIT_OK;
+}
+
 lj_env *lajit__ctx_env(lajit_ctx *ctx)
 {
     return &ctx->env;
@@ -166,8 +206,13 @@ lajit_status lajit__ctx_lua(lajit_ctx *ctx, lj_lua **out)
 {
     if (!ctx->lua) {
         lajit_status st = lj_lua_open(&ctx->env, ctx->template_dir, &ctx->lua);
-        if (st != LAJIT_OK)
+        for (int i = 0; i < ctx->n_outside && st == LAJIT_OK; i++)
+            st = lj_lua_add_family_root(ctx->lua, ctx->outside[i].name, ctx->outside[i].dir);
+        if (st != LAJIT_OK) {
+            lj_lua_close(ctx->lua);
+            ctx->lua = NULL;
             return st;
+        }
     }
     *out = ctx->lua;
     return LAJIT_OK;

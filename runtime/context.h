@@ -14,7 +14,7 @@
 #include "sandbox.h"
 #include "tunedb.h"
 
-#define LJ_MAX_FAMILIES 16
+#define LJ_MAX_FAMILIES 32
 
 struct lajit_ctx {
     lj_env env;
@@ -40,6 +40,13 @@ struct lajit_ctx {
      * by family index; [LJ_MAX_FAMILIES]: the op's defaults. Read on first use (plan_build.c). */
     lj_roles roles[LJ_MAX_FAMILIES + 1];
     unsigned char roles_loaded[LJ_MAX_FAMILIES + 1];
+    /* Families from outside (family_path.c): name and the folder holding <name>/family.lua. */
+    int n_outside;
+    struct {
+        char name[64];
+        char *dir;
+    } outside[LJ_LUA_MAX_ROOTS];
+    const char **family_names; /* lajit_family_list's answer, made on first call */
 };
 
 /* Internal entry points shared by the ops, the CLI and the tests. */
@@ -50,5 +57,9 @@ lajit_status lajit__ctx_lua(lajit_ctx *ctx, lj_lua **out);
 lajit_status lajit__ctx_cache(lajit_ctx *ctx, lj_cache **out);
 lajit_status lajit__ctx_family(lajit_ctx *ctx, const char *name, lj_family **out);
 lajit_status lajit__ctx_device(lajit_ctx *ctx, lj_device **out);
+
+/* Lists the folders of path (':'-separated) into ctx->outside (family_path.c); override lets an
+ * outside family replace a built-in one of the same name. */
+lajit_status lj_family_path_scan(lajit_ctx *ctx, const char *path, int override);
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "args.h"
 #include "config.h"
 #include "context.h"
 #include "levels.h"
@@ -32,6 +33,7 @@ static int family_index(const lajit_ctx *ctx, const char *name)
 static const char *const fwd_defaults[] = {"la_fwd_sm90", "la_fwd", "la_recurrent", NULL};
 static const char *const bwd_defaults[] = {"la_bwd_sm90", "la_bwd", NULL};
 static const char *const decode_defaults[] = {"la_decode", NULL};
+static const char *const no_defaults[] = {NULL}; /* custom families are always named */
 
 static const char *const *default_families(lj_op op)
 {
@@ -39,6 +41,7 @@ static const char *const *default_families(lj_op op)
         case LJ_OP_FWD: return fwd_defaults;
         case LJ_OP_BWD: return bwd_defaults;
         case LJ_OP_DECODE: return decode_defaults;
+        case LJ_OP_CUSTOM: return no_defaults;
     }
     return decode_defaults;
 }
@@ -242,6 +245,14 @@ static lajit_status build_plan(lajit_ctx *ctx, const char *requested, const lj_p
                         &plan.fn);
     if (st != LAJIT_OK)
         return st;
+    /* A custom family's kernel must take what its spec declares: lajit_launch packs the
+     * arguments from the declaration alone, so a mismatch would be a silent wrong launch. */
+    if (p->op == LJ_OP_CUSTOM &&
+        (st = lj_args_check_kernel(env, dev->drv, plan.fn, lj_family_args(f), name,
+                                   plan.launch.entry)) != LAJIT_OK) {
+        LJ_CU(env, dev->drv, cuModuleUnload, plan.module);
+        return st;
+    }
     st = lj_plan_add(env, &ctx->plans, &plan);
     if (st != LAJIT_OK) {
         LJ_CU(env, dev->drv, cuModuleUnload, plan.module);
@@ -256,22 +267,35 @@ static lajit_status build_plan(lajit_ctx *ctx, const char *requested, const lj_p
     return LAJIT_OK;
 }
 
-lajit_status lj_op_launch(lajit_ctx *ctx, const char *family, const lj_problem *p,
-                          const la_params *lp, void *stream)
+lajit_status lj_plan_get(lajit_ctx *ctx, const char *family, const lj_problem *p,
+                         const lj_plan **out)
 {
-    lj_env *env = &ctx->env;
     int index = family ? family_index(ctx, family) : DEFAULT_FAMILY_INDEX;
     const lj_plan *plan = NULL;
     if (index >= 0) {
         lj_plan_key key = lj_plan_key_make(p, index);
         plan = lj_plan_find(&ctx->plans, &key);
     }
+    if (plan) {
+        *out = plan;
+        return LAJIT_OK;
+    }
+    return build_plan(ctx, family, p, out);
+}
+
+lajit_status lj_op_launch(lajit_ctx *ctx, const char *family, const lj_problem *p,
+                          const la_params *lp, void *stream)
+{
+    lj_env *env = &ctx->env;
+    const lj_plan *plan = NULL;
     lajit_status st;
-    if (!plan && (st = build_plan(ctx, family, p, &plan)) != LAJIT_OK)
+    if ((st = lj_plan_get(ctx, family, p, &plan)) != LAJIT_OK)
         return st;
     const char *name = family ? family : "the default family";
     unsigned grid[3];
-    if (!lj_plan_grid(&plan->launch, lp->B, lp->H, lp->N, lp->nseq, lp->T, grid))
+    long long vars[LJ_VAR_SYM0];
+    lj_plan_vars(vars, lp->B, lp->H, lp->N, lp->nseq, lp->T);
+    if (!lj_plan_grid(&plan->launch, vars, LJ_VAR_SYM0, grid))
         return lj_error(env, LAJIT_ERR_UNSUPPORTED,
                         "%s: the grid for B=%d H=%d exceeds the driver's limits", name, lp->B,
                         lp->H);

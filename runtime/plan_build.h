@@ -15,6 +15,11 @@
 lajit_status lj_op_launch(lajit_ctx *ctx, const char *family, const lj_problem *p,
                           const la_params *lp, void *stream);
 
+/* The plan of p's bucket with the named family (NULL: the op's defaults): found (a table probe)
+ * or built. *out is owned by ctx. */
+lajit_status lj_plan_get(lajit_ctx *ctx, const char *family, const lj_problem *p,
+                         const lj_plan **out);
+
 /* The passes of op (the backward) as the named family's spec declares them (NULL: the first of
  * the op's default families this build has; they declare the same). Read from the spec on the
  * first call for that family, then a lookup (no Lua, no allocation). *out is owned by ctx. */

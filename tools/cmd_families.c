@@ -8,16 +8,25 @@
 int cmd_families(int argc, char **argv)
 {
     int rc = cli_no_arguments("families",
-                              "Lists the built-in families, their op and their tunable parameters "
-                              "with candidate values.\n",
+                              "Lists the families (the built-in ones, then those of "
+                              "LAJIT_FAMILY_PATH), their op and their tunable parameters with "
+                              "candidate values.\n",
                               argc, argv);
     if (rc >= 0)
         return rc;
     lajit_ctx *ctx = cli_open_ctx(0, LAJIT_CTX_NO_DEVICE);
     if (!ctx)
         return 1;
+    const char *const *names;
+    size_t n_names;
+    lajit_status listed = lajit_family_list(ctx, &names, &n_names);
+    if (listed != LAJIT_OK) {
+        rc = cli_fail(ctx, listed);
+        lajit_ctx_destroy(ctx);
+        return rc;
+    }
     rc = 0;
-    for (const char *const *name = lajit_family_names(); *name; name++) {
+    for (const char *const *name = names; *name; name++) {
         lajit_family_info fam = {.struct_size = sizeof fam};
         lajit_status st = lajit_family_describe(ctx, *name, &fam);
         if (st != LAJIT_OK) {

@@ -1,0 +1,442 @@
+/* custom.c — families from outside the library (op "custom", issue 21) with no GPU: the family
+ * path (listing, name clashes, the override flag), a custom family expanded and compiled, its
+ * declared arguments enforced by lajit_launch (every refusal with its status and a message
+ * naming the argument), launches through the fake driver (grid from the symbols, the packed
+ * lj_arg parameter, plan reuse within a bucket of the dynamic symbol), and the tuner, a bundle
+ * written by lj_gen_write and a context served from it with no compiler. The family is
+ * tests/data/families/toy_axpy. */
+#include "test.h"
+
+#include <sys/stat.h>
+
+#include "context.h"
+#include "fake_driver.h"
+#include "gen.h"
+#include "search.h"
+
+static const char *families_dir(void)
+{
+    static char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tests/data/families", lj_test_source_dir());
+    return dir;
+}
+
+static void require_nvrtc(void)
+{
+    lj_env env;
+    lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
+    int major, minor;
+    if (lj_nvrtc_version(&env, &major, &minor) != LAJIT_OK)
+        lj_test_skip("NVRTC not available");
+}
+
+/* What the plans were built from: the log's "plan ... (<source>)" lines. */
+static char plan_log[4096];
+static void keep_plans(void *user, lajit_log_level level, const char *message)
+{
+    (void)user;
+    (void)level;
+    if (strncmp(message, "plan ", 5) == 0 &&
+        strlen(plan_log) + strlen(message) + 2 < sizeof plan_log) {
+        strcat(plan_log, message);
+        strcat(plan_log, "\n");
+    }
+}
+
+static lajit_ctx *family_ctx(const char *bundle)
+{
+    lajit_ctx_desc desc;
+    lajit_ctx_desc_init(&desc);
+    desc.log = keep_plans;
+    desc.log_level = LAJIT_LOG_INFO;
+    plan_log[0] = 0;
+    desc.flags = LAJIT_CTX_NO_DISK_CACHE;
+    desc.family_path = families_dir();
+    desc.bundle = bundle;
+    desc.autotune = LAJIT_AUTOTUNE_OFF;
+    lajit_ctx *ctx;
+    ASSERT_OK(lajit_ctx_create(&desc, &ctx));
+    lajit__ctx_set_driver(ctx, lj_fake_driver());
+    return ctx;
+}
+
+LJ_TEST(family_path_lists_and_expands)
+{
+    lajit_ctx *ctx = family_ctx(NULL);
+    const char *const *names;
+    size_t n;
+    ASSERT_OK(lajit_family_list(ctx, &names, &n));
+    int found = 0;
+    for (size_t i = 0; i < n; i++)
+        found += strcmp(names[i], "toy_axpy") == 0;
+    ASSERT_EQ(found, 1);
+    ASSERT_TRUE(names[n] == NULL);
+    lajit_family_info info = {.struct_size = sizeof info};
+    ASSERT_OK(lajit_family_describe(ctx, "toy_axpy", &info));
+    ASSERT_STREQ(info.op, "custom");
+    ASSERT_EQ(info.n_params, 2);
+    const char *assign[] = {"N=512", "dtype=bf16", "has_w=1", "THREADS=64"};
+    char *src = NULL;
+    ASSERT_OK(lajit_expand(ctx, "toy_axpy", "sm_90a", assign, 4, &src));
+    ASSERT_CONTAINS(src, "constexpr long long N = 512;");
+    ASSERT_CONTAINS(src, "constexpr bool HAS_W = true;");
+    ASSERT_CONTAINS(src, "using T = lj_bf16;");
+    ASSERT_CONTAINS(src, "__launch_bounds__(64)");
+    lajit_free(ctx, src);
+    /* A symbol out of range, a dtype the family does not take, an unknown key. */
+    const char *bad[][1] = {{"N=0"}, {"dtype=f16"}, {"M=3"}, {"has_w=2"}};
+    for (int i = 0; i < 4; i++) {
+        ASSERT_STATUS(lajit_expand(ctx, "toy_axpy", "sm_90a", bad[i], 1, &src),
+                      LAJIT_ERR_INVALID_ARGUMENT);
+        ASSERT_TRUE(lajit_errmsg(ctx)[0] != 0);
+    }
+    lajit_ctx_destroy(ctx);
+}
+
+/* A family folder named name holding a copy of toy_axpy's spec, under dir. */
+static void make_family(const char *dir, const char *name)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    mkdir(dir, 0700);
+    mkdir(path, 0700);
+    snprintf(path, sizeof path, "%s/%s/family.lua", dir, name);
+    FILE *f = fopen(path, "w");
+    ASSERT_TRUE(f != NULL);
+    fprintf(f, "return { name = \"%s\" }\n", name);
+    fclose(f);
+}
+
+LJ_TEST(family_path_name_rules)
+{
+    char a[1024], b[1024], c[1024], both[2100];
+    snprintf(a, sizeof a, "%s/fp_a", lj_test_tmpdir());
+    snprintf(b, sizeof b, "%s/fp_b", lj_test_tmpdir());
+    snprintf(c, sizeof c, "%s/fp_c", lj_test_tmpdir());
+    make_family(a, "mine");
+    make_family(b, "mine");
+    make_family(c, "la_fwd");
+    lajit_ctx_desc desc;
+    lajit_ctx_desc_init(&desc);
+    desc.flags = LAJIT_CTX_NO_DISK_CACHE;
+    lajit_ctx *ctx;
+    /* Defined twice. */
+    snprintf(both, sizeof both, "%s:%s", a, b);
+    desc.family_path = both;
+    ASSERT_STATUS(lajit_ctx_create(&desc, &ctx), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(NULL), "defined twice");
+    /* A built-in's name: refused, unless the application asks for the override. */
+    char only_c[1100];
+    snprintf(only_c, sizeof only_c, "%s", c);
+    desc.family_path = only_c;
+    ASSERT_STATUS(lajit_ctx_create(&desc, &ctx), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(NULL), "built-in family");
+    desc.flags |= LAJIT_CTX_FAMILY_OVERRIDE;
+    ASSERT_OK(lajit_ctx_create(&desc, &ctx));
+    lajit_family_info info = {.struct_size = sizeof info};
+    /* The outside la_fwd (a spec with only a name) is the one loaded now. */
+    ASSERT_STATUS(lajit_family_describe(ctx, "la_fwd", &info), LAJIT_ERR_TEMPLATE);
+    lajit_ctx_destroy(ctx);
+    /* A missing folder is an error, not silence. */
+    desc.family_path = "/nonexistent/lajit-families";
+    ASSERT_STATUS(lajit_ctx_create(&desc, &ctx), LAJIT_ERR_IO);
+    ASSERT_CONTAINS(lajit_errmsg(NULL), "/nonexistent/lajit-families");
+}
+
+/* Fake device memory for x, y [B, N] and w [N]. */
+typedef struct axpy {
+    CUcontext cuctx;
+    CUdeviceptr x, y, w;
+    int64_t xshape[2], yshape[2], wshape[1];
+    DLTensor tx, ty, tw;
+    lajit_tensor_arg tensors[3];
+    lajit_scalar_arg scalars[1];
+    lajit_launch_args args;
+} axpy;
+
+static DLTensor make(CUdeviceptr p, int ndim, int64_t *shape, uint8_t code, uint8_t bits)
+{
+    DLTensor t;
+    memset(&t, 0, sizeof t);
+    t.data = (void *)(uintptr_t)p;
+    t.device.device_type = kDLCUDA;
+    t.ndim = ndim;
+    t.dtype.code = code;
+    t.dtype.bits = bits;
+    t.dtype.lanes = 1;
+    t.shape = shape;
+    return t;
+}
+
+static void axpy_open(axpy *u, int B, int N)
+{
+    const lj_driver *drv = lj_fake_driver();
+    CUdevice dev;
+    memset(u, 0, sizeof *u);
+    ASSERT_EQ(drv->cuInit(0), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuDeviceGet(&dev, 0), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuDevicePrimaryCtxRetain(&u->cuctx, dev), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuCtxSetCurrent(u->cuctx), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuMemAlloc(&u->x, (size_t)B * N * 4), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuMemAlloc(&u->y, (size_t)B * N * 4), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuMemAlloc(&u->w, (size_t)N * 4), CUDA_SUCCESS);
+    u->xshape[0] = u->yshape[0] = B;
+    u->xshape[1] = u->yshape[1] = u->wshape[0] = N;
+    u->tx = make(u->x, 2, u->xshape, kDLFloat, 32);
+    u->ty = make(u->y, 2, u->yshape, kDLFloat, 32);
+    u->tw = make(u->w, 1, u->wshape, kDLFloat, 32);
+    u->tensors[0] = (lajit_tensor_arg){"x", &u->tx};
+    u->tensors[1] = (lajit_tensor_arg){"y", &u->ty};
+    u->tensors[2] = (lajit_tensor_arg){"w", &u->tw};
+    u->scalars[0] = (lajit_scalar_arg){"alpha", 0.5};
+    u->args.struct_size = sizeof u->args;
+    u->args.family = "toy_axpy";
+    u->args.tensors = u->tensors;
+    u->args.n_tensors = 2; /* w left out */
+    u->args.scalars = u->scalars;
+    u->args.n_scalars = 1;
+}
+
+static void axpy_close(axpy *u)
+{
+    const lj_driver *drv = lj_fake_driver();
+    drv->cuMemFree(u->x);
+    drv->cuMemFree(u->y);
+    drv->cuMemFree(u->w);
+    drv->cuDevicePrimaryCtxRelease(0);
+}
+
+LJ_TEST(launch_packs_declared_arguments)
+{
+    require_nvrtc();
+    lj_fake_driver_reset();
+    axpy u;
+    axpy_open(&u, 3, 1000);
+    lajit_ctx *ctx = family_ctx(NULL);
+    ASSERT_OK(lajit_launch(ctx, &u.args));
+    ASSERT_EQ(lj_fake_launch_count(), 1);
+    const lj_fake_launch *l = lj_fake_launch_get(0);
+    ASSERT_STREQ(l->entry, "toy_axpy");
+    ASSERT_EQ(l->grid[0], 8u); /* ceil(1000 / 128) */
+    ASSERT_EQ(l->grid[1], 3u);
+    ASSERT_EQ(l->block[0], 128u);
+    /* The first parameter is x's lj_arg<2>: address, sizes, strides. */
+    long long first[5];
+    memcpy(first, &l->params, sizeof first);
+    ASSERT_EQ((unsigned long long)first[0], (unsigned long long)u.x);
+    ASSERT_EQ(first[1], 3);
+    ASSERT_EQ(first[2], 1000);
+    ASSERT_EQ(first[3], 1000);
+    ASSERT_EQ(first[4], 1);
+    int loads = lj_fake_driver_counts()->loads;
+    /* B is dynamic: B = 2 is in B = 3's log2 bucket (one plan); B = 5 is not. */
+    u.xshape[0] = u.yshape[0] = 2;
+    ASSERT_OK(lajit_launch(ctx, &u.args));
+    ASSERT_EQ(lj_fake_driver_counts()->loads, loads);
+    ASSERT_EQ(lj_fake_launch_get(1)->grid[1], 2u);
+    /* With w: has_w is part of the problem, so another kernel. */
+    u.args.n_tensors = 3;
+    ASSERT_OK(lajit_launch(ctx, &u.args));
+    ASSERT_EQ(lj_fake_driver_counts()->loads, loads + 1);
+    /* Arguments in another order than declared are matched by name. */
+    lajit_tensor_arg swapped[3] = {u.tensors[2], u.tensors[1], u.tensors[0]};
+    u.args.tensors = swapped;
+    ASSERT_OK(lajit_launch(ctx, &u.args));
+    ASSERT_EQ(lj_fake_driver_counts()->loads, loads + 1);
+    /* Graph capture: the cached launch records into the capture. */
+    CUstream s;
+    ASSERT_EQ(lj_fake_driver()->cuStreamCreate(&s, 0), CUDA_SUCCESS);
+    ASSERT_EQ(lj_fake_driver()->cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL),
+              CUDA_SUCCESS);
+    u.args.stream = s;
+    ASSERT_OK(lajit_launch(ctx, &u.args));
+    CUgraph g;
+    ASSERT_EQ(lj_fake_driver()->cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+    ASSERT_EQ(lj_fake_driver_counts()->captured_launches, 1);
+    lj_fake_driver()->cuGraphDestroy(g);
+    lj_fake_driver()->cuStreamDestroy(s);
+    lajit_ctx_destroy(ctx);
+    axpy_close(&u);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+LJ_TEST(launch_refuses_what_the_declaration_does_not_allow)
+{
+    require_nvrtc();
+    lj_fake_driver_reset();
+    axpy u;
+    axpy_open(&u, 3, 1000);
+    lajit_ctx *ctx = family_ctx(NULL);
+    lajit_launch_args a = u.args;
+    /* y in another dtype than x (the problem's). */
+    u.ty.dtype.code = kDLBfloat;
+    u.ty.dtype.bits = 16;
+    ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "y is bfloat16; expected f32");
+    u.ty = make(u.y, 2, u.yshape, kDLFloat, 32);
+    /* A dtype the family does not take. */
+    u.tx.dtype.bits = u.ty.dtype.bits = 16;
+    ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_UNSUPPORTED);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "does not take dtype f16");
+    u.tx.dtype.bits = u.ty.dtype.bits = 32;
+    /* Sizes that disagree on a symbol. */
+    int64_t short_shape[2] = {3, 999};
+    u.ty.shape = short_shape;
+    ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "y's dimension 1 (N) is 999, but N = 1000 (x)");
+    u.ty.shape = u.yshape;
+    /* A problem value that contradicts the tensors. */
+    lajit_int_arg n_wrong = {"N", 1024};
+    a.problem = &n_wrong;
+    a.n_problem = 1;
+    ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "x's dimension 1 (N) is 1000, but N = 1024");
+    lajit_int_arg not_symbol = {"has_w", 1};
+    a.problem = &not_symbol;
+    ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "not a shape symbol");
+    a.problem = NULL;
+    a.n_problem = 0;
+    /* Missing, unknown and repeated names. */
+    a.n_tensors = 1;
+    ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "tensor y is required");
+    lajit_tensor_arg odd[2] = {{"x", &u.tx}, {"z", &u.ty}};
+    a.tensors = odd;
+    a.n_tensors = 2;
+    ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "named \"z\", which the family does not declare (its "
+                                       "tensors: x, w, y)");
+    lajit_tensor_arg twice[3] = {{"x", &u.tx}, {"y", &u.ty}, {"x", &u.tx}};
+    a.tensors = twice;
+    a.n_tensors = 3;
+    ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "tensor x is given twice");
+    a.tensors = u.tensors;
+    a.n_tensors = 2;
+    a.n_scalars = 0;
+    ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "scalar alpha is required");
+    lajit_scalar_arg inf = {"alpha", 1e300};
+    a.scalars = &inf;
+    a.n_scalars = 1;
+    ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "not a finite float");
+    a.scalars = u.scalars;
+    /* The last stride must be 1 (unit_stride); the optional w with a wrong size. */
+    int64_t strides[2] = {2000, 2};
+    u.tx.strides = strides;
+    ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "x's last stride is 2; the family needs 1");
+    u.tx.strides = NULL;
+    int64_t wshape[1] = {999};
+    u.tw.shape = wshape;
+    a.n_tensors = 3;
+    ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "w's dimension 0 (N) is 999");
+    u.tw.shape = u.wshape;
+    /* An output that overlaps an input; a misaligned address; host memory. */
+    u.ty.data = u.tx.data;
+    ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "shares elements");
+    u.ty.data = (void *)(uintptr_t)(u.y + 2);
+    ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "not a multiple of 4 bytes");
+    u.ty = make(u.y, 2, u.yshape, kDLFloat, 32);
+    u.tw.device.device_type = kDLCPU;
+    ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "w is not CUDA memory");
+    u.tw.device.device_type = kDLCUDA;
+    /* Not a custom family; no such family; a bad struct size. */
+    a.family = "la_fwd";
+    ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "call lajit_attn_fwd");
+    a.family = "no_such_family";
+    ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_NOT_FOUND);
+    a.family = "toy_axpy";
+    a.struct_size--;
+    ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_STRUCT_SIZE);
+    a.struct_size++;
+    ASSERT_EQ(lj_fake_launch_count(), 0);
+    ASSERT_OK(lajit_launch(ctx, &a));
+    ASSERT_EQ(lj_fake_launch_count(), 1);
+    ASSERT_STATUS(lajit_launch(NULL, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_STATUS(lajit_launch(ctx, NULL), LAJIT_ERR_INVALID_ARGUMENT);
+    lajit_ctx_destroy(ctx);
+    axpy_close(&u);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+static lajit_status load_family(void *user, const char *name, lj_family **out)
+{
+    return lajit__ctx_family(user, name, out);
+}
+
+/* The fake clock: more threads are faster, so THREADS=256 wins. */
+static double axpy_time(const lj_fake_launch *l, void *user)
+{
+    (void)user;
+    return 1.0 / l->block[0];
+}
+
+LJ_TEST(tuned_bundled_and_served_without_a_compiler)
+{
+    require_nvrtc();
+    lj_fake_driver_reset();
+    lj_fake_driver_set_kernel_time(axpy_time, NULL);
+    lajit_ctx *ctx = family_ctx(NULL);
+    lj_env *env = lajit__ctx_env(ctx);
+    lj_family *f;
+    lj_lua *L;
+    lj_cache *cache;
+    lj_device *dev;
+    ASSERT_OK(lajit__ctx_family(ctx, "toy_axpy", &f));
+    ASSERT_OK(lajit__ctx_lua(ctx, &L));
+    ASSERT_OK(lajit__ctx_cache(ctx, &cache));
+    ASSERT_OK(lajit__ctx_device(ctx, &dev));
+    lj_problem *probs;
+    int np;
+    ASSERT_OK(lj_family_problems(f, &probs, &np));
+    lj_search_out res;
+    lj_search_opts opts = {0};
+    ASSERT_OK(lj_search_run(env, L, f, cache, dev, &probs[0], &opts, &res));
+    ASSERT_EQ(res.have_best, 1);
+    ASSERT_EQ(lj_config_get(&res.best, "THREADS", 0), 256);
+    lj_search_out_free(env, &res);
+    lj_free(env, probs);
+
+    char path[1200];
+    snprintf(path, sizeof path, "%s/custom.lajitpack", lj_test_tmpdir());
+    const char *fams[] = {"toy_axpy"}, *archs[] = {"sm_90a"};
+    lj_gen_opts o;
+    memset(&o, 0, sizeof o);
+    o.families = fams;
+    o.n_families = 1;
+    o.archs = archs;
+    o.n_archs = 1;
+    const char *assign[] = {"N=1000"};
+    o.assign = assign;
+    o.n_assign = 1;
+    lj_gen_summary sum;
+    ASSERT_OK(lj_gen_write(env, L, load_family, ctx, &o, path, &sum));
+    ASSERT_TRUE(sum.cubins >= 1);
+    lajit_ctx_destroy(ctx);
+
+    /* The bundle's kernel serves the launch (no compile: the plan says where it came from). */
+    lj_fake_driver_reset();
+    axpy u;
+    axpy_open(&u, 4, 1000);
+    ctx = family_ctx(path);
+    ASSERT_OK(lajit_launch(ctx, &u.args));
+    ASSERT_EQ(lj_fake_launch_count(), 1);
+    ASSERT_STREQ(lj_fake_launch_get(0)->entry, "toy_axpy");
+    ASSERT_CONTAINS(plan_log, "toy_axpy [THREADS=128 UNROLL=1] for custom f32 B=4 N=1000 on "
+                              "sm_90a (bundle)");
+    /* With w in f32: a problem the bundle does not hold (it has bf16 with w) is compiled. */
+    u.args.n_tensors = 3;
+    ASSERT_OK(lajit_launch(ctx, &u.args));
+    ASSERT_CONTAINS(plan_log, "N=1000 has_w on sm_90a (compiled)");
+    lajit_ctx_destroy(ctx);
+    axpy_close(&u);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
