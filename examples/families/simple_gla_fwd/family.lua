@@ -96,13 +96,17 @@ return {
     dtypes = { "f16", "bf16" },
     dynamic = { "B", "N" },              -- read from q's sizes at run time; H, D, E are baked
 
+    -- q, k, v, o are copied in 16-byte pieces of rows (cp.async, vector stores): unit last
+    -- stride, 16-byte aligned rows. g is read a float at a time (any strides: FLA's [B, N, H]
+    -- layout is a view), the states element by element.
     args = {
-        { name = "q", dtype = "dtype", shape = { "B", "H", "N", "D" } },
-        { name = "k", dtype = "dtype", shape = { "B", "H", "N", "D" } },
-        { name = "v", dtype = "dtype", shape = { "B", "H", "N", "E" } },
+        { name = "q", dtype = "dtype", shape = { "B", "H", "N", "D" }, unit_stride = true, align = 16 },
+        { name = "k", dtype = "dtype", shape = { "B", "H", "N", "D" }, unit_stride = true, align = 16 },
+        { name = "v", dtype = "dtype", shape = { "B", "H", "N", "E" }, unit_stride = true, align = 16 },
         { name = "g", dtype = "f32", shape = { "B", "H", "N" }, fill = { -0.1, 0 } },
         { name = "h0", dtype = "f32", shape = { "B", "H", "D", "E" }, optional = true },
-        { name = "o", dtype = "dtype", shape = { "B", "H", "N", "E" }, output = true },
+        { name = "o", dtype = "dtype", shape = { "B", "H", "N", "E" }, output = true,
+          unit_stride = true, align = 16 },
         { name = "ht", dtype = "f32", shape = { "B", "H", "D", "E" }, output = true, optional = true },
         { name = "scale", scalar = "f32" },
     },
@@ -155,6 +159,7 @@ return {
             template = "simple_gla_fwd/fwd.cu",
             consts = {
                 ELEM = ELEM[problem.dtype],
+                H = problem.H,
                 D = problem.D,
                 E = problem.E,
                 HAS_H0 = spec.b(problem.has_h0),

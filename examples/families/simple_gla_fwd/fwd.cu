@@ -37,6 +37,7 @@
 #include "common/wgmma.cuh"
 
 using T = ${ELEM};
+constexpr int H = ${H};             // heads: the grid's y (h = blockIdx.y < H)
 constexpr int D = ${D};             // key width: 64, 128, 192 or 256 (one wgmma M block per 64 rows of S)
 constexpr int E = ${E};             // value width
 constexpr int BLOCK = ${BLOCK};     // tokens per chunk = wgmma M of the output (64)
@@ -219,6 +220,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     const int wtid = tid & 127; // the thread within its warpgroup
     const int g = lane >> 2, t4 = lane & 3;
     const int ec = blockIdx.x * VW, e0 = ec + wg * TILE_V, h = blockIdx.y, b = blockIdx.z;
+    static_assert(H >= 1, "H");
     const unsigned sS = sS0 + wg * S_BYTES; // this warpgroup's state copy
     // This warp's prefix sums, as a generic pointer (read and written by the warp alone).
     const unsigned sB = sB0 + (tid >> 5) * B_BYTES;
