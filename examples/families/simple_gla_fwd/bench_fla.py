@@ -13,7 +13,11 @@ Usage (from the source tree, after a build):
     python3 examples/families/simple_gla_fwd/bench_fla.py [--lib build/liblajit.so]
 
 lajit is reached through ctypes on liblajit.so's lajit_launch (issue 21's API), the family
-through LAJIT_FAMILY_PATH (set here to this file's parent folder unless already set)."""
+through LAJIT_FAMILY_PATH (set here to this file's parent folder unless already set). The last
+column is lajit's own constant-decay forward (la_fwd_sm90, the family's speed goal: no slower
+than it by more than g's extra bytes) on the same q, k, v with one decay per head, through the
+lajit package in python/ on the same library (its torch op adds a few µs of Python per call);
+"n/a" when the package cannot be loaded."""
 import argparse
 import ctypes
 import os
@@ -149,6 +153,18 @@ def bhn(t):
     return t.transpose(1, 2)
 
 
+def const_decay_runner(lib_path):
+    """lajit.chunk_simple_gla with g_gamma (constant decay per head), or None."""
+    try:
+        os.environ.setdefault("LAJIT_LIBRARY", lib_path)
+        sys.path.insert(0, os.path.join(ROOT, "python"))
+        import lajit
+        return lajit.chunk_simple_gla
+    except Exception as e:  # the comparison is optional: say why it is missing
+        print(f"(constant-decay column: lajit package not loaded: {e})")
+        return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lib", default=os.path.join(ROOT, "build", "liblajit.so"))
@@ -157,9 +173,10 @@ def main():
     from fla.ops.simple_gla import chunk_simple_gla
 
     lj = Lajit(args.lib)
+    const = const_decay_runner(args.lib)
     shapes = [(4, 32, 8192, 128, 128), (1, 8, 65536, 128, 128)]
     print(f"{'shape':34} {'dtype':5} {'fla ms':>8} {'lajit ms':>9} {'lajit/fla':>9} "
-          f"{'max rel err':>11}")
+          f"{'max rel err':>11} {'const-decay ms':>14}")
     for B, H, N, D, E in shapes:
         dtype = torch.bfloat16
         q, k, v, g = inputs(B, H, N, D, E, dtype)
@@ -174,11 +191,16 @@ def main():
         run_lj()
         torch.cuda.synchronize()
         diff = (o_lj.float() - o_fla.float()).abs().max().item()
-        rel = diff / o_fla.float().abs().max().item()
+        rel = diff / o_fla.float().abs().max().item()  # max |difference| / max |o_fla|
         t_fla = time_ms(run_fla, iters=args.iters)
         t_lj = time_ms(run_lj, iters=args.iters)
+        t_const = "n/a"
+        if const is not None:
+            g_gamma = g.mean(dim=(0, 1))  # [H]: one log-decay per head
+            t_const = f"{time_ms(lambda: const(q, k, v, g_gamma=g_gamma, scale=scale), iters=args.iters):.3f}"
         name = f"B={B} H={H} N={N} D={D} E={E}"
-        print(f"{name:34} {'bf16':5} {t_fla:8.3f} {t_lj:9.3f} {t_lj / t_fla:9.2f} {rel:11.2e}")
+        print(f"{name:34} {'bf16':5} {t_fla:8.3f} {t_lj:9.3f} {t_lj / t_fla:9.2f} {rel:11.2e} "
+              f"{t_const:>14}")
     return 0
 
 
