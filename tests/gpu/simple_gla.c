@@ -5,7 +5,8 @@
  * and gates, NaN-poisoned outputs; ragged last chunks (N = 1000, 1, 65), D = E = 128, 64/64 and
  * 128/64, f16 and bf16, with and without h0 / ht, FLA's [B, N, H, .] layout as strided views
  * (g included), and strong gates (down to -8 per token: factors far below float's range if they
- * were split as exp(b_i)·exp(−b_j)). Skipped (exit 77) without an sm_90a GPU. */
+ * were split as exp(b_i)·exp(−b_j)), and shapes whose defaults take each kind of configuration.
+ * Skipped (exit 77) without an sm_90a GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -249,4 +250,22 @@ LJ_TEST(f16_d128_e64_n1000_ht_only_bnhd)
 LJ_TEST(bf16_d128_b4h32_n4096_bnhd)
 {
     run((gla_case){LJ_BF16, 4, 32, 4096, 128, 128, 0, 0, 1, -0.1f, 0, 9});
+}
+
+/* Shapes whose defaults (family.lua) take the other configurations: 32- and 64-column slices of
+ * one warpgroup, and two stages without PREFETCH (many heads: a third stage would cost a CTA its
+ * place on the SM). Checked with `lajit expand -p ...` when written. */
+LJ_TEST(f16_d128_b4h8_n700_tv32)
+{
+    run((gla_case){LJ_F16, 4, 8, 700, 128, 128, 1, 1, 0, -0.5f, 0, 10});
+}
+
+LJ_TEST(bf16_d128_b2h32_n1000_tv64_wgs1_bnhd)
+{
+    run((gla_case){LJ_BF16, 2, 32, 1000, 128, 128, 1, 1, 1, -0.1f, 0, 11});
+}
+
+LJ_TEST(bf16_d64_b16h32_n200_two_stages_no_prefetch)
+{
+    run((gla_case){LJ_BF16, 16, 32, 200, 64, 64, 1, 1, 0, -0.1f, 0, 12});
 }
