@@ -4,7 +4,7 @@
  * the float64 recurrence (tests/ref/gla_ref.c) with DESIGN.md's tolerances. Fresh random inputs
  * and gates, NaN-poisoned outputs; ragged last chunks (N = 1000, 1, 65), D = E = 128, 64/64 and
  * 128/64, f16 and bf16, with and without h0 / ht, FLA's [B, N, H, .] layout as strided views
- * (g included), and strong gates (down to -8 per token: factors far below float's range if they
+ * (g included), and strong gates (down to -8 per token: factors outside float's range if they
  * were split as exp(b_i)·exp(−b_j)), and shapes whose defaults take each kind of configuration.
  * Skipped (exit 77) without an sm_90a GPU. */
 #include <math.h>
@@ -26,6 +26,8 @@ typedef struct gla_case {
     float gmin;  /* gates uniform in [gmin, 0] */
     float scale; /* 0: 1/sqrt(D) */
     unsigned seed;
+    int graph; /* launched on a stream once (the plan), then captured in a CUDA graph and the
+                  graph replayed on fresh poison: what is checked is the replay's output */
 } gla_case;
 
 static unsigned gate_rng;
@@ -145,11 +147,37 @@ static void run(gla_case c)
     a.n_tensors = nt;
     a.scalars = scalars;
     a.n_scalars = 1;
-    lajit_status st = lajit_launch(ctx, &a);
-    if (st != LAJIT_OK)
-        lj_test_fail(__FILE__, __LINE__, "lajit_launch: %s: %s", lajit_status_string(st),
-                     lajit_errmsg(ctx));
-    lj_gpu_sync();
+    lajit_status st = LAJIT_OK;
+    if (c.graph) {
+        const lj_driver *drv = lj_gpu_driver();
+        CUstream stream;
+        CUgraph graph;
+        CUgraphExec exec;
+        ASSERT_EQ(drv->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+        a.stream = stream;
+        ASSERT_OK(lajit_launch(ctx, &a)); /* builds the plan outside the capture */
+        ASSERT_EQ(drv->cuStreamSynchronize(stream), CUDA_SUCCESS);
+        lj_gpu_poison(dout, nv * lj_test_dtype_size(dt));
+        lj_gpu_poison(dht, nst * 4);
+        lj_gpu_sync(); /* the poison (legacy stream) lands before the replay */
+        ASSERT_EQ(drv->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                  CUDA_SUCCESS);
+        st = lajit_launch(ctx, &a);
+        ASSERT_EQ(drv->cuStreamEndCapture(stream, &graph), CUDA_SUCCESS);
+        ASSERT_OK(st);
+        ASSERT_EQ(drv->cuGraphInstantiate(&exec, graph, 0), CUDA_SUCCESS);
+        ASSERT_EQ(drv->cuGraphLaunch(exec, stream), CUDA_SUCCESS);
+        ASSERT_EQ(drv->cuStreamSynchronize(stream), CUDA_SUCCESS);
+        drv->cuGraphExecDestroy(exec);
+        drv->cuGraphDestroy(graph);
+        drv->cuStreamDestroy(stream);
+    } else {
+        st = lajit_launch(ctx, &a);
+        if (st != LAJIT_OK)
+            lj_test_fail(__FILE__, __LINE__, "lajit_launch: %s: %s", lajit_status_string(st),
+                         lajit_errmsg(ctx));
+        lj_gpu_sync();
+    }
 
     /* The reference, head by head, from the same rounded inputs. */
     double *rq = malloc((size_t)N * D * 8), *rk = malloc((size_t)N * D * 8);
@@ -208,48 +236,48 @@ static void run(gla_case c)
 
 LJ_TEST(bf16_d128_n1000)
 {
-    run((gla_case){LJ_BF16, 2, 3, 1000, 128, 128, 0, 0, 0, -0.1f, 0, 1});
+    run((gla_case){LJ_BF16, 2, 3, 1000, 128, 128, 0, 0, 0, -0.1f, 0, 1, 0});
 }
 
 LJ_TEST(f16_d128_n1000_states)
 {
-    run((gla_case){LJ_F16, 2, 3, 1000, 128, 128, 1, 1, 0, -0.1f, 0, 2});
+    run((gla_case){LJ_F16, 2, 3, 1000, 128, 128, 1, 1, 0, -0.1f, 0, 2, 0});
 }
 
 LJ_TEST(bf16_d64_e64_n1000_states_bnhd)
 {
-    run((gla_case){LJ_BF16, 2, 4, 1000, 64, 64, 1, 1, 1, -0.1f, 0, 3});
+    run((gla_case){LJ_BF16, 2, 4, 1000, 64, 64, 1, 1, 1, -0.1f, 0, 3, 0});
 }
 
 LJ_TEST(f16_d64_e64_n65)
 {
-    run((gla_case){LJ_F16, 3, 2, 65, 64, 64, 0, 1, 0, -0.1f, 0, 4});
+    run((gla_case){LJ_F16, 3, 2, 65, 64, 64, 0, 1, 0, -0.1f, 0, 4, 0});
 }
 
 LJ_TEST(f16_d128_e64_n1000_bnhd)
 {
-    run((gla_case){LJ_F16, 2, 3, 1000, 128, 64, 0, 0, 1, -0.1f, 0, 5});
+    run((gla_case){LJ_F16, 2, 3, 1000, 128, 64, 0, 0, 1, -0.1f, 0, 5, 0});
 }
 
 LJ_TEST(bf16_d128_e64_n1_h0_only)
 {
-    run((gla_case){LJ_BF16, 2, 3, 1, 128, 64, 1, 0, 0, -0.1f, 0.5f, 6});
+    run((gla_case){LJ_BF16, 2, 3, 1, 128, 64, 1, 0, 0, -0.1f, 0.5f, 6, 0});
 }
 
 LJ_TEST(bf16_d128_n1000_strong_gates_states)
 {
-    run((gla_case){LJ_BF16, 1, 4, 1000, 128, 128, 1, 1, 0, -8.0f, 0, 7});
+    run((gla_case){LJ_BF16, 1, 4, 1000, 128, 128, 1, 1, 0, -8.0f, 0, 7, 0});
 }
 
 LJ_TEST(f16_d128_e64_n1000_ht_only_bnhd)
 {
-    run((gla_case){LJ_F16, 2, 3, 1000, 128, 64, 0, 1, 1, -1.0f, 0, 8});
+    run((gla_case){LJ_F16, 2, 3, 1000, 128, 64, 0, 1, 1, -1.0f, 0, 8, 0});
 }
 
 /* A grid that fills the H200 (the default takes two warpgroups and the third stage here). */
 LJ_TEST(bf16_d128_b4h32_n4096_bnhd)
 {
-    run((gla_case){LJ_BF16, 4, 32, 4096, 128, 128, 0, 0, 1, -0.1f, 0, 9});
+    run((gla_case){LJ_BF16, 4, 32, 4096, 128, 128, 0, 0, 1, -0.1f, 0, 9, 0});
 }
 
 /* Shapes whose defaults (family.lua) take the other configurations: 32- and 64-column slices of
@@ -257,15 +285,21 @@ LJ_TEST(bf16_d128_b4h32_n4096_bnhd)
  * place on the SM). Checked with `lajit expand -p ...` when written. */
 LJ_TEST(f16_d128_b4h8_n700_tv32)
 {
-    run((gla_case){LJ_F16, 4, 8, 700, 128, 128, 1, 1, 0, -0.5f, 0, 10});
+    run((gla_case){LJ_F16, 4, 8, 700, 128, 128, 1, 1, 0, -0.5f, 0, 10, 0});
 }
 
 LJ_TEST(bf16_d128_b2h32_n1000_tv64_wgs1_bnhd)
 {
-    run((gla_case){LJ_BF16, 2, 32, 1000, 128, 128, 1, 1, 1, -0.1f, 0, 11});
+    run((gla_case){LJ_BF16, 2, 32, 1000, 128, 128, 1, 1, 1, -0.1f, 0, 11, 0});
 }
 
 LJ_TEST(bf16_d64_b16h32_n200_two_stages_no_prefetch)
 {
-    run((gla_case){LJ_BF16, 16, 32, 200, 64, 64, 1, 1, 0, -0.1f, 0, 12});
+    run((gla_case){LJ_BF16, 16, 32, 200, 64, 64, 1, 1, 0, -0.1f, 0, 12, 0});
+}
+
+/* lajit_launch captured in a CUDA graph (a cached plan: no allocation, no synchronisation). */
+LJ_TEST(bf16_d128_e64_n1000_states_graph)
+{
+    run((gla_case){LJ_BF16, 2, 3, 1000, 128, 64, 1, 1, 1, -0.1f, 0, 13, 1});
 }
