@@ -419,21 +419,36 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         lj_wg_commit();
 
         // The scores (with PREFETCH retired at the end of the previous iteration): masked,
-        // weighted by scale · exp(b_i − b_j), rounded to the A operand of P V. Score columns j =
-        // 8 nt + 2 t4 (+1); a block of 8 columns wholly above the warp's 16 rows is zero without
-        // exponentials (warp-uniform).
+        // weighted by scale · exp(b_i − b_j), rounded to the A operand of P V. The thread's rows
+        // are i0 = 16 warp + g and i1 = i0 + 8, its columns j = 8 nt + 2 t4 (+1). Below the
+        // warp's 16 rows (nt < 2 warp) row i1's factor is row i0's times exp(b_i1 − b_i0): a
+        // product of two factors ≤ 1 (i1 > i0 ≥ j), so no range is lost and half the
+        // exponentials are saved. The two 8-column blocks of the warp's diagonal test j ≤ i per
+        // entry (in the first, row i1 is wholly below: j ≤ 16 warp + 7 < i1; in the second, row
+        // i0 is wholly above); past them everything is zero. nt against warp is warp-uniform.
         const float bi0 = pB[i0], bi1 = pB[i1];
+        const float r10 = gla_ex2(bi1 - bi0);
         if constexpr (!PREFETCH) lj_wg_wait<2>();
         lj_fence_regs(sc);
         unsigned pa[BLOCK / 16][4];
 #pragma unroll
         for (int nt = 0; nt < BLOCK / 8; nt++) {
+            const int j = 8 * nt + 2 * t4;
             float m[4] = {0.f, 0.f, 0.f, 0.f};
-            if (8 * nt <= 16 * warp + 15) {
-                const int j = 8 * nt + 2 * t4;
+            if (nt < 2 * warp) {
+                const float2 bj = reinterpret_cast<const float2 *>(pB)[j / 2];
+                m[0] = scale * gla_ex2(bi0 - bj.x);
+                m[1] = scale * gla_ex2(bi0 - bj.y);
+                m[2] = r10 * m[0];
+                m[3] = r10 * m[1];
+            } else if (nt == 2 * warp) {
                 const float2 bj = reinterpret_cast<const float2 *>(pB)[j / 2];
                 m[0] = j <= i0 ? scale * gla_ex2(bi0 - bj.x) : 0.f;
                 m[1] = j + 1 <= i0 ? scale * gla_ex2(bi0 - bj.y) : 0.f;
+                m[2] = scale * gla_ex2(bi1 - bj.x);
+                m[3] = scale * gla_ex2(bi1 - bj.y);
+            } else if (nt == 2 * warp + 1) {
+                const float2 bj = reinterpret_cast<const float2 *>(pB)[j / 2];
                 m[2] = j <= i1 ? scale * gla_ex2(bi1 - bj.x) : 0.f;
                 m[3] = j + 1 <= i1 ? scale * gla_ex2(bi1 - bj.y) : 0.f;
             }
