@@ -1,0 +1,534 @@
+// fwd.cu (simple_gla_fwd) — the chunked linear-attention forward with a data-dependent scalar
+// decay per token and head (log-gates g ≤ 0, "simple GLA"), on Hopper's wgmma, sm_90a, f16/bf16.
+//
+//     S_t = exp(g_t) S_{t−1} + k_tᵀ v_t,   o_t = scale · q_t S_t,   S_0 = h0 (or 0), ht = S_N
+//
+// It is lajit's constant-decay forward (templates/la_fwd_sm90/fwd.cu) with λ^k replaced by
+// factors of the gates, and is built the same way: one CTA of WGS warpgroups (side by side in E,
+// sharing the chunk's Q and K tiles) per (E slice of WGS·TILE_V columns, head, sequence) walks the
+// sequence in chunks of 64 tokens with the fp32 state slice in registers; per chunk four
+// asynchronous wgmma products read their operands from swizzled shared tiles:
+//     Sc = Q Kᵀ,   O = Q S₁₆,   S ← exp(b_{L−1}) S + Kᵀ V_w,   O = diag(scale·exp(b_i)) O + P V
+// where b_i = Σ_{t ≤ i} g_t is the gates' prefix sum inside the chunk (L its valid tokens),
+// P_ij = scale · exp(b_i − b_j) · Sc_ij for j ≤ i (0 above the diagonal) and V_w row j is v_j ·
+// exp(b_{L−1} − b_j). Every factor is the exponential of a difference b_later − b_earlier ≤ 0, so
+// none exceeds 1 whatever the gates (no exp(b_i)·exp(−b_j) split, which overflows on strong
+// decay). Exponentials are ex2 of log2-scaled sums: the gates are multiplied by log2(e) as they
+// enter the scan.
+//
+// The gates travel in the same cp.async ring as Q, K and V (BLOCK floats per chunk, 4 bytes per
+// copy, so g may have any stride: FLA's [B, N, H] layout is a strided view). Once a chunk has
+// landed, every warp scans its gates itself (two per lane, five shuffles) into its own 64 floats
+// of shared memory: no CTA barrier is added, and the warps read the prefix sums they need (the
+// score rows and columns of their fragments, the rows of the V pieces they weight) from there.
+// Rows past the end of the sequence arrive as zero gates, so b stays at b_{L−1} there and the
+// last, ragged chunk needs no special case beyond the zero-filled K and V rows.
+//
+// Arguments (family.lua's `args`, templates/common/args.cuh): q, k [B, H, N, D] and v, o
+// [B, H, N, E] with any strides whose last is 1 and rows 16-byte aligned; g [B, H, N] float, any
+// strides; h0, ht [B, H, D, E] float, optional (HAS_H0 / HAS_HT are baked). B and N are read from
+// q at run time; H, D and E are baked.
+//
+// Left out beside la_fwd_sm90: SPLIT_QK (the shared P tile), REVERSE / GRAD_STATE (the backward's
+// scans) and varlen. PREFETCH is kept (Q Kᵀ of chunk c + 1 in flight during chunk c's tail).
+#include "common/args.cuh"
+#include "common/types.cuh"
+#include "common/mma.cuh"
+#include "common/wgmma.cuh"
+
+using T = ${ELEM};
+constexpr int H = ${H};             // heads: the grid's y (h = blockIdx.y < H)
+constexpr int D = ${D};             // key width: 64, 128, 192 or 256 (one wgmma M block per 64 rows of S)
+constexpr int E = ${E};             // value width
+constexpr int BLOCK = ${BLOCK};     // tokens per chunk = wgmma M of the output (64)
+constexpr int TILE_V = ${TILE_V};   // value columns per warpgroup
+constexpr int WGS = ${WGS};         // warpgroups per CTA, side by side in E, sharing the Q/K tiles
+constexpr int STAGES = ${STAGES};   // chunks in flight in the cp.async ring
+constexpr bool PREFETCH = ${PREFETCH} != 0; // Q Kᵀ of chunk c + 1 issued during chunk c's tail
+constexpr bool HAS_H0 = ${HAS_H0};
+constexpr bool HAS_HT = ${HAS_HT};
+constexpr unsigned SMEM = ${SMEM};  // dynamic shared memory the launch provides (family.lua's smem())
+
+constexpr int NT = 128 * WGS;           // threads of the CTA
+constexpr int NWARPS = NT / 32;
+constexpr int VW = WGS * TILE_V;        // value columns per CTA
+constexpr int MB = D / 64;              // m64 blocks of the state
+constexpr int NACC = TILE_V / 2;        // fp32 accumulators per thread of an m64 x TILE_V product
+constexpr int NSC = BLOCK / 2;          // fp32 score accumulators per thread (m64 x 64)
+constexpr float LOG2E = 1.4426950408889634f;
+
+static_assert(BLOCK == 64, "one warpgroup: 64 output rows per chunk; one warp scans a chunk's gates");
+static_assert(D % 64 == 0 && D <= 256, "D");
+static_assert(TILE_V % 16 == 0 && TILE_V <= 256 && E % TILE_V == 0, "TILE_V"); // x4 stmatrix: 16 columns
+static_assert(E % VW == 0, "WGS * TILE_V divides E");
+static_assert(STAGES >= 2, "ring");
+static_assert(WGS == 1 || WGS == 2, "WGS");
+
+// Swizzled tile geometry: column blocks of BW elements, rows SW bytes apart.
+constexpr int BWQ = 64, SWQ = 128;                         // Q and K (D % 64 == 0)
+constexpr int BWV = lj_swz_block(TILE_V), SWV = 2 * BWV; // V, V_w and the state copy
+constexpr unsigned Q_BYTES = BLOCK * D * 2;                // one chunk of Q (or K)
+constexpr unsigned V_BYTES = BLOCK * VW * 2;               // one chunk of V (all the CTA's columns)
+constexpr unsigned S_BYTES = D * TILE_V * 2;               // one warpgroup's state copy
+constexpr unsigned G_BYTES = BLOCK * 4;                    // one chunk of gates
+constexpr unsigned B_BYTES = BLOCK * 4;                    // one warp's prefix sums
+// A warpgroup's columns of a V tile start this many bytes into it (whole column blocks).
+constexpr unsigned V_SLICE = (TILE_V / BWV) * (BLOCK * SWV);
+// The kernel's layout (below): 1 KiB of slack to align the tiles, the Q, K, V, g ring, V_w, the
+// state copies and each warp's prefix sums; it must fit what the launch provides.
+static_assert(1024 + STAGES * (2 * Q_BYTES + V_BYTES + G_BYTES) + V_BYTES + WGS * S_BYTES + NWARPS * B_BYTES <= SMEM,
+              "shared memory: the layout exceeds the spec's SMEM");
+
+// 2^x (ex2.approx: relative error ~2^-22; x ≤ 0 here, so the result is in [0, 1]).
+__device__ __forceinline__ float gla_ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+//% local ty = problem.dtype == "bf16" and "bf16" or "f16"
+//% local shapes, seen = {}, {}
+//% for _, n in ipairs({ BLOCK, TILE_V }) do
+//%   if not seen[n] then seen[n] = true; shapes[#shapes + 1] = n end
+//% end
+//% for _, n in ipairs(shapes) do
+//%   local regs, list = n // 2, {}
+//%   for i = 0, n // 2 - 1 do list[#list + 1] = "%" .. i end
+// m64n${n}k16, A and B from shared memory: d (+)= A·B. TA/TB: 1 = MN-major (transposed).
+template <int TA, int TB>
+__device__ __forceinline__ void wg_ss${n}(float (&d)[${regs}], unsigned long long da, unsigned long long db, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %${regs + 2}, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n${n}k16.f32.${ty}.${ty} {${table.concat(list, ", ")}}, "
+                 "%${regs}, %${regs + 1}, p, 1, 1, %${regs + 3}, %${regs + 4};\n}\n"
+//%   local outs = {}
+//%   for i = 0, regs - 1 do outs[#outs + 1] = '"+f"(d[' .. i .. '])' end
+                 : ${table.concat(outs, ", ")}
+                 : "l"(da), "l"(db), "r"(acc), "n"(TA), "n"(TB));
+}
+// The same with the accumulator overwritten (d = A·B): write-only operands, so the compiler never
+// has to give d a value before the product (a value it may take from other registers in flight).
+//%   local wouts = {}
+//%   for i = 0, regs - 1 do wouts[#wouts + 1] = '"=f"(d[' .. i .. '])' end
+template <int TA, int TB>
+__device__ __forceinline__ void wg_ss${n}_z(float (&d)[${regs}], unsigned long long da, unsigned long long db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n${n}k16.f32.${ty}.${ty} {${table.concat(list, ", ")}}, "
+                 "%${regs}, %${regs + 1}, p, 1, 1, %${regs + 2}, %${regs + 3};\n}\n"
+                 : ${table.concat(wouts, ", ")}
+                 : "l"(da), "l"(db), "n"(TA), "n"(TB));
+}
+// m64n${n}k16, A from registers (four 32-bit registers per thread), B from shared memory.
+template <int TB>
+__device__ __forceinline__ void wg_rs${n}(float (&d)[${regs}], const unsigned (&a)[4], unsigned long long db, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %${regs + 5}, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n${n}k16.f32.${ty}.${ty} {${table.concat(list, ", ")}}, "
+                 "{%${regs}, %${regs + 1}, %${regs + 2}, %${regs + 3}}, %${regs + 4}, p, 1, 1, %${regs + 6};\n}\n"
+                 : ${table.concat(outs, ", ")}
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
+}
+//% end
+
+// Issues the cp.async copies of one chunk of a sequence tensor (BLOCK rows of W elements from
+// src, row stride rs) into a swizzled tile at shared address dst; rows at or past `valid` are
+// zero-filled. The CTA's threads cover RSTEP whole rows per pass, each thread PPT 16-byte pieces
+// of one row, TPR pieces apart (TPR threads per row), then step down RSTEP rows. RSTEP is a
+// multiple of 8, so the destination's swizzle repeats from pass to pass, and TPR·8 columns are
+// whole column blocks, so a thread's pieces sit a constant distance apart: every address is a
+// base fixed per thread plus a constant. (D = 256 over 128 threads takes 2 pieces per row, D = 192
+// takes 3; per-piece address arithmetic there cost ~60 registers and spilled, see family.lua.)
+template <int W, int BW> struct load_geom {
+    static constexpr int PV = W / 8; // 16-byte pieces per row
+    static constexpr int rstep(int r) // the smallest row step that splits evenly
+    {
+        return r > BLOCK ? 0
+               : (PV * r) % NT == 0 && PV % (PV * r / NT) == 0 && ((PV / (PV * r / NT)) * 8) % BW == 0 && BLOCK % r == 0
+                   ? r
+                   : rstep(2 * r);
+    }
+    static constexpr int RSTEP = rstep(8);
+    static constexpr int PPT = RSTEP ? PV * RSTEP / NT : 0, TPR = RSTEP ? PV / PPT : 0;
+};
+template <int W, int BW>
+__device__ __forceinline__ void load_tile(unsigned dst, const T *src, long long rs, int valid, int tid)
+{
+    using G = load_geom<W, BW>;
+    constexpr int RSTEP = G::RSTEP, PPT = G::PPT, TPR = G::TPR;
+    static_assert(RSTEP != 0, "no even split of the tile's pieces over the CTA's threads");
+    // Piece m of a thread: TPR·8·m columns on, (TPR·8 / BW)·m column blocks of BLOCK rows.
+    constexpr unsigned PSTEP = (TPR * 8 / BW) * (BLOCK * 2 * BW);
+    const int r0 = tid / TPR, x = (tid % TPR) * 8;
+    const T *s = src + r0 * rs + x;
+    const unsigned d = dst + lj_tile_off<BW, BLOCK>(r0, x);
+    if (valid >= BLOCK) { // a whole chunk: no row checks
+#pragma unroll
+        for (int i = 0; i < BLOCK / RSTEP; i++)
+#pragma unroll
+            for (int m = 0; m < PPT; m++)
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d + i * RSTEP * 2 * BW + m * PSTEP),
+                             "l"(s + i * RSTEP * rs + m * TPR * 8)
+                             : "memory");
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < BLOCK / RSTEP; i++) {
+        const bool ok = r0 + i * RSTEP < valid;
+#pragma unroll
+        for (int m = 0; m < PPT; m++)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d + i * RSTEP * 2 * BW + m * PSTEP),
+                         "l"(ok ? s + i * RSTEP * rs + m * TPR * 8 : src), "r"(ok ? 16 : 0)
+                         : "memory");
+    }
+}
+
+// The gates of one chunk (rows t0 .. t0 + BLOCK of g, element stride gs) into the ring: 4-byte
+// copies by the first BLOCK threads, zero past the sequence's end (a zero gate keeps b constant).
+__device__ __forceinline__ void load_gates(unsigned dst, const float *src, long long gs, int valid, int tid)
+{
+    if (tid < BLOCK) {
+        const bool ok = tid < valid;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst + tid * 4),
+                     "l"(ok ? src + tid * gs : src), "r"(ok ? 4 : 0)
+                     : "memory");
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(NT, 1)
+    simple_gla_fwd(const __grid_constant__ lj_arg<4> q_, const __grid_constant__ lj_arg<4> k_,
+                   const __grid_constant__ lj_arg<4> v_, const __grid_constant__ lj_arg<3> g_,
+                   const __grid_constant__ lj_arg<4> h0_, const __grid_constant__ lj_arg<4> o_,
+                   const __grid_constant__ lj_arg<4> ht_, float scale)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    // Tiles start on 1024-byte boundaries (the 128-byte swizzle's period); the launch asks for
+    // 1 KiB of slack.
+    const unsigned base = (lj_smem_addr(smem_raw) + 1023u) & ~1023u;
+    const unsigned sQ = base;
+    const unsigned sK = sQ + STAGES * Q_BYTES;
+    const unsigned sV = sK + STAGES * Q_BYTES;
+    const unsigned sVw = sV + STAGES * V_BYTES;
+    const unsigned sS0 = sVw + V_BYTES;
+    const unsigned sG = sS0 + WGS * S_BYTES;  // STAGES chunks of gates
+    const unsigned sB0 = sG + STAGES * G_BYTES; // each warp's prefix sums (log2 units)
+
+    // tid spans the CTA (loads); wg, warp, g and t4 place a thread in its warpgroup's products,
+    // which cover columns e0 .. e0 + TILE_V of this CTA's VW.
+    const int tid = threadIdx.x, lane = tid & 31, wg = WGS == 1 ? 0 : tid >> 7, warp = (tid >> 5) & 3;
+    const int wtid = tid & 127; // the thread within its warpgroup
+    const int g = lane >> 2, t4 = lane & 3;
+    const int ec = blockIdx.x * VW, e0 = ec + wg * TILE_V, h = blockIdx.y, b = blockIdx.z;
+    static_assert(H >= 1, "H");
+    const unsigned sS = sS0 + wg * S_BYTES; // this warpgroup's state copy
+    // This warp's prefix sums, as a generic pointer (read and written by the warp alone).
+    const unsigned sB = sB0 + (tid >> 5) * B_BYTES;
+    float *const pB = reinterpret_cast<float *>(smem_raw + (sB - lj_smem_addr(smem_raw)));
+
+    const int n = (int)q_.size[2];
+    const T *q = reinterpret_cast<const T *>(q_.ptr) + b * q_.stride[0] + h * q_.stride[1];
+    const T *k = reinterpret_cast<const T *>(k_.ptr) + b * k_.stride[0] + h * k_.stride[1];
+    const T *v = reinterpret_cast<const T *>(v_.ptr) + b * v_.stride[0] + h * v_.stride[1] + ec;
+    const float *gp = reinterpret_cast<const float *>(g_.ptr) + b * g_.stride[0] + h * g_.stride[1];
+    T *o = reinterpret_cast<T *>(o_.ptr) + b * o_.stride[0] + h * o_.stride[1] + e0;
+    const long long qs = q_.stride[2], ks = k_.stride[2], vs = v_.stride[2], gs = g_.stride[2], os = o_.stride[2];
+    const int nchunks = (n + BLOCK - 1) / BLOCK;
+    // The output pieces this thread stores: row o_r0 (+ O_RSTEP per pass), columns o_cx .. + 7.
+    constexpr int O_PV = TILE_V / 8, O_RSTEP = 128 / O_PV;
+    static_assert(O_RSTEP % 8 == 0 && BLOCK % O_RSTEP == 0, "output pieces");
+    const int o_r0 = wtid / O_PV, o_cx = (wtid % O_PV) * 8;
+    T *const o_thr = o + o_r0 * os + o_cx;
+    const long long o_step = O_RSTEP * os;
+    const unsigned o_soff = lj_tile_off<BWV, BLOCK>(o_r0, o_cx);
+
+    auto load_chunk = [&](int c) {
+        const int st = c % STAGES;
+        const long long t0 = (long long)c * BLOCK;
+        const int valid = n - c * BLOCK;
+        load_tile<D, BWQ>(sQ + st * Q_BYTES, q + t0 * qs, qs, valid, tid);
+        load_tile<D, BWQ>(sK + st * Q_BYTES, k + t0 * ks, ks, valid, tid);
+        load_tile<VW, BWV>(sV + st * V_BYTES, v + t0 * vs, vs, valid, tid);
+        load_gates(sG + st * G_BYTES, gp + t0 * gs, gs, valid, tid);
+    };
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < nchunks) load_chunk(s);
+        lj_cp_async_commit();
+    }
+
+    // The state slice: st[mb][j*4 + r] is row d = 64 mb + 16 warp + g + 8 (r >> 1), column
+    // e = 8 j + 2 t4 + (r & 1) of the D x TILE_V slice (the m64 accumulator layout).
+    float st[MB][NACC];
+#pragma unroll
+    for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+        for (int x = 0; x < NACC; x++) st[mb][x] = 0.f;
+    if constexpr (HAS_H0) {
+        if (h0_.ptr != nullptr) {
+            const float *s0 = reinterpret_cast<const float *>(h0_.ptr) + b * h0_.stride[0] + h * h0_.stride[1];
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                for (int x = 0; x < NACC; x++) {
+                    const int d = 64 * mb + 16 * warp + g + 8 * ((x & 3) >> 1);
+                    const int e = e0 + 8 * (x >> 2) + 2 * t4 + (x & 1);
+                    st[mb][x] = s0[d * h0_.stride[2] + e * h0_.stride[3]];
+                }
+        }
+    }
+    // The 16-bit state copy: rows d, columns e, MN-major B of Q S. Written from the state that
+    // enters the chunk; the registers are decayed afterwards, once the chunk's gates are known.
+    auto state_to_smem = [&]() {
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++) lj_stmatrix_acc<T, BWV, D, TILE_V>(sS, st[mb], 64 * mb + 16 * warp, 1.f, lane);
+        lj_fence_async_smem();
+    };
+    state_to_smem();
+
+    // Q Kᵀ of a chunk: issued first thing in the chunk, or with PREFETCH during the previous
+    // chunk's tail (its outputs and state copy), so the tensor cores have it in flight there.
+    float sc[NSC];
+    auto issue_scores = [&](int c) {
+        const int slotc = c % STAGES;
+        const unsigned cQ = sQ + slotc * Q_BYTES, cK = sK + slotc * Q_BYTES;
+        const unsigned long long dQ = lj_wg_desc<SWQ>(cQ, 16), dK = lj_wg_desc<SWQ>(cK, 16);
+        lj_wg_fence();
+        wg_ss${BLOCK}_z<0, 0>(sc, dQ, dK);
+#pragma unroll
+        for (int kk = 1; kk < D / 16; kk++) {
+            const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
+            wg_ss${BLOCK}<0, 0>(sc, lj_wg_desc_at(dQ, off), lj_wg_desc_at(dK, off), 1);
+        }
+        lj_wg_commit();
+    };
+    // With PREFETCH the products are issued unconditionally (for an empty sequence, and for the
+    // chunk after the last), so none sits in a branch: a branch around wgmma makes ptxas
+    // serialise them all. Those extra products read stale shared memory; their results are unused.
+    if constexpr (PREFETCH) {
+        lj_cp_async_wait<STAGES - 2>();
+        lj_fence_async_smem();
+        __syncthreads(); // chunk 0 landed
+        issue_scores(0);
+        lj_wg_wait<0>();
+    }
+
+    const int i0 = 16 * warp + g, i1 = i0 + 8; // this thread's score and output rows
+    for (int c = 0; c < nchunks; c++) {
+        const int slotc = c % STAGES;
+        const unsigned cQ = sQ + slotc * Q_BYTES, cK = sK + slotc * Q_BYTES, cV = sV + slotc * V_BYTES;
+        const int L = min(BLOCK, n - c * BLOCK);
+        auto load_next = [&]() {
+            const int nc = c + STAGES - 1;
+            if (nc < nchunks) load_chunk(nc);
+            lj_cp_async_commit();
+        };
+        if constexpr (!PREFETCH) {
+            lj_cp_async_wait<STAGES - 2>();
+            lj_fence_async_smem();
+            __syncthreads(); // chunk c landed; chunk c − 1's products and state copy are done
+            load_next();
+        }
+
+        // The gates' prefix sums b_i (log2 units), every warp for itself: lane l holds tokens 2l
+        // and 2l + 1; an inclusive scan of the pair sums over the lanes. Chunk c's gates landed
+        // at the barrier above (with PREFETCH: the one before its scores were issued).
+        float bl; // b_{L−1} (= b_63: the gates past L are zero)
+        {
+            const float *gc = reinterpret_cast<const float *>(smem_raw + (sG + slotc * G_BYTES - lj_smem_addr(smem_raw)));
+            const float2 gv = reinterpret_cast<const float2 *>(gc)[lane];
+            const float a0 = gv.x * LOG2E, a01 = fmaf(gv.y, LOG2E, a0);
+            float s = a01;
+#pragma unroll
+            for (int off = 1; off < 32; off <<= 1) {
+                const float t = __shfl_up_sync(0xffffffffu, s, off);
+                if (lane >= off) s += t;
+            }
+            bl = __shfl_sync(0xffffffffu, s, 31);
+            __syncwarp(); // the warp's reads of chunk c − 1's sums are done
+            reinterpret_cast<float2 *>(pB)[lane] = make_float2(s - a01 + a0, s);
+            __syncwarp();
+        }
+        // S ← exp(b_{L−1}) S now, so that the state update only adds. No product is in flight
+        // (the last retired at the end of the previous chunk); without PREFETCH this comes before
+        // the scores are issued, as ptxas otherwise waits for them before touching the state.
+        {
+            const float dl = gla_ex2(bl);
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                for (int x = 0; x < NACC; x++) st[mb][x] *= dl;
+        }
+        if constexpr (!PREFETCH) issue_scores(c);
+
+        // The values weighted for the state update, exp(b_{L−1} − b_j) on row j (rows past L are
+        // zero). Each warpgroup weights its own columns (so the buffer's hazards stay inside it).
+        {
+            constexpr int VEC = V_SLICE / 16;
+#pragma unroll
+            for (int i = 0; i < (VEC + 127) / 128; i++) {
+                const int x = wtid + i * 128 + wg * (V_SLICE / 16);
+                if (VEC % 128 == 0 || x < VEC + wg * (V_SLICE / 16)) {
+                    const int row = (x * 16 % (BLOCK * SWV)) / SWV; // the swizzle stays in a row
+                    const float w = gla_ex2(bl - pB[row]);
+                    unsigned a0, a1, a2, a3;
+                    asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+                                 : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3) : "r"(cV + x * 16));
+                    unsigned wv[4] = {a0, a1, a2, a3};
+#pragma unroll
+                    for (int y = 0; y < 4; y++) {
+                        T lo, hi;
+                        lo.bits = (unsigned short)(wv[y] & 0xffff);
+                        hi.bits = (unsigned short)(wv[y] >> 16);
+                        wv[y] = lj_pack2<T>(lj_to_float(lo) * w, lj_to_float(hi) * w);
+                    }
+                    asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(sVw + x * 16), "r"(wv[0]),
+                                 "r"(wv[1]), "r"(wv[2]), "r"(wv[3])
+                                 : "memory");
+                }
+            }
+            lj_fence_async_smem();
+        }
+        const unsigned sVs = sVw + wg * V_SLICE; // this warpgroup's columns of V_w
+        // V_w (and with PREFETCH the state copy) of every warp are written; with PREFETCH every
+        // warp is also done with chunk c − 1's products, so its ring slot takes chunk
+        // c + STAGES − 1.
+        __syncthreads();
+        if constexpr (PREFETCH) load_next();
+
+        // O = Q S₁₆ and S += Kᵀ V_w (the state was decayed above).
+        float oa[NACC];
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++) lj_fence_regs(st[mb]);
+        const unsigned long long dQ = lj_wg_desc<SWQ>(cQ, 16), dS = lj_wg_desc<SWV>(sS, D * SWV);
+        const unsigned long long dKt = lj_wg_desc<SWQ>(cK, BLOCK * SWQ), dVs = lj_wg_desc<SWV>(sVs, BLOCK * SWV);
+        lj_wg_fence();
+        wg_ss${TILE_V}_z<0, 1>(oa, dQ, dS);
+#pragma unroll
+        for (int kk = 1; kk < D / 16; kk++) {
+            const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
+            wg_ss${TILE_V}<0, 1>(oa, lj_wg_desc_at(dQ, off), lj_wg_desc_at(dS, kk * 16 * SWV), 1);
+        }
+        lj_wg_commit();
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+            for (int kk = 0; kk < BLOCK / 16; kk++)
+                wg_ss${TILE_V}<1, 1>(st[mb], lj_wg_desc_at(dKt, mb * (BLOCK * SWQ) + kk * 16 * SWQ),
+                                     lj_wg_desc_at(dVs, kk * 16 * SWV), 1);
+        lj_wg_commit();
+
+        // The scores (with PREFETCH retired at the end of the previous iteration): masked,
+        // weighted by scale · exp(b_i − b_j), rounded to the A operand of P V. The thread's rows
+        // are i0 = 16 warp + g and i1 = i0 + 8, its columns j = 8 nt + 2 t4 (+1). Below the
+        // warp's 16 rows (nt < 2 warp) row i1's factor is row i0's times exp(b_i1 − b_i0): a
+        // product of two factors ≤ 1 (i1 > i0 ≥ j), so no range is lost and half the
+        // exponentials are saved. The two 8-column blocks of the warp's diagonal test j ≤ i per
+        // entry (in the first, row i1 is wholly below: j ≤ 16 warp + 7 < i1; in the second, row
+        // i0 is wholly above); past them everything is zero. nt against warp is warp-uniform.
+        const float bi0 = pB[i0], bi1 = pB[i1];
+        const float r10 = gla_ex2(bi1 - bi0);
+        if constexpr (!PREFETCH) lj_wg_wait<2>();
+        lj_fence_regs(sc);
+        unsigned pa[BLOCK / 16][4];
+#pragma unroll
+        for (int nt = 0; nt < BLOCK / 8; nt++) {
+            const int j = 8 * nt + 2 * t4;
+            float m[4] = {0.f, 0.f, 0.f, 0.f};
+            if (nt < 2 * warp) {
+                const float2 bj = reinterpret_cast<const float2 *>(pB)[j / 2];
+                m[0] = scale * gla_ex2(bi0 - bj.x);
+                m[1] = scale * gla_ex2(bi0 - bj.y);
+                m[2] = r10 * m[0];
+                m[3] = r10 * m[1];
+            } else if (nt == 2 * warp) {
+                const float2 bj = reinterpret_cast<const float2 *>(pB)[j / 2];
+                m[0] = j <= i0 ? scale * gla_ex2(bi0 - bj.x) : 0.f;
+                m[1] = j + 1 <= i0 ? scale * gla_ex2(bi0 - bj.y) : 0.f;
+                m[2] = scale * gla_ex2(bi1 - bj.x);
+                m[3] = scale * gla_ex2(bi1 - bj.y);
+            } else if (nt == 2 * warp + 1) {
+                const float2 bj = reinterpret_cast<const float2 *>(pB)[j / 2];
+                m[2] = j <= i1 ? scale * gla_ex2(bi1 - bj.x) : 0.f;
+                m[3] = j + 1 <= i1 ? scale * gla_ex2(bi1 - bj.y) : 0.f;
+            }
+            pa[nt / 2][2 * (nt & 1)] = lj_pack2<T>(sc[4 * nt] * m[0], sc[4 * nt + 1] * m[1]);
+            pa[nt / 2][2 * (nt & 1) + 1] = lj_pack2<T>(sc[4 * nt + 2] * m[2], sc[4 * nt + 3] * m[3]);
+        }
+        // Q S done: the inter-chunk term decays by exp(b_i), times scale.
+        const float f0 = scale * gla_ex2(bi0), f1 = scale * gla_ex2(bi1);
+        lj_wg_wait<1>();
+        lj_fence_regs(oa);
+#pragma unroll
+        for (int j = 0; j < TILE_V / 8; j++) {
+            oa[4 * j] *= f0;
+            oa[4 * j + 1] *= f0;
+            oa[4 * j + 2] *= f1;
+            oa[4 * j + 3] *= f1;
+        }
+        lj_fence_regs(oa);
+        const unsigned long long dV = lj_wg_desc<SWV>(cV + wg * V_SLICE, BLOCK * SWV);
+        lj_wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BLOCK / 16; kk++) wg_rs${TILE_V}<1>(oa, pa[kk], lj_wg_desc_at(dV, kk * 16 * SWV), 1);
+        lj_wg_commit();
+
+        // With PREFETCH the next chunk's scores go in while this chunk's tail runs.
+        if constexpr (PREFETCH) {
+            lj_cp_async_wait<STAGES - 2>();
+            lj_fence_async_smem();
+            __syncthreads(); // chunk c + 1 landed
+            issue_scores(c + 1);
+            lj_wg_wait<1>();
+        } else {
+            lj_wg_wait<0>();
+        }
+        lj_fence_regs(oa);
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++) lj_fence_regs(st[mb]);
+
+        // Store o for the rows inside the sequence: through this warpgroup's part of the V_w
+        // buffer (free now: its products are done), so each thread writes whole 16-byte pieces of
+        // rows. A thread keeps one piece column and steps down O_RSTEP rows per pass (a multiple
+        // of 8: the swizzle repeats).
+        {
+            const unsigned sO = sVw + wg * V_SLICE;
+            lj_stmatrix_acc<T, BWV, BLOCK, TILE_V>(sO, oa, 16 * warp, 1.f, lane);
+            lj_wg_bar(wg);
+            T *oc = o_thr + (long long)(c * BLOCK) * os;
+#pragma unroll
+            for (int i = 0; i < BLOCK / O_RSTEP; i++) {
+                unsigned v0, v1, v2, v3;
+                asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+                             : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
+                             : "r"(sO + o_soff + i * O_RSTEP * 2 * BWV));
+                asm volatile("{\n.reg .pred p;\nsetp.lt.s32 p, %5, %6;\n"
+                             "@p st.global.v4.b32 [%0], {%1,%2,%3,%4};\n}\n"
+                             ::"l"(oc + i * o_step), "r"(v0), "r"(v1), "r"(v2), "r"(v3),
+                             "r"(o_r0 + i * O_RSTEP), "r"(L)
+                             : "memory");
+            }
+            lj_wg_bar(wg); // read before the next chunk's V_w overwrites the buffer
+        }
+        state_to_smem();
+        // Nothing stays in flight across the loop's back edge: ptxas cannot follow a product
+        // through it and would serialise every wgmma of the loop. The next chunk's scores have
+        // had this chunk's tail to finish.
+        if constexpr (PREFETCH) lj_wg_wait<0>();
+    }
+    lj_cp_async_wait<0>();
+
+    if constexpr (HAS_HT) {
+        if (ht_.ptr != nullptr) {
+            float *sn = reinterpret_cast<float *>(ht_.ptr) + b * ht_.stride[0] + h * ht_.stride[1];
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                for (int x = 0; x < NACC; x++) {
+                    const int d = 64 * mb + 16 * warp + g + 8 * ((x & 3) >> 1);
+                    const int e = e0 + 8 * (x >> 2) + 2 * t4 + (x & 1);
+                    sn[d * ht_.stride[2] + e * ht_.stride[3]] = st[mb][x];
+                }
+        }
+    }
+}
