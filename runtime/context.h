@@ -58,5 +58,4 @@ lajit_status lajit__ctx_cache(lajit_ctx *ctx, lj_cache **out);
 lajit_status lajit__ctx_family(lajit_ctx *ctx, const char *name, lj_family **out);
 lajit_status lajit__ctx_device(lajit_ctx *ctx, lj_device **out);
 
-
 #endif

@@ -1,5 +1,5 @@
 /* simple_gla_launch.c — the outside family examples/families/simple_gla_fwd with no GPU: found
- * through lajit_ctx_desc.family_path, its default kernel compiled by NVRTC for the fake sm_90
+ * through lajit_ctx_add_families, its default kernel compiled by NVRTC for the fake sm_90
  * device, and launched through lajit_launch and the fake driver with the views the gpu test and
  * the FLA benchmark pass (q, k, v, o as [B, N, H, .] memory, g as a strided [B, N, H] view, the
  * states left out): the grid {E / (WGS·TILE_V), H, B}, the block and the first packed parameter
@@ -102,10 +102,10 @@ static lajit_ctx *gla_ctx(void)
     lajit_ctx_desc desc;
     lajit_ctx_desc_init(&desc);
     desc.flags = LAJIT_CTX_NO_DISK_CACHE;
-    desc.family_path = dir;
     desc.autotune = LAJIT_AUTOTUNE_OFF;
     lajit_ctx *ctx;
     ASSERT_OK(lajit_ctx_create(&desc, &ctx));
+    ASSERT_OK(lajit_ctx_add_families(ctx, dir));
     lajit__ctx_set_driver(ctx, lj_fake_driver());
     return ctx;
 }

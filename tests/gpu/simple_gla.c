@@ -1,5 +1,5 @@
 /* simple_gla.c — the outside family examples/families/simple_gla_fwd (the gated chunked forward,
- * issue 21) on the GPU through the public path only: a context whose family_path is the source
+ * issue 21) on the GPU through the public path only: a context given, with lajit_ctx_add_families, the source
  * tree's examples/families, lajit_launch with the tensors and the scale by name, checked against
  * the float64 recurrence (tests/ref/gla_ref.c) with DESIGN.md's tolerances. Fresh random inputs
  * and gates, NaN-poisoned outputs; ragged last chunks (N = 1000, 1, 65), D = E = 128, 64/64 and
@@ -135,9 +135,9 @@ static void run(gla_case c)
     snprintf(path, sizeof path, "%s/examples/families", lj_test_source_dir());
     lajit_ctx_desc desc;
     lajit_ctx_desc_init(&desc);
-    desc.family_path = path;
     lajit_ctx *ctx;
     ASSERT_OK(lajit_ctx_create(&desc, &ctx));
+    ASSERT_OK(lajit_ctx_add_families(ctx, path));
 
     lajit_launch_args a;
     memset(&a, 0, sizeof a);
