@@ -266,6 +266,13 @@ LAJIT_API lajit_status lajit_launch(lajit_ctx *ctx, const lajit_launch_args *a)
             have_dtype = 1;
         }
     }
+    /* A family that takes one dtype needs none said (its tensors may all have fixed types). */
+    for (int dt = LJ_F32; !have_dtype && dt <= LJ_BF16; dt++) {
+        if (d->dtypes == 1u << dt) {
+            p.dtype = (lj_dtype)dt;
+            have_dtype = 1;
+        }
+    }
     if (!have_dtype)
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                         "%s: no dtype given and no tensor of the problem's dtype to take it from",

@@ -272,12 +272,26 @@ static int tune_run(tune_opts *o)
     if (!ctx->cache_dir || lj_tunedb_open(env, ctx->cache_dir, &db) != LAJIT_OK)
         fprintf(stderr, "%s: warning: results will not be stored: %s\n", cli_prog,
                 ctx->cache_dir ? lajit_errmsg(ctx) : "no cache directory");
+    /* A custom family's B, H and N are its shape symbols of those names, when it has them. */
+    const lj_args_decl *decl = lj_family_args(f);
+    int symB = decl ? lj_args_symbol(decl, "B") : -1, symH = decl ? lj_args_symbol(decl, "H") : -1,
+        symN = decl ? lj_args_symbol(decl, "N") : -1;
+    if (decl && ((nB && symB < 0) || (nH && symH < 0) || (nN && symN < 0))) {
+        fprintf(stderr, "%s: %s has no symbol %s: set its problem with -p SYMBOL=VALUE\n", cli_prog,
+                family,
+                nB && symB < 0   ? "B"
+                : nH && symH < 0 ? "H"
+                                 : "N");
+        lj_tunedb_close(db);
+        lajit_ctx_destroy(ctx);
+        return 2;
+    }
     if (!nB)
-        Bs[nB++] = base.B;
+        Bs[nB++] = symB >= 0 ? (int)base.sym[symB] : base.B;
     if (!nH)
-        Hs[nH++] = base.H;
+        Hs[nH++] = symH >= 0 ? (int)base.sym[symH] : base.H;
     if (!nN)
-        Ns[nN++] = base.N;
+        Ns[nN++] = symN >= 0 ? (int)base.sym[symN] : base.N;
     FILE *out = NULL;
     if (json && !(out = fopen(json, "w"))) {
         fprintf(stderr, "%s: cannot write %s\n", cli_prog, json);
@@ -302,9 +316,18 @@ static int tune_run(tune_opts *o)
         for (int hi = 0; hi < nH; hi++) {
             for (int ni = 0; ni < nN; ni++) {
                 lj_problem p = base;
-                p.B = Bs[bi];
-                p.H = Hs[hi];
-                p.N = Ns[ni];
+                if (decl) {
+                    if (symB >= 0)
+                        p.sym[symB] = Bs[bi];
+                    if (symH >= 0)
+                        p.sym[symH] = Hs[hi];
+                    if (symN >= 0)
+                        p.sym[symN] = Ns[ni];
+                } else {
+                    p.B = Bs[bi];
+                    p.H = Hs[hi];
+                    p.N = Ns[ni];
+                }
                 if (p.op == LJ_OP_DECODE)
                     p.N = p.T > 0 ? p.T : 1;
                 char what[256];

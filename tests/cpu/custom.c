@@ -383,6 +383,74 @@ LJ_TEST(launch_refuses_what_the_declaration_does_not_allow)
     ASSERT_TRUE(lj_fake_driver_balanced());
 }
 
+/* A family whose tensors all have fixed dtypes and which takes one problem dtype needs no dtype
+ * said; one that takes several must be told. */
+LJ_TEST(fixed_dtype_family_needs_no_dtype)
+{
+    sweep_require_nvrtc();
+    char dir[1024], path[1200];
+    snprintf(dir, sizeof dir, "%s/fixed_families", lj_test_tmpdir());
+    mkdir(dir, 0700);
+    snprintf(path, sizeof path, "%s/fill_f32", dir);
+    mkdir(path, 0700);
+    for (int dtypes = 1; dtypes <= 2; dtypes++) {
+        snprintf(path, sizeof path, "%s/fill_f32/family.lua", dir);
+        FILE *f = fopen(path, "w");
+        ASSERT_TRUE(f != NULL);
+        fprintf(f,
+                "return { name = 'fill_f32', op = 'custom',\n"
+                "  args = { { name = 'x', dtype = 'f32', shape = { 'N' }, output = true },\n"
+                "           { name = 'value', scalar = 'f32' } },\n"
+                "  dtypes = { %s }, params = { T = { 32 } }, problems = { { N = 32 } },\n"
+                "  valid = function() return true end, default = function() return { T = 32 } "
+                "end,\n"
+                "  key = function(p) return p.dtype .. ' N' .. p.N end,\n"
+                "  launch = function() return { grid = { { 'N', 32 }, 1, 1 }, block = { 32, 1, 1 "
+                "}, smem = 0, entry = 'fill_f32' } end,\n"
+                "  source = function() return { template = 'fill_f32/k.cu', consts = {} } end }\n",
+                dtypes == 1 ? "'f32'" : "'f32', 'f16'");
+        fclose(f);
+        snprintf(path, sizeof path, "%s/fill_f32/k.cu", dir);
+        f = fopen(path, "w");
+        ASSERT_TRUE(f != NULL);
+        fputs("#include \"common/args.cuh\"\n"
+              "extern \"C\" __global__ void fill_f32(lj_arg<1> x, float value)\n"
+              "{ const long long i = blockIdx.x * 32ll + threadIdx.x;\n"
+              "  if (i < x.size[0]) static_cast<float *>(x.ptr)[i * x.stride[0]] = value; }\n",
+              f);
+        fclose(f);
+        lj_fake_driver_reset();
+        axpy u;
+        axpy_open(&u, 1, 100);
+        lajit_ctx *ctx = family_ctx(NULL);
+        ASSERT_OK(lajit_ctx_add_families(ctx, dir));
+        int64_t shape[1] = {100};
+        DLTensor tx = make(u.x, 1, shape);
+        lajit_tensor_arg t[1] = {{"x", &tx}};
+        lajit_scalar_arg v[1] = {{"value", 2.0}};
+        lajit_launch_args a;
+        memset(&a, 0, sizeof a);
+        a.struct_size = sizeof a;
+        a.family = "fill_f32";
+        a.tensors = t;
+        a.n_tensors = 1;
+        a.scalars = v;
+        a.n_scalars = 1;
+        if (dtypes == 1) {
+            ASSERT_OK(lajit_launch(ctx, &a));
+            ASSERT_EQ(lj_fake_launch_get(0)->grid[0], 4u);
+        } else {
+            ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+            ASSERT_CONTAINS(lajit_errmsg(ctx), "no dtype given");
+            a.dtype = "f16";
+            ASSERT_OK(lajit_launch(ctx, &a));
+        }
+        lajit_ctx_destroy(ctx);
+        axpy_close(&u);
+        ASSERT_TRUE(lj_fake_driver_balanced());
+    }
+}
+
 static lajit_status load_family(void *user, const char *name, lj_family **out)
 {
     return lajit__ctx_family(user, name, out);
