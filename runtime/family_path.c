@@ -126,7 +126,7 @@ static lajit_status add_folder(lajit_ctx *ctx, const char *dir, int override)
             st = lj_oom(env);
             break;
         }
-        snprintf(ctx->outside[ctx->n_outside].name, sizeof ctx->outside[0].name, "%s", name);
+        memcpy(ctx->outside[ctx->n_outside].name, name, strlen(name) + 1); /* < 64: plain_name */
         ctx->outside[ctx->n_outside++].dir = copy;
     }
     closedir(d);
