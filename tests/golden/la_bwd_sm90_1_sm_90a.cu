@@ -87,7 +87,7 @@ static_assert(1024 + STAGES * (2 * Q_BYTES + V_BYTES) + V_BYTES + WGS * S_BYTES 
                       (BLOCK + 1) * sizeof(float) <= SMEM,
               "shared memory: the layout exceeds the spec's SMEM");
 
-#line 97 "la_fwd_sm90/fwd.cu"
+#line 91 "la_fwd_sm90/fwd.cu"
 // m64n64k16, A and B from shared memory: d (+)= A·B. TA/TB: 1 = MN-major (transposed).
 template <int TA, int TB>
 __device__ __forceinline__ void wg_ss64(float (&d)[32], unsigned long long da, unsigned long long db, int acc)
@@ -95,13 +95,11 @@ __device__ __forceinline__ void wg_ss64(float (&d)[32], unsigned long long da, u
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
                  "%32, %33, p, 1, 1, %35, %36;\n}\n"
-#line 106 "la_fwd_sm90/fwd.cu"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "l"(da), "l"(db), "r"(acc), "n"(TA), "n"(TB));
 }
 // The same with the accumulator overwritten (d = A·B): write-only operands, so the compiler never
 // has to give d a value before the product (a value it may take from other registers in flight).
-#line 113 "la_fwd_sm90/fwd.cu"
 template <int TA, int TB>
 __device__ __forceinline__ void wg_ss64_z(float (&d)[32], unsigned long long da, unsigned long long db)
 {
@@ -121,7 +119,6 @@ __device__ __forceinline__ void wg_rs64(float (&d)[32], const unsigned (&a)[4], 
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
 }
-#line 97 "la_fwd_sm90/fwd.cu"
 // m64n16k16, A and B from shared memory: d (+)= A·B. TA/TB: 1 = MN-major (transposed).
 template <int TA, int TB>
 __device__ __forceinline__ void wg_ss16(float (&d)[8], unsigned long long da, unsigned long long db, int acc)
@@ -129,13 +126,11 @@ __device__ __forceinline__ void wg_ss16(float (&d)[8], unsigned long long da, un
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
                  "%8, %9, p, 1, 1, %11, %12;\n}\n"
-#line 106 "la_fwd_sm90/fwd.cu"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
                  : "l"(da), "l"(db), "r"(acc), "n"(TA), "n"(TB));
 }
 // The same with the accumulator overwritten (d = A·B): write-only operands, so the compiler never
 // has to give d a value before the product (a value it may take from other registers in flight).
-#line 113 "la_fwd_sm90/fwd.cu"
 template <int TA, int TB>
 __device__ __forceinline__ void wg_ss16_z(float (&d)[8], unsigned long long da, unsigned long long db)
 {
@@ -155,58 +150,13 @@ __device__ __forceinline__ void wg_rs16(float (&d)[8], const unsigned (&a)[4], u
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
 }
-#line 133 "la_fwd_sm90/fwd.cu"
 
-// Issues the cp.async copies of one chunk of a sequence tensor (BLOCK rows of W elements from
-// src, row stride rs) into a swizzled tile at shared address dst; rows at or past `valid` are
-// zero-filled. The CTA's threads cover RSTEP whole rows per pass, each thread PPT 16-byte pieces
-// of one row, TPR pieces apart (TPR threads per row), then step down RSTEP rows. RSTEP is a
-// multiple of 8, so the destination's swizzle repeats from pass to pass, and TPR·8 columns are
-// whole column blocks, so a thread's pieces sit a constant distance apart: every address is a
-// base fixed per thread plus a constant. (D = 256 over 128 threads takes 2 pieces per row, D = 192
-// takes 3; per-piece address arithmetic there cost ~60 registers and spilled, see family.lua.)
-template <int W, int BW> struct load_geom {
-    static constexpr int PV = W / 8; // 16-byte pieces per row
-    static constexpr int rstep(int r) // the smallest row step that splits evenly
-    {
-        return r > BLOCK ? 0
-               : (PV * r) % NT == 0 && PV % (PV * r / NT) == 0 && ((PV / (PV * r / NT)) * 8) % BW == 0 && BLOCK % r == 0
-                   ? r
-                   : rstep(2 * r);
-    }
-    static constexpr int RSTEP = rstep(8);
-    static constexpr int PPT = RSTEP ? PV * RSTEP / NT : 0, TPR = RSTEP ? PV / PPT : 0;
-};
+// One chunk of a sequence tensor into its swizzled tile (common/wgmma.cuh's lj_load_tile, with
+// this kernel's element type, chunk and thread count).
 template <int W, int BW>
 __device__ __forceinline__ void load_tile(unsigned dst, const T *src, long long rs, int valid, int tid)
 {
-    using G = load_geom<W, BW>;
-    constexpr int RSTEP = G::RSTEP, PPT = G::PPT, TPR = G::TPR;
-    static_assert(RSTEP != 0, "no even split of the tile's pieces over the CTA's threads");
-    // Piece m of a thread: TPR·8·m columns on, (TPR·8 / BW)·m column blocks of BLOCK rows.
-    constexpr unsigned PSTEP = (TPR * 8 / BW) * (BLOCK * 2 * BW);
-    const int r0 = tid / TPR, x = (tid % TPR) * 8;
-    const T *s = src + r0 * rs + x;
-    const unsigned d = dst + lj_tile_off<BW, BLOCK>(r0, x);
-    if (valid >= BLOCK) { // a whole chunk: no row checks
-#pragma unroll
-        for (int i = 0; i < BLOCK / RSTEP; i++)
-#pragma unroll
-            for (int m = 0; m < PPT; m++)
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d + i * RSTEP * 2 * BW + m * PSTEP),
-                             "l"(s + i * RSTEP * rs + m * TPR * 8)
-                             : "memory");
-        return;
-    }
-#pragma unroll
-    for (int i = 0; i < BLOCK / RSTEP; i++) {
-        const bool ok = r0 + i * RSTEP < valid;
-#pragma unroll
-        for (int m = 0; m < PPT; m++)
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d + i * RSTEP * 2 * BW + m * PSTEP),
-                         "l"(ok ? s + i * RSTEP * rs + m * TPR * 8 : src), "r"(ok ? 16 : 0)
-                         : "memory");
-    }
+    lj_load_tile<T, BLOCK, NT, W, BW>(dst, src, rs, valid, tid);
 }
 
 extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_constant__ la_params p)
