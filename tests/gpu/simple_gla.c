@@ -274,7 +274,8 @@ LJ_TEST(f16_d128_e64_n1000_ht_only_bnhd)
     run((gla_case){LJ_F16, 2, 3, 1000, 128, 64, 0, 1, 1, -1.0f, 0, 8, 0});
 }
 
-/* A grid that fills the H200 (the default takes two warpgroups and the third stage here). */
+/* A grid that fills the H200 (the default takes two warpgroups, the third stage and SPLIT_QK
+ * here). */
 LJ_TEST(bf16_d128_b4h32_n4096_bnhd)
 {
     run((gla_case){LJ_BF16, 4, 32, 4096, 128, 128, 0, 0, 1, -0.1f, 0, 9, 0});
@@ -296,6 +297,27 @@ LJ_TEST(bf16_d128_b2h32_n1000_tv64_wgs1_bnhd)
 LJ_TEST(bf16_d64_b16h32_n200_two_stages_no_prefetch)
 {
     run((gla_case){LJ_BF16, 16, 32, 200, 64, 64, 1, 1, 0, -0.1f, 0, 12, 0});
+}
+
+/* Defaults with SPLIT_QK (two warpgroups, each computing half of Q Kᵀ and its gate mask, P
+ * shared through shared memory): with PREFETCH (two P tiles, P written after the chunk's gate
+ * scan) at D = E = 128, with states, and in f16 with FLA's strided layout and strong gates; and
+ * without PREFETCH (an extra barrier before P V) at D = E = 256, where the third stage does not
+ * fit. Checked with `lajit expand -p ...` when written (TILE_V 64 / 64 / 32, WGS 2, SPLIT_QK 1,
+ * PREFETCH 1 / 1 / 0). */
+LJ_TEST(bf16_d128_b4h32_n1000_split_qk_states)
+{
+    run((gla_case){LJ_BF16, 4, 32, 1000, 128, 128, 1, 1, 0, -0.1f, 0, 14, 0});
+}
+
+LJ_TEST(f16_d128_b4h32_n1000_split_qk_ht_bnhd)
+{
+    run((gla_case){LJ_F16, 4, 32, 1000, 128, 128, 0, 1, 1, -1.0f, 0, 15, 0});
+}
+
+LJ_TEST(bf16_d256_b4h32_n300_split_qk_no_prefetch_states)
+{
+    run((gla_case){LJ_BF16, 4, 32, 300, 256, 256, 1, 1, 0, -0.1f, 0, 16, 0});
 }
 
 /* lajit_launch captured in a CUDA graph (a cached plan: no allocation, no synchronisation). */

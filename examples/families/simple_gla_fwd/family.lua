@@ -14,13 +14,16 @@ local log2_bucket, with = spec.log2_bucket, spec.with
 local ELEM = { f16 = "lj_f16", bf16 = "lj_bf16" }
 
 -- Dynamic shared memory: the Q, K, V and gate ring, the weighted V copy (which also stages the
--- outputs), each warpgroup's 16-bit state copy, each warp's 64 prefix sums, and 1 KiB to align
--- the tiles to the swizzle period. fwd.cu static_asserts that its layout fits this.
+-- outputs), each warpgroup's 16-bit state copy, with SPLIT_QK the tiles of P (two with PREFETCH:
+-- a chunk's is written while the other warpgroup may still read the previous one's, as in
+-- la_fwd_sm90), each warp's 64 prefix sums, and 1 KiB to align the tiles to the swizzle period.
+-- fwd.cu static_asserts that its layout fits this.
 local function smem(cfg, problem)
     local q = cfg.BLOCK * problem.D * 2
     local v = cfg.BLOCK * cfg.WGS * cfg.TILE_V * 2
     local g = cfg.BLOCK * 4
-    return cfg.STAGES * (2 * q + v + g) + v + cfg.WGS * problem.D * cfg.TILE_V * 2
+    local p = cfg.SPLIT_QK * (cfg.PREFETCH == 1 and 2 or 1) * cfg.BLOCK * cfg.BLOCK * 2
+    return cfg.STAGES * (2 * q + v + g) + v + p + cfg.WGS * problem.D * cfg.TILE_V * 2
         + cfg.WGS * 4 * cfg.BLOCK * 4 + 1024
 end
 
@@ -30,7 +33,12 @@ end
 -- here the mask is made per chunk from the prefix sums while P is packed. Checked with NVRTC
 -- (CUDA 13.0, sm_90a) over every valid configuration of D = 64…256, E = 64…256, f16/bf16, with and
 -- without states: no spills, at most 254 registers (D = 64, TILE_V = 128), 244 at D = 192 TILE_V =
--- 64, 236 at D = 128 TILE_V = 64 with states.
+-- 64, 236 at D = 128 TILE_V = 64 with states. SPLIT_QK holds half the scores (16) and no P
+-- operand (P goes through shared memory), but ptxas does not always spend less: NVRTC as above,
+-- bf16/f16, D = 64…256, SPLIT_QK takes from 70 fewer (D = 192 TILE_V = 16 with PREFETCH: 110
+-- against 170) to 17 more (D = 192 TILE_V = 32, three stages, no PREFETCH: 200 against 183),
+-- at most 236 (D = 128 TILE_V = 64 with states, as without it), no spills. The estimate (which
+-- only rejects configurations) is kept as it is.
 local function regs(cfg, problem)
     return problem.D * cfg.TILE_V // 128 + cfg.TILE_V // 2 + 100
 end
@@ -44,6 +52,9 @@ local function valid(cfg, problem, device)
     end
     if E % 16 ~= 0 or E < 16 or E > 256 then return false, "E must be a multiple of 16 from 16 to 256" end
     if cfg.BLOCK ~= 64 then return false, "BLOCK must be 64 (the wgmma M of one warpgroup)" end
+    if cfg.SPLIT_QK == 1 and cfg.WGS ~= 2 then
+        return false, "SPLIT_QK splits Q Kᵀ between two warpgroups (WGS = 2)"
+    end
     if cfg.PREFETCH == 1 and cfg.STAGES < 3 then
         return false, "PREFETCH needs STAGES >= 3 (chunk c + 1 must have landed by mid-chunk c)"
     end
@@ -65,10 +76,13 @@ end
 -- la_fwd_sm90's choice (its family.lua has the measurements): the widest slice (64 columns) whose
 -- state and accumulators fit the registers while the grid covers half the SMs; two warpgroups
 -- over the same Q/K tiles when E holds two slices and the grid still covers the SMs; a third
--- stage and PREFETCH when that costs no CTA its place on the SM.
+-- stage and PREFETCH when that costs no CTA its place on the SM; SPLIT_QK with two warpgroups
+-- when PREFETCH hides its barrier (here: P is published by the barrier after V_w, none is added),
+-- and at D = 256 where Q Kᵀ is the largest product. The SPLIT_QK rule is la_fwd_sm90's, not yet
+-- timed on this family.
 local function default(problem, device)
     local bh = 1 << log2_bucket(problem.B * problem.H)
-    local cfg = { BLOCK = 64, TILE_V = 64, WGS = 1, STAGES = 2, PREFETCH = 0 }
+    local cfg = { BLOCK = 64, TILE_V = 64, WGS = 1, STAGES = 2, PREFETCH = 0, SPLIT_QK = 0 }
     while cfg.TILE_V > 16 and (cfg.TILE_V > problem.E or problem.E % cfg.TILE_V ~= 0) do
         cfg.TILE_V = cfg.TILE_V // 2
     end
@@ -85,6 +99,10 @@ local function default(problem, device)
     if smem(deep, problem) <= device.smem_optin
         and resident(deep, problem, device, per_sm) >= resident(cfg, problem, device, per_sm) then
         cfg = deep
+    end
+    if cfg.WGS == 2 and (cfg.PREFETCH == 1 or problem.D >= 256) then
+        local split = with(cfg, { SPLIT_QK = 1 })
+        if smem(split, problem) <= device.smem_optin then cfg = split end
     end
     return cfg
 end
@@ -117,6 +135,7 @@ return {
         WGS = { 1, 2 },                  -- warpgroups per CTA, sharing the Q and K tiles
         STAGES = { 2, 3 },               -- chunks in flight in the cp.async ring
         PREFETCH = { 0, 1 },             -- Q Kᵀ of the next chunk issued during this chunk's tail
+        SPLIT_QK = { 0, 1 },             -- two warpgroups compute half of Q Kᵀ (and its mask) each, P shared
     },
 
     problems = {

@@ -29,8 +29,20 @@
 // strides; h0, ht [B, H, D, E] float, optional (HAS_H0 / HAS_HT are baked). B and N are read from
 // q at run time; H, D and E are baked.
 //
-// Left out beside la_fwd_sm90: SPLIT_QK (the shared P tile), REVERSE / GRAD_STATE (the backward's
-// scans) and varlen. PREFETCH is kept (Q Kᵀ of chunk c + 1 in flight during chunk c's tail).
+// SPLIT_QK (two warpgroups) works as in la_fwd_sm90: each warpgroup computes half of Q Kᵀ (score
+// columns jb .. jb + 31, jb = 32 wg) and the gate mask of those columns only (half the
+// exponentials), writes its masked, 16-bit half into the chunk's P tile in shared memory, and
+// after a CTA barrier both read the whole of P from there as the A operand of P V. Where that
+// barrier is: without PREFETCH an extra one after the masking; with PREFETCH the chunk's scores
+// have been in registers since the previous chunk's tail, so the masking runs right after the
+// chunk's gate scan and the barrier that follows the weighted V copy publishes P. la_fwd_sm90
+// writes P of chunk c + 1 at the end of chunk c's tail instead: its mask is fixed, here it needs
+// chunk c + 1's gates (scanning them in the previous tail was measured slower). Either way P of
+// chunk c may be written while the other warpgroup still reads chunk c − 1's (no CTA barrier
+// between them), so PREFETCH keeps two P tiles.
+//
+// Left out beside la_fwd_sm90: REVERSE / GRAD_STATE (the backward's scans) and varlen. PREFETCH is
+// kept (Q Kᵀ of chunk c + 1 in flight during chunk c's tail).
 #include "common/args.cuh"
 #include "common/types.cuh"
 #include "common/mma.cuh"
@@ -45,6 +57,7 @@ constexpr int TILE_V = ${TILE_V};   // value columns per warpgroup
 constexpr int WGS = ${WGS};         // warpgroups per CTA, side by side in E, sharing the Q/K tiles
 constexpr int STAGES = ${STAGES};   // chunks in flight in the cp.async ring
 constexpr bool PREFETCH = ${PREFETCH} != 0; // Q Kᵀ of chunk c + 1 issued during chunk c's tail
+constexpr bool SPLIT_QK = ${SPLIT_QK} != 0; // the two warpgroups each compute half of Q Kᵀ
 constexpr bool HAS_H0 = ${HAS_H0};
 constexpr bool HAS_HT = ${HAS_HT};
 constexpr unsigned SMEM = ${SMEM};  // dynamic shared memory the launch provides (family.lua's smem())
@@ -54,7 +67,9 @@ constexpr int NWARPS = NT / 32;
 constexpr int VW = WGS * TILE_V;        // value columns per CTA
 constexpr int MB = D / 64;              // m64 blocks of the state
 constexpr int NACC = TILE_V / 2;        // fp32 accumulators per thread of an m64 x TILE_V product
-constexpr int NSC = BLOCK / 2;          // fp32 score accumulators per thread (m64 x 64)
+constexpr int SCN = SPLIT_QK ? BLOCK / 2 : BLOCK; // score columns a warpgroup computes
+constexpr int NSC = SCN / 2;            // ... and its fp32 accumulators per thread
+constexpr int P_BUFS = PREFETCH ? 2 : 1; // P tiles in shared memory (SPLIT_QK)
 constexpr float LOG2E = 1.4426950408889634f;
 
 static_assert(BLOCK == 64, "one warpgroup: 64 output rows per chunk; one warp scans a chunk's gates");
@@ -63,6 +78,7 @@ static_assert(TILE_V % 16 == 0 && TILE_V <= 256 && E % TILE_V == 0, "TILE_V"); /
 static_assert(E % VW == 0, "WGS * TILE_V divides E");
 static_assert(STAGES >= 2, "ring");
 static_assert(WGS == 1 || WGS == 2, "WGS");
+static_assert(!SPLIT_QK || WGS == 2, "SPLIT_QK shares the scores between two warpgroups");
 
 // Swizzled tile geometry: column blocks of BW elements, rows SW bytes apart.
 constexpr int BWQ = 64, SWQ = 128;                         // Q and K (D % 64 == 0)
@@ -72,11 +88,14 @@ constexpr unsigned V_BYTES = BLOCK * VW * 2;               // one chunk of V (al
 constexpr unsigned S_BYTES = D * TILE_V * 2;               // one warpgroup's state copy
 constexpr unsigned G_BYTES = BLOCK * 4;                    // one chunk of gates
 constexpr unsigned B_BYTES = BLOCK * 4;                    // one warp's prefix sums
+constexpr unsigned P_BYTES = BLOCK * BLOCK * 2;            // one chunk's masked scores P (SPLIT_QK)
 // A warpgroup's columns of a V tile start this many bytes into it (whole column blocks).
 constexpr unsigned V_SLICE = (TILE_V / BWV) * (BLOCK * SWV);
 // The kernel's layout (below): 1 KiB of slack to align the tiles, the Q, K, V, g ring, V_w, the
-// state copies and each warp's prefix sums; it must fit what the launch provides.
-static_assert(1024 + STAGES * (2 * Q_BYTES + V_BYTES + G_BYTES) + V_BYTES + WGS * S_BYTES + NWARPS * B_BYTES <= SMEM,
+// state copies, SPLIT_QK's P tiles and each warp's prefix sums; it must fit what the launch
+// provides.
+static_assert(1024 + STAGES * (2 * Q_BYTES + V_BYTES + G_BYTES) + V_BYTES + WGS * S_BYTES +
+                      (SPLIT_QK ? P_BUFS * P_BYTES : 0) + NWARPS * B_BYTES <= SMEM,
               "shared memory: the layout exceeds the spec's SMEM");
 
 // 2^x (ex2.approx: relative error ~2^-22; x ≤ 0 here, so the result is in [0, 1]).
@@ -87,9 +106,9 @@ __device__ __forceinline__ float gla_ex2(float x)
     return y;
 }
 
-//% local ty = problem.dtype == "bf16" and "bf16" or "f16"
+//% local ty, scn = problem.dtype == "bf16" and "bf16" or "f16", SPLIT_QK ~= 0 and BLOCK // 2 or BLOCK -- scn: SCN
 //% local shapes, seen = {}, {}
-//% for _, n in ipairs({ BLOCK, TILE_V }) do
+//% for _, n in ipairs({ BLOCK, TILE_V, scn }) do
 //%   if not seen[n] then seen[n] = true; shapes[#shapes + 1] = n end
 //% end
 //% for _, n in ipairs(shapes) do
@@ -211,7 +230,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     const unsigned sV = sK + STAGES * Q_BYTES;
     const unsigned sVw = sV + STAGES * V_BYTES;
     const unsigned sS0 = sVw + V_BYTES;
-    const unsigned sG = sS0 + WGS * S_BYTES;  // STAGES chunks of gates
+    const unsigned sP = sS0 + WGS * S_BYTES;  // SPLIT_QK: P_BUFS tiles of P (64 x 64, K-major A of P V)
+    const unsigned sG = sP + (SPLIT_QK ? P_BUFS * P_BYTES : 0); // STAGES chunks of gates
     const unsigned sB0 = sG + STAGES * G_BYTES; // each warp's prefix sums (log2 units)
 
     // tid spans the CTA (loads); wg, warp, g and t4 place a thread in its warpgroup's products,
@@ -288,19 +308,73 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
 
     // Q Kᵀ of a chunk: issued first thing in the chunk, or with PREFETCH during the previous
     // chunk's tail (its outputs and state copy), so the tensor cores have it in flight there.
+    // With SPLIT_QK a warpgroup computes score columns jb .. jb + 31 only (keys jb .. of K, rows
+    // a multiple of 8 into the tile, so the swizzle is unchanged).
+    const int i0 = 16 * warp + g, i1 = i0 + 8; // this thread's score and output rows
+    const int jb = SPLIT_QK ? wg * SCN : 0;    // the first of the warpgroup's score columns
     float sc[NSC];
     auto issue_scores = [&](int c) {
         const int slotc = c % STAGES;
         const unsigned cQ = sQ + slotc * Q_BYTES, cK = sK + slotc * Q_BYTES;
-        const unsigned long long dQ = lj_wg_desc<SWQ>(cQ, 16), dK = lj_wg_desc<SWQ>(cK, 16);
+        const unsigned long long dQ = lj_wg_desc<SWQ>(cQ, 16), dK = lj_wg_desc<SWQ>(cK + jb * SWQ, 16);
         lj_wg_fence();
-        wg_ss${BLOCK}_z<0, 0>(sc, dQ, dK);
+        wg_ss${scn}_z<0, 0>(sc, dQ, dK);
 #pragma unroll
         for (int kk = 1; kk < D / 16; kk++) {
             const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
-            wg_ss${BLOCK}<0, 0>(sc, lj_wg_desc_at(dQ, off), lj_wg_desc_at(dK, off), 1);
+            wg_ss${scn}<0, 0>(sc, lj_wg_desc_at(dQ, off), lj_wg_desc_at(dK, off), 1);
         }
         lj_wg_commit();
+    };
+    // The scores of chunk c (its prefix sums in pB, bi0 and bi1 those of the thread's rows):
+    // masked, weighted by scale · exp(b_i − b_j), rounded to the A operand of P V: into pa
+    // (registers), or with SPLIT_QK the warpgroup's half into chunk c's P tile. The thread's rows
+    // are i0 = 16 warp + g and i1 = i0 + 8, its columns j = 8 jt + 2 t4 (+1), jt = jb / 8 + nt the
+    // column block in the chunk. Left of the warp's 16 rows (jt < 2 warp) row i1's factor is row
+    // i0's times exp(b_i1 − b_i0): a product of two factors ≤ 1 (i1 > i0 ≥ j), so no range is lost
+    // and half the exponentials are saved. The two 8-column blocks of the warp's diagonal test
+    // j ≤ i per entry (in the first, row i1 is wholly below: j ≤ 16 warp + 7 < i1; in the second,
+    // row i0 is wholly above); past them everything is zero. jt against warp is warp-uniform (jb
+    // is the warpgroup's): with SPLIT_QK warps 0 and 1 of warpgroup 1 have no entry on or below
+    // the diagonal, warps 2 and 3 of warpgroup 0 no diagonal block.
+    unsigned pa[SPLIT_QK ? 1 : BLOCK / 16][4];
+    auto mask_scores = [&](int c, float bi0, float bi1) {
+        const float r10 = gla_ex2(bi1 - bi0);
+        if constexpr (!PREFETCH) lj_wg_wait<2>();
+        lj_fence_regs(sc);
+#pragma unroll
+        for (int nt = 0; nt < SCN / 8; nt++) {
+            const int jt = jb / 8 + nt, j = 8 * jt + 2 * t4;
+            float m[4] = {0.f, 0.f, 0.f, 0.f};
+            if (jt < 2 * warp) {
+                const float2 bj = reinterpret_cast<const float2 *>(pB)[j / 2];
+                m[0] = scale * gla_ex2(bi0 - bj.x);
+                m[1] = scale * gla_ex2(bi0 - bj.y);
+                m[2] = r10 * m[0];
+                m[3] = r10 * m[1];
+            } else if (jt == 2 * warp) {
+                const float2 bj = reinterpret_cast<const float2 *>(pB)[j / 2];
+                m[0] = j <= i0 ? scale * gla_ex2(bi0 - bj.x) : 0.f;
+                m[1] = j + 1 <= i0 ? scale * gla_ex2(bi0 - bj.y) : 0.f;
+                m[2] = scale * gla_ex2(bi1 - bj.x);
+                m[3] = scale * gla_ex2(bi1 - bj.y);
+            } else if (jt == 2 * warp + 1) {
+                const float2 bj = reinterpret_cast<const float2 *>(pB)[j / 2];
+                m[2] = j <= i1 ? scale * gla_ex2(bi1 - bj.x) : 0.f;
+                m[3] = j + 1 <= i1 ? scale * gla_ex2(bi1 - bj.y) : 0.f;
+            }
+            if constexpr (SPLIT_QK) {
+#pragma unroll
+                for (int r = 0; r < 4; r++) sc[4 * nt + r] *= m[r];
+            } else {
+                pa[nt / 2][2 * (nt & 1)] = lj_pack2<T>(sc[4 * nt] * m[0], sc[4 * nt + 1] * m[1]);
+                pa[nt / 2][2 * (nt & 1) + 1] = lj_pack2<T>(sc[4 * nt + 2] * m[2], sc[4 * nt + 3] * m[3]);
+            }
+        }
+        if constexpr (SPLIT_QK) {
+            lj_stmatrix_acc<T, BWQ, BLOCK, SCN>(sP + (c % P_BUFS) * P_BYTES, sc, 16 * warp, 1.f, lane, jb);
+            lj_fence_async_smem();
+        }
     };
     // With PREFETCH the products are issued unconditionally (for an empty sequence, and for the
     // chunk after the last), so none sits in a branch: a branch around wgmma makes ptxas
@@ -313,7 +387,6 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         lj_wg_wait<0>();
     }
 
-    const int i0 = 16 * warp + g, i1 = i0 + 8; // this thread's score and output rows
     for (int c = 0; c < nchunks; c++) {
         const int slotc = c % STAGES;
         const unsigned cQ = sQ + slotc * Q_BYTES, cK = sK + slotc * Q_BYTES, cV = sV + slotc * V_BYTES;
@@ -360,6 +433,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
                 for (int x = 0; x < NACC; x++) st[mb][x] *= dl;
         }
         if constexpr (!PREFETCH) issue_scores(c);
+        // SPLIT_QK with PREFETCH: the scores (retired at the end of the previous iteration) into
+        // this chunk's P tile, published by the barrier after V_w below.
+        if constexpr (SPLIT_QK && PREFETCH) mask_scores(c, pB[i0], pB[i1]);
 
         // The values weighted for the state update, exp(b_{L−1} − b_j) on row j (rows past L are
         // zero). Each warpgroup weights its own columns (so the buffer's hazards stay inside it).
@@ -390,7 +466,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             lj_fence_async_smem();
         }
         const unsigned sVs = sVw + wg * V_SLICE; // this warpgroup's columns of V_w
-        // V_w (and with PREFETCH the state copy) of every warp are written; with PREFETCH every
+        // V_w (and with PREFETCH the state copy and SPLIT_QK's P) of every warp are written; with PREFETCH every
         // warp is also done with chunk c − 1's products, so its ring slot takes chunk
         // c + STAGES − 1.
         __syncthreads();
@@ -418,43 +494,12 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
                                      lj_wg_desc_at(dVs, kk * 16 * SWV), 1);
         lj_wg_commit();
 
-        // The scores (with PREFETCH retired at the end of the previous iteration): masked,
-        // weighted by scale · exp(b_i − b_j), rounded to the A operand of P V. The thread's rows
-        // are i0 = 16 warp + g and i1 = i0 + 8, its columns j = 8 nt + 2 t4 (+1). Below the
-        // warp's 16 rows (nt < 2 warp) row i1's factor is row i0's times exp(b_i1 − b_i0): a
-        // product of two factors ≤ 1 (i1 > i0 ≥ j), so no range is lost and half the
-        // exponentials are saved. The two 8-column blocks of the warp's diagonal test j ≤ i per
-        // entry (in the first, row i1 is wholly below: j ≤ 16 warp + 7 < i1; in the second, row
-        // i0 is wholly above); past them everything is zero. nt against warp is warp-uniform.
+        // The scores (with PREFETCH retired at the end of the previous iteration) masked while
+        // the products run; SPLIT_QK: P goes through shared memory (with PREFETCH it is there
+        // already, published by the barrier above), both halves written before P V reads it.
         const float bi0 = pB[i0], bi1 = pB[i1];
-        const float r10 = gla_ex2(bi1 - bi0);
-        if constexpr (!PREFETCH) lj_wg_wait<2>();
-        lj_fence_regs(sc);
-        unsigned pa[BLOCK / 16][4];
-#pragma unroll
-        for (int nt = 0; nt < BLOCK / 8; nt++) {
-            const int j = 8 * nt + 2 * t4;
-            float m[4] = {0.f, 0.f, 0.f, 0.f};
-            if (nt < 2 * warp) {
-                const float2 bj = reinterpret_cast<const float2 *>(pB)[j / 2];
-                m[0] = scale * gla_ex2(bi0 - bj.x);
-                m[1] = scale * gla_ex2(bi0 - bj.y);
-                m[2] = r10 * m[0];
-                m[3] = r10 * m[1];
-            } else if (nt == 2 * warp) {
-                const float2 bj = reinterpret_cast<const float2 *>(pB)[j / 2];
-                m[0] = j <= i0 ? scale * gla_ex2(bi0 - bj.x) : 0.f;
-                m[1] = j + 1 <= i0 ? scale * gla_ex2(bi0 - bj.y) : 0.f;
-                m[2] = scale * gla_ex2(bi1 - bj.x);
-                m[3] = scale * gla_ex2(bi1 - bj.y);
-            } else if (nt == 2 * warp + 1) {
-                const float2 bj = reinterpret_cast<const float2 *>(pB)[j / 2];
-                m[2] = j <= i1 ? scale * gla_ex2(bi1 - bj.x) : 0.f;
-                m[3] = j + 1 <= i1 ? scale * gla_ex2(bi1 - bj.y) : 0.f;
-            }
-            pa[nt / 2][2 * (nt & 1)] = lj_pack2<T>(sc[4 * nt] * m[0], sc[4 * nt + 1] * m[1]);
-            pa[nt / 2][2 * (nt & 1) + 1] = lj_pack2<T>(sc[4 * nt + 2] * m[2], sc[4 * nt + 3] * m[3]);
-        }
+        if constexpr (!(SPLIT_QK && PREFETCH)) mask_scores(c, bi0, bi1);
+        if constexpr (SPLIT_QK && !PREFETCH) __syncthreads(); // both halves of P written
         // Q S done: the inter-chunk term decays by exp(b_i), times scale.
         const float f0 = scale * gla_ex2(bi0), f1 = scale * gla_ex2(bi1);
         lj_wg_wait<1>();
@@ -469,8 +514,15 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         lj_fence_regs(oa);
         const unsigned long long dV = lj_wg_desc<SWV>(cV + wg * V_SLICE, BLOCK * SWV);
         lj_wg_fence();
+        if constexpr (SPLIT_QK) {
+            const unsigned long long dP = lj_wg_desc<SWQ>(sP + (c % P_BUFS) * P_BYTES, 16);
 #pragma unroll
-        for (int kk = 0; kk < BLOCK / 16; kk++) wg_rs${TILE_V}<1>(oa, pa[kk], lj_wg_desc_at(dV, kk * 16 * SWV), 1);
+            for (int kk = 0; kk < BLOCK / 16; kk++)
+                wg_ss${TILE_V}<0, 1>(oa, lj_wg_desc_at(dP, kk * 16 * 2), lj_wg_desc_at(dV, kk * 16 * SWV), 1);
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < BLOCK / 16; kk++) wg_rs${TILE_V}<1>(oa, pa[kk], lj_wg_desc_at(dV, kk * 16 * SWV), 1);
+        }
         lj_wg_commit();
 
         // With PREFETCH the next chunk's scores go in while this chunk's tail runs.
