@@ -107,100 +107,15 @@ __device__ __forceinline__ float gla_ex2(float x)
 }
 
 //% local ty, scn = problem.dtype == "bf16" and "bf16" or "f16", SPLIT_QK ~= 0 and BLOCK // 2 or BLOCK -- scn: SCN
-//% local shapes, seen = {}, {}
-//% for _, n in ipairs({ BLOCK, TILE_V, scn }) do
-//%   if not seen[n] then seen[n] = true; shapes[#shapes + 1] = n end
-//% end
-//% for _, n in ipairs(shapes) do
-//%   local regs, list = n // 2, {}
-//%   for i = 0, n // 2 - 1 do list[#list + 1] = "%" .. i end
-// m64n${n}k16, A and B from shared memory: d (+)= A·B. TA/TB: 1 = MN-major (transposed).
-template <int TA, int TB>
-__device__ __forceinline__ void wg_ss${n}(float (&d)[${regs}], unsigned long long da, unsigned long long db, int acc)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %${regs + 2}, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n${n}k16.f32.${ty}.${ty} {${table.concat(list, ", ")}}, "
-                 "%${regs}, %${regs + 1}, p, 1, 1, %${regs + 3}, %${regs + 4};\n}\n"
-//%   local outs = {}
-//%   for i = 0, regs - 1 do outs[#outs + 1] = '"+f"(d[' .. i .. '])' end
-                 : ${table.concat(outs, ", ")}
-                 : "l"(da), "l"(db), "r"(acc), "n"(TA), "n"(TB));
-}
-// The same with the accumulator overwritten (d = A·B): write-only operands, so the compiler never
-// has to give d a value before the product (a value it may take from other registers in flight).
-//%   local wouts = {}
-//%   for i = 0, regs - 1 do wouts[#wouts + 1] = '"=f"(d[' .. i .. '])' end
-template <int TA, int TB>
-__device__ __forceinline__ void wg_ss${n}_z(float (&d)[${regs}], unsigned long long da, unsigned long long db)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n${n}k16.f32.${ty}.${ty} {${table.concat(list, ", ")}}, "
-                 "%${regs}, %${regs + 1}, p, 1, 1, %${regs + 2}, %${regs + 3};\n}\n"
-                 : ${table.concat(wouts, ", ")}
-                 : "l"(da), "l"(db), "n"(TA), "n"(TB));
-}
-// m64n${n}k16, A from registers (four 32-bit registers per thread), B from shared memory.
-template <int TB>
-__device__ __forceinline__ void wg_rs${n}(float (&d)[${regs}], const unsigned (&a)[4], unsigned long long db, int acc)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %${regs + 5}, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n${n}k16.f32.${ty}.${ty} {${table.concat(list, ", ")}}, "
-                 "{%${regs}, %${regs + 1}, %${regs + 2}, %${regs + 3}}, %${regs + 4}, p, 1, 1, %${regs + 6};\n}\n"
-                 : ${table.concat(outs, ", ")}
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
-}
-//% end
+//% local wgmma = import("common/wgmma_products.lua")
+${wgmma.products({ BLOCK, TILE_V, scn }, ty)}
 
-// Issues the cp.async copies of one chunk of a sequence tensor (BLOCK rows of W elements from
-// src, row stride rs) into a swizzled tile at shared address dst; rows at or past `valid` are
-// zero-filled. The CTA's threads cover RSTEP whole rows per pass, each thread PPT 16-byte pieces
-// of one row, TPR pieces apart (TPR threads per row), then step down RSTEP rows. RSTEP is a
-// multiple of 8, so the destination's swizzle repeats from pass to pass, and TPR·8 columns are
-// whole column blocks, so a thread's pieces sit a constant distance apart: every address is a
-// base fixed per thread plus a constant. (D = 256 over 128 threads takes 2 pieces per row, D = 192
-// takes 3; per-piece address arithmetic there cost ~60 registers and spilled, see family.lua.)
-template <int W, int BW> struct load_geom {
-    static constexpr int PV = W / 8; // 16-byte pieces per row
-    static constexpr int rstep(int r) // the smallest row step that splits evenly
-    {
-        return r > BLOCK ? 0
-               : (PV * r) % NT == 0 && PV % (PV * r / NT) == 0 && ((PV / (PV * r / NT)) * 8) % BW == 0 && BLOCK % r == 0
-                   ? r
-                   : rstep(2 * r);
-    }
-    static constexpr int RSTEP = rstep(8);
-    static constexpr int PPT = RSTEP ? PV * RSTEP / NT : 0, TPR = RSTEP ? PV / PPT : 0;
-};
+// One chunk of a sequence tensor into its swizzled tile (common/wgmma.cuh's lj_load_tile, with
+// this kernel's element type, chunk and thread count).
 template <int W, int BW>
 __device__ __forceinline__ void load_tile(unsigned dst, const T *src, long long rs, int valid, int tid)
 {
-    using G = load_geom<W, BW>;
-    constexpr int RSTEP = G::RSTEP, PPT = G::PPT, TPR = G::TPR;
-    static_assert(RSTEP != 0, "no even split of the tile's pieces over the CTA's threads");
-    // Piece m of a thread: TPR·8·m columns on, (TPR·8 / BW)·m column blocks of BLOCK rows.
-    constexpr unsigned PSTEP = (TPR * 8 / BW) * (BLOCK * 2 * BW);
-    const int r0 = tid / TPR, x = (tid % TPR) * 8;
-    const T *s = src + r0 * rs + x;
-    const unsigned d = dst + lj_tile_off<BW, BLOCK>(r0, x);
-    if (valid >= BLOCK) { // a whole chunk: no row checks
-#pragma unroll
-        for (int i = 0; i < BLOCK / RSTEP; i++)
-#pragma unroll
-            for (int m = 0; m < PPT; m++)
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d + i * RSTEP * 2 * BW + m * PSTEP),
-                             "l"(s + i * RSTEP * rs + m * TPR * 8)
-                             : "memory");
-        return;
-    }
-#pragma unroll
-    for (int i = 0; i < BLOCK / RSTEP; i++) {
-        const bool ok = r0 + i * RSTEP < valid;
-#pragma unroll
-        for (int m = 0; m < PPT; m++)
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d + i * RSTEP * 2 * BW + m * PSTEP),
-                         "l"(ok ? s + i * RSTEP * rs + m * TPR * 8 : src), "r"(ok ? 16 : 0)
-                         : "memory");
-    }
+    lj_load_tile<T, BLOCK, NT, W, BW>(dst, src, rs, valid, tid);
 }
 
 // The gates of one chunk (rows t0 .. t0 + BLOCK of g, element stride gs) into the ring: 4-byte
