@@ -1,7 +1,7 @@
 -- family.lua — simple_gla_fwd: the chunked linear-attention forward with a data-dependent scalar
 -- decay per token and head (log-gates g ≤ 0), as FLA's chunk_simple_gla with `g` computes it;
 -- an outside family (examples/families, reached through LAJIT_FAMILY_PATH or
--- lajit_ctx_desc.family_path and lajit_launch). fwd.cu says how the kernel works: lajit's
+-- lajit_ctx_add_families and lajit_launch). fwd.cu says how the kernel works: lajit's
 -- constant-decay Hopper forward (templates/la_fwd_sm90) with the gates' factors in place of λ^k.
 --
 -- One CTA of WGS warpgroups (128 threads each, TILE_V columns each, sharing the Q/K tiles) per
@@ -78,8 +78,9 @@ end
 -- over the same Q/K tiles when E holds two slices and the grid still covers the SMs; a third
 -- stage and PREFETCH when that costs no CTA its place on the SM; SPLIT_QK with two warpgroups
 -- when PREFETCH hides its barrier (here: P is published by the barrier after V_w, none is added),
--- and at D = 256 where Q Kᵀ is the largest product. The SPLIT_QK rule is la_fwd_sm90's, not yet
--- timed on this family.
+-- and at D = 256 where Q Kᵀ is the largest product. H200, bf16, D = E = 128, `lajit tune` over the
+-- whole space (docs/notes/families.md): the default is the winner at B·H = 8 (1.501 ms) and 32
+-- (0.407); at B·H = 128 it runs 0.3588 ms against the winner's 0.3545 (SPLIT_QK without PREFETCH).
 local function default(problem, device)
     local bh = 1 << log2_bucket(problem.B * problem.H)
     local cfg = { BLOCK = 64, TILE_V = 64, WGS = 1, STAGES = 2, PREFETCH = 0, SPLIT_QK = 0 }
