@@ -598,7 +598,7 @@ LJ_TEST(gen_write_fs_fault_sweep)
     o.db_path = db;
     o.jobs = 1;
     lj_env *env = lajit__ctx_env(ctx);
-    lj_gen_summary sum, first;
+    lj_gen_summary sum, first = {0, 0, 0};
     tally t = {0, 0, 0};
     for (unsigned long long n = 0; n == 0 || n <= t.sites; n++) {
         memset(env->fault_count, 0, sizeof env->fault_count);
