@@ -415,7 +415,13 @@ typedef struct lajit_launch_args {
 } lajit_launch_args;
 LAJIT_API lajit_status lajit_launch(lajit_ctx *ctx, const lajit_launch_args *args);
 
-/* ---- Decay conventions -------------------------------------------------------------------- */
+/* ---- Decay conventions --------------------------------------------------------------------
+ * Tensor parallelism: the rates depend on the model's total head count, so a GPU holding heads
+ * h0 .. h0 + n − 1 of a layer calls the adapter with the total and passes its slice s + h0 to the
+ * ops. Called with its own n instead, the slopes differ (ALiBi's depend on n: 64 heads over 8
+ * GPUs, the first GPU's head 0 is 2^(−1/8) with the total, 2^(−1) with 8 — tests/cpu/api.c). E.g.
+ * MiniMax-Text-01 (64 heads, 80 layers, lightning layers included): layer l's rates are
+ * lajit_decay_alibi(64, l, 80, s), and with 8-way tensor parallelism GPU r takes s + 8 r. */
 
 /* The ALiBi-style slopes of the released MiniMax and TransNormerLLM code for layer `layer` of
  * `n_layers` (0-based): for n_heads a power of two 2^(−8(h+1)/H), otherwise ALiBi's

@@ -169,7 +169,9 @@ def _as_tensor(values, device):
 
 def decay_alibi(n_heads, layer=0, n_layers=1, device=None):
     """The ALiBi-style slopes of the MiniMax / TransNormerLLM code (lajit_decay_alibi), as a
-    float32 [n_heads] tensor of s."""
+    float32 [n_heads] tensor of s. With tensor parallelism pass the model's total head count and
+    slice: a GPU holding heads h0 .. h0 + n - 1 uses decay_alibi(H, l, L)[h0:h0 + n] (called with
+    its own n the slopes differ). MiniMax-Text-01: decay_alibi(64, l, 80) for layer l."""
     return _as_tensor(_native.library().decay("alibi", n_heads, layer, n_layers), device)
 
 

@@ -360,6 +360,34 @@ LJ_TEST(decay_helpers)
     ASSERT_STATUS(lajit_decay_alibi(8, 4, 4, s), LAJIT_ERR_INVALID_ARGUMENT);
 }
 
+/* The tensor-parallel rule (lajit.h, "Decay conventions"): a shard's rates are the slice of the
+ * model's, not the adapter called with the shard's head count, which gives other slopes. */
+LJ_TEST(decay_tensor_parallel_rule)
+{
+    enum { H = 64, SHARDS = 8, HS = H / SHARDS, LAYERS = 80 };
+    float total[H], own[HS];
+    for (int layer = 0; layer < LAYERS; layer += 79) {
+        ASSERT_OK(lajit_decay_alibi(H, layer, LAYERS, total));
+        double factor = 1.0 - (double)layer / (LAYERS - 1) + 1e-5;
+        for (int r = 0; r < SHARDS; r++) {
+            /* GPU r's slice is the formula at the global head index. */
+            for (int i = 0; i < HS; i++) {
+                int h = r * HS + i;
+                double want = pow(2.0, -8.0 * (h + 1) / H) * factor;
+                ASSERT_LE_F(fabs(total[h] - want), 1e-6 * want);
+            }
+        }
+        /* The shard's own count gives other slopes: 2^(-8(i+1)/8) for i = 0..7. */
+        ASSERT_OK(lajit_decay_alibi(HS, layer, LAYERS, own));
+        double worst = 0;
+        for (int i = 0; i < HS; i++)
+            worst = fmax(worst, fabs(own[i] - total[i]) / own[i]);
+        ASSERT_TRUE(worst > 0.9);
+        ASSERT_LE_F(fabs(own[0] - 0.5 * factor), 1e-6);
+        ASSERT_LE_F(fabs(total[0] - pow(2.0, -0.125) * factor), 1e-6);
+    }
+}
+
 /* ---- Backward ------------------------------------------------------------------------------ */
 
 typedef struct bwd_setup {
