@@ -1,0 +1,191 @@
+-- family.lua — fz: the chunked linear-attention forward with a data-dependent scalar
+-- decay per token and head (log-gates g ≤ 0), as FLA's chunk_simple_gla with `g` computes it;
+-- an outside family (examples/families, reached through LAJIT_FAMILY_PATH or
+-- lajit_ctx_add_families and lajit_launch). fwd.cu says how the kernel works: lajit's
+-- constant-decay Hopper forward (templates/la_fwd_sm90) with the gates' factors in place of λ^k.
+--
+-- One CTA of WGS warpgroups (128 threads each, TILE_V columns each, sharing the Q/K tiles) per
+-- (E slice of WGS·TILE_V columns, head, sequence): grid {E / (WGS·TILE_V), H, B}. sm_90a, f16/bf16,
+-- D = 64, 128, 192 or 256.
+
+local spec = import("common/spec.lua")
+local log2_bucket, with = spec.log2_bucket, spec.with
+
+local ELEM = { f16 = "lj_f16", bf16 = "lj_bf16" }
+
+-- Dynamic shared memory: the Q, K, V and gate ring, the weighted V copy (which also stages the
+-- outputs), each warpgroup's 16-bit state copy, with SPLIT_QK the tiles of P (two with PREFETCH:
+-- a chunk's is written while the other warpgroup may still read the previous one's, as in
+-- la_fwd_sm90), each warp's 64 prefix sums, and 1 KiB to align the tiles to the swizzle period.
+-- fwd.cu static_asserts that its layout fits this.
+local function smem(cfg, problem)
+    local q = cfg.BLOCK * problem.D * 2
+    local v = cfg.BLOCK * cfg.WGS * cfg.TILE_V * 2
+    local g = cfg.BLOCK * 4
+    local p = cfg.SPLIT_QK * (cfg.PREFETCH == 1 and 2 or 1) * cfg.BLOCK * cfg.BLOCK * 2
+    return cfg.STAGES * (2 * q + v + g) + v + p + cfg.WGS * problem.D * cfg.TILE_V * 2
+        + cfg.WGS * 4 * cfg.BLOCK * 4 + 1024
+end
+
+-- Registers a thread holds across the chunk loop: the state (D·TILE_V/128) and the output
+-- accumulators (TILE_V/2), plus the scores (32), addresses and the rest. la_fwd_sm90's model
+-- (120 beside state and accumulators, with 32 of them its fixed score mask) less that mask:
+-- here the mask is made per chunk from the prefix sums while P is packed. Checked with NVRTC
+-- (CUDA 13.0, sm_90a) over every valid configuration of D = 64…256, E = 64…256, f16/bf16, with and
+-- without states: no spills, at most 254 registers (D = 64, TILE_V = 128), 244 at D = 192 TILE_V =
+-- 64, 236 at D = 128 TILE_V = 64 with states. SPLIT_QK holds half the scores (16) and no P
+-- operand (P goes through shared memory), but ptxas does not always spend less: NVRTC as above,
+-- bf16/f16, D = 64…256, SPLIT_QK takes from 70 fewer (D = 192 TILE_V = 16 with PREFETCH: 110
+-- against 170) to 17 more (D = 192 TILE_V = 32, three stages, no PREFETCH: 200 against 183),
+-- at most 236 (D = 128 TILE_V = 64 with states, as without it), no spills. The estimate (which
+-- only rejects configurations) is kept as it is.
+local function regs(cfg, problem)
+    return problem.D * cfg.TILE_V // 128 + cfg.TILE_V // 2 + 100
+end
+
+local function valid(cfg, problem, device)
+    if device.arch ~= "sm_90a" then return false, "wgmma needs sm_90a" end
+    if ELEM[problem.dtype] == nil then return false, "f16 and bf16 only" end
+    local D, E = problem.D, problem.E
+    if D % 64 ~= 0 or D < 64 or D > 256 then
+        return false, "D must be 64, 128, 192 or 256 (the m64 blocks of the state)"
+    end
+    if E % 16 ~= 0 or E < 16 or E > 256 then return false, "E must be a multiple of 16 from 16 to 256" end
+    if cfg.BLOCK ~= 64 then return false, "BLOCK must be 64 (the wgmma M of one warpgroup)" end
+    if cfg.SPLIT_QK == 1 and cfg.WGS ~= 2 then
+        return false, "SPLIT_QK splits Q Kᵀ between two warpgroups (WGS = 2)"
+    end
+    if cfg.PREFETCH == 1 and cfg.STAGES < 3 then
+        return false, "PREFETCH needs STAGES >= 3 (chunk c + 1 must have landed by mid-chunk c)"
+    end
+    local ok, why = spec.check_tile(cfg.WGS * cfg.TILE_V, E, "WGS*TILE_V")
+    if not ok then return false, why end
+    local r = regs(cfg, problem)
+    if r > 255 then
+        return false, string.format("about %d registers per thread needed (255 allowed)", r)
+    end
+    return spec.check_smem(smem(cfg, problem), device)
+end
+
+-- How many CTAs of this configuration an SM holds at once (shared memory, and no more than the
+-- grid gives each SM).
+local function resident(cfg, problem, device, per_sm)
+    return math.min(per_sm, device.smem_per_sm // (smem(cfg, problem) + 1024))
+end
+
+-- la_fwd_sm90's choice (its family.lua has the measurements): the widest slice (64 columns) whose
+-- state and accumulators fit the registers while the grid covers half the SMs; two warpgroups
+-- over the same Q/K tiles when E holds two slices and the grid still covers the SMs; a third
+-- stage and PREFETCH when that costs no CTA its place on the SM; SPLIT_QK with two warpgroups
+-- when PREFETCH hides its barrier (here: P is published by the barrier after V_w, none is added),
+-- and at D = 256 where Q Kᵀ is the largest product. H200, bf16, D = E = 128, `lajit tune` over the
+-- whole space (docs/notes/families.md): the default is the winner at B·H = 8 (1.501 ms) and 32
+-- (0.407); at B·H = 128 it runs 0.3588 ms against the winner's 0.3545 (SPLIT_QK without PREFETCH).
+local function default(problem, device)
+    local bh = 1 << log2_bucket(problem.B * problem.H)
+    local cfg = { BLOCK = 64, TILE_V = 64, WGS = 1, STAGES = 2, PREFETCH = 0, SPLIT_QK = 0 }
+    while cfg.TILE_V > 16 and (cfg.TILE_V > problem.E or problem.E % cfg.TILE_V ~= 0) do
+        cfg.TILE_V = cfg.TILE_V // 2
+    end
+    while cfg.TILE_V > 16 and problem.E % (cfg.TILE_V // 2) == 0
+        and (2 * bh * (problem.E // cfg.TILE_V) < device.sms or regs(cfg, problem) > 255) do
+        cfg.TILE_V = cfg.TILE_V // 2
+    end
+    if problem.E % (2 * cfg.TILE_V) == 0 and bh * (problem.E // cfg.TILE_V) >= device.sms then
+        cfg.WGS = 2
+    end
+    local ctas = bh * (problem.E // (cfg.WGS * cfg.TILE_V))
+    local per_sm = (ctas + device.sms - 1) // device.sms
+    local deep = with(cfg, { STAGES = 3, PREFETCH = 1 })
+    if smem(deep, problem) <= device.smem_optin
+        and resident(deep, problem, device, per_sm) >= resident(cfg, problem, device, per_sm) then
+        cfg = deep
+    end
+    if cfg.WGS == 2 and (cfg.PREFETCH == 1 or problem.D >= 256) then
+        local split = with(cfg, { SPLIT_QK = 1 })
+        if smem(split, problem) <= device.smem_optin then cfg = split end
+    end
+    return cfg
+end
+
+return {
+    name = "fz",
+    op = "custom",
+    archs = { "sm_90a" },
+    dtypes = { "f16", "bf16" },
+    dynamic = { "B", "N" },              -- read from q's sizes at run time; H, D, E are baked
+
+    -- q, k, v, o are copied in 16-byte pieces of rows (cp.async, vector stores): unit last
+    -- stride, 16-byte aligned rows. g is read a float at a time (any strides: FLA's [B, N, H]
+    -- layout is a view), the states element by element.
+    args = {
+        { name = "q", dtype = "dtype", shape = { "B", "H", "N", "D" }, unit_stride = true, align = 16 },
+        { name = "k", dtype = "dtype", shape = { "B", "H", "N", "D" }, unit_stride = true, align = 16 },
+        { name = "v", dtype = "dtype", shape = { "B", "H", "N", "E" }, unit_stride = true, align = 16 },
+        { name = "g", dtype = "f32", shape = { "B", "H", "N" }, fill = { -0.1, 0 } },
+        { name = "h0", dtype = "f32", shape = { "B", "H", "D", "E" }, optional = true },
+        { name = "o", dtype = "dtype", shape = { "B", "H", "N", "E" }, output = true,
+          unit_stride = true, align = 16 },
+        { name = "ht", dtype = "f32", shape = { "B", "H", "D", "E" }, output = true, optional = true },
+        { name = "scale", scalar = "f32" },
+    },
+
+    params = {
+        BLOCK = { 64 },                  -- tokens per chunk: the M of one warpgroup's wgmma
+        TILE_V = { 16, 32, 64, 128 },    -- E columns per warpgroup
+        WGS = { 1, 2 },                  -- warpgroups per CTA, sharing the Q and K tiles
+        STAGES = { 2, 3 },               -- chunks in flight in the cp.async ring
+        PREFETCH = { 0, 1 },             -- Q Kᵀ of the next chunk issued during this chunk's tail
+        SPLIT_QK = { 0, 1 },             -- two warpgroups compute half of Q Kᵀ (and its mask) each, P shared
+    },
+
+    problems = {
+        { op = "custom", dtype = "bf16", B = 4, H = 32, N = 8192, D = 128, E = 128,
+          has_h0 = false, has_ht = false },
+        { op = "custom", dtype = "bf16", B = 4, H = 32, N = 8192, D = 64, E = 64,
+          has_h0 = false, has_ht = false },
+        { op = "custom", dtype = "f16", B = 2, H = 8, N = 2048, D = 128, E = 64,
+          has_h0 = true, has_ht = true },
+        { op = "custom", dtype = "bf16", B = 1, H = 8, N = 65536, D = 128, E = 128,
+          has_h0 = false, has_ht = true },
+    },
+
+    valid = valid,
+    default = default,
+
+    key = function(problem)
+        return string.format("%s_D%d_E%d_H%d%s%s_n%d_bh%d", problem.dtype, problem.D, problem.E,
+                             problem.H, problem.has_h0 and "_h0" or "", problem.has_ht and "_ht" or "",
+                             log2_bucket(math.max(problem.N, 1)), log2_bucket(problem.B * problem.H))
+    end,
+
+    launch = function(cfg, problem, device)
+        return {
+            grid = { problem.E // (cfg.WGS * cfg.TILE_V), "H", "B" },
+            block = { 128 * cfg.WGS, 1, 1 },
+            smem = smem(cfg, problem),
+            entry = "fz",
+        }
+    end,
+
+    -- What a compile may use (the compile sweep checks it): 255 registers (one CTA of at most
+    -- 256 threads per SM), and the dynamic shared memory launch() asks for (no static).
+    resources = function(cfg, problem, device)
+        return { regs = 255, smem = smem(cfg, problem) }
+    end,
+
+    source = function(cfg, problem, device)
+        return {
+            template = "fz/fwd.cu",
+            consts = {
+                ELEM = ELEM[problem.dtype],
+                H = problem.H,
+                D = problem.D,
+                E = problem.E,
+                HAS_H0 = spec.b(problem.has_h0),
+                HAS_HT = spec.b(problem.has_ht),
+                SMEM = smem(cfg, problem),
+            },
+        }
+    end,
+}
