@@ -343,6 +343,10 @@ const char *lj_read_custom_problem(lua_State *L, int idx, const lj_args_decl *d,
     int top = lua_gettop(L);
     idx = lua_absindex(L, idx);
     memset(p, 0, sizeof *p);
+    if (!lua_istable(L, idx)) {
+        snprintf(err, cap, "a problem is not a table");
+        return err;
+    }
     p->op = LJ_OP_CUSTOM;
     p->decl = d;
     p->T = 1;

@@ -305,6 +305,7 @@ LJ_TEST(bad_custom_declarations_are_refused_at_load)
         {CUSTOM "s.dtypes = {}", "dtypes must list 1 to 3"},
         {CUSTOM "s.problems = { { B = 0, N = 64 } }", "problems[1]: problem.B must be an integer"},
         {CUSTOM "s.problems = { { B = 2 } }", "problems[1]: problem.N must be an integer"},
+        {CUSTOM "s.problems = { { B = 2, N = 64 }, 7 }", "problems[2]: a problem is not a table"},
         {CUSTOM "s.problems = { { B = 2, N = 64, has_w = 3 } }", "problem.has_w must be a boolean"},
         {CUSTOM "s.dtypes = { 'f16' } s.problems = { { dtype = 'bf16', B = 2, N = 64 } }",
          "problem.dtype must be one of the family's dtypes"},
