@@ -145,7 +145,7 @@ static lajit_status check_tensor(lj_env *env, const char *family, const lj_arg_d
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                             "%s: %s's last stride is %lld; the family needs 1", family, a->name,
                             st);
-        if (n > 1 && st != 1 && (st * esize) % align)
+        if (n > 1 && st != 1 && st % (align / esize)) /* both powers of two, align >= esize */
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                             "%s: %s's stride %d (%lld elements) is not a multiple of %lld bytes",
                             family, a->name, i, st, align);

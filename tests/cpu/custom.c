@@ -344,6 +344,11 @@ LJ_TEST(launch_refuses_what_the_declaration_does_not_allow)
     u.tx.strides = strides;
     ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
     ASSERT_CONTAINS(lajit_errmsg(ctx), "x's last stride is 2; the family needs 1");
+    /* A stride whose byte offset overflows: refused, not wrapped. */
+    int64_t huge[2] = {(int64_t)1 << 61, 1};
+    u.tx.strides = huge;
+    ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "x spans more than 2^62 bytes");
     u.tx.strides = NULL;
     int64_t wshape[1] = {999};
     u.tw.shape = wshape;
