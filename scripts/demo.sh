@@ -20,6 +20,10 @@ echo "   $(( ($(date +%s%N) - start) / 1000000 )) ms"
 echo
 "$lajit" cache verify
 echo
+echo "== a family from outside the library (examples/families: op custom, lajit_launch)"
+root=$(cd "$(dirname "$0")/.." && pwd)
+LAJIT_FAMILY_PATH="$root/examples/families" "$lajit" compile simple_gla_fwd --arch sm_90a
+echo
 if "$lajit" info | grep -q '^device 0'; then
     echo "== GPU present: each op on random data against the float64 reference (error, time)"
     ctest --test-dir "$build" -L gpu -V 2>&1 | grep -E "rel L2|Passed|Failed|\.c:[0-9]+:"
