@@ -19,7 +19,8 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # The main job: compile every built-in family for four archs (twice: the second run is served
-# from the disk cache), and on a machine with a GPU run each op against the reference.
+# from the disk cache) and the example family from outside the library, and on a machine with a
+# GPU run each op against the reference.
 demo: build
 	bash scripts/demo.sh $(BUILD)
 
