@@ -133,17 +133,19 @@ static lajit_status add_folder(lajit_ctx *ctx, const char *dir, int override)
     return st;
 }
 
-/* Lists the folders of path into ctx->outside; on failure what this call added is taken back. */
+/* Lists the folders of path into ctx->outside (the caller takes back what was added when this
+ * fails). */
 static lajit_status scan(lajit_ctx *ctx, const char *path, int override)
 {
-    int before = ctx->n_outside;
     lajit_status st = LAJIT_OK;
     for (const char *c = path; *c && st == LAJIT_OK;) {
         size_t n = strcspn(c, ":");
         if (n > 0) {
             char *dir = lj_malloc(&ctx->env, n + 1);
-            if (!dir)
-                return lj_oom(&ctx->env);
+            if (!dir) {
+                st = lj_oom(&ctx->env);
+                break;
+            }
             memcpy(dir, c, n);
             dir[n] = 0;
             st = add_folder(ctx, dir, override);
@@ -151,9 +153,6 @@ static lajit_status scan(lajit_ctx *ctx, const char *path, int override)
         }
         c += n + (c[n] == ':');
     }
-    if (st != LAJIT_OK)
-        while (ctx->n_outside > before)
-            lj_free(&ctx->env, ctx->outside[--ctx->n_outside].dir);
     return st;
 }
 
@@ -166,8 +165,6 @@ LAJIT_API lajit_status lajit_ctx_add_families(lajit_ctx *ctx, const char *path)
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "lajit_ctx_add_families: no path");
     int before = ctx->n_outside;
     lajit_status st = scan(ctx, path, (ctx->flags & LAJIT_CTX_FAMILY_OVERRIDE) != 0);
-    if (st != LAJIT_OK)
-        return st;
     /* A built-in the context has loaded already cannot be replaced any more: its plans and
      * spec are in use. */
     for (int i = before; i < ctx->n_outside && st == LAJIT_OK; i++)
@@ -177,7 +174,8 @@ LAJIT_API lajit_status lajit_ctx_add_families(lajit_ctx *ctx, const char *path)
                               "family path: %s/%s would replace the built-in %s, which this "
                               "context has used already: add the folder before using it",
                               ctx->outside[i].dir, ctx->outside[i].name, ctx->outside[i].name);
-    /* A Lua state made already reads the new families from now on. */
+    /* A Lua state made already reads the new families from now on. On any failure above or
+     * here, what this call added is taken back. */
     for (int i = before; i < ctx->n_outside && st == LAJIT_OK && ctx->lua; i++)
         st = lj_lua_add_family_root(ctx->lua, ctx->outside[i].name, ctx->outside[i].dir);
     if (st != LAJIT_OK) {

@@ -21,18 +21,6 @@
 #include "plan_build.h"
 #include "tensor.h"
 
-/* The family, loaded on first use. Its index stays the same for the context's life. */
-static lajit_status find_family(lajit_ctx *ctx, const char *name, lj_family **out)
-{
-    for (int i = 0; i < ctx->n_families; i++) {
-        if (strcmp(lj_family_name(ctx->families[i]), name) == 0) {
-            *out = ctx->families[i];
-            return LAJIT_OK;
-        }
-    }
-    return lajit__ctx_family(ctx, name, out);
-}
-
 /* The declared argument named name of kind tensor (want_tensor) or scalar, trying `hint` (the
  * caller's position) first; -1 when there is none. */
 static int match(const lj_args_decl *d, const char *name, int want_tensor, int hint)
@@ -63,25 +51,6 @@ static void names_of(const lj_args_decl *d, int tensors, char *out, size_t cap)
         snprintf(out, cap, "none");
 }
 
-static int elem_of(DLDataType dt, lj_elem *out)
-{
-    if (dt.lanes != 1)
-        return 0;
-    if (dt.code == kDLFloat && dt.bits == 32)
-        *out = LJ_ELEM_F32;
-    else if (dt.code == kDLFloat && dt.bits == 16)
-        *out = LJ_ELEM_F16;
-    else if (dt.code == kDLBfloat && dt.bits == 16)
-        *out = LJ_ELEM_BF16;
-    else if (dt.code == kDLInt && dt.bits == 32)
-        *out = LJ_ELEM_I32;
-    else if (dt.code == kDLInt && dt.bits == 64)
-        *out = LJ_ELEM_I64;
-    else
-        return 0;
-    return 1;
-}
-
 /* Checks tensor t against declaration a (the problem's dtype known), binds the symbols its
  * shape names that are not yet known, and fills v. */
 static lajit_status check_tensor(lj_env *env, const char *family, const lj_arg_decl *a,
@@ -94,7 +63,7 @@ static lajit_status check_tensor(lj_env *env, const char *family, const lj_arg_d
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                         "%s: %s is not CUDA memory (device_type %d)", family, a->name,
                         (int)t->device.device_type);
-    if (!elem_of(t->dtype, &got) || got != want)
+    if (!lj_tensor_elem(t->dtype, &got) || got != want)
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s: %s is %s; expected %s%s", family,
                         a->name, lj_tensor_dtype_name(t->dtype), lj_elem_name(want),
                         a->elem == LJ_ELEM_PROBLEM ? " (the problem's dtype)" : "");
@@ -187,7 +156,7 @@ LAJIT_API lajit_status lajit_launch(lajit_ctx *ctx, const lajit_launch_args *a)
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                         "%s: a count is nonzero but its array is NULL", fam);
     lj_family *f;
-    lajit_status st = find_family(ctx, fam, &f);
+    lajit_status st = lajit__ctx_family(ctx, fam, &f); /* a table probe once loaded */
     if (st != LAJIT_OK)
         return st;
     const lj_args_decl *d = lj_family_args(f);
@@ -261,7 +230,7 @@ LAJIT_API lajit_status lajit_launch(lajit_ctx *ctx, const lajit_launch_args *a)
     for (int i = 0; i < d->n_args && !have_dtype; i++) {
         lj_elem e;
         if (d->arg[i].kind == LJ_ARG_TENSOR && d->arg[i].elem == LJ_ELEM_PROBLEM && given[i] &&
-            elem_of(given[i]->dtype, &e) && e <= LJ_ELEM_BF16) {
+            lj_tensor_elem(given[i]->dtype, &e) && e <= LJ_ELEM_BF16) {
             p.dtype = (lj_dtype)e;
             have_dtype = 1;
         }

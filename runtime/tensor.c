@@ -46,7 +46,23 @@ const char *lj_tensor_dtype_name(DLDataType dt)
         case LJ_BF16: return "bfloat16";
         case DT_INT32: return "int32";
     }
+    if (dt.lanes == 1 && dt.code == kDLInt && dt.bits == 64)
+        return "int64";
     return "unsupported";
+}
+
+int lj_tensor_elem(DLDataType dt, lj_elem *out)
+{
+    int c = classify(dt);
+    if (c == LJ_F32 || c == LJ_F16 || c == LJ_BF16)
+        *out = (lj_elem)c; /* lj_elem's float values are lj_dtype's */
+    else if (c == DT_INT32)
+        *out = LJ_ELEM_I32;
+    else if (dt.lanes == 1 && dt.code == kDLInt && dt.bits == 64)
+        *out = LJ_ELEM_I64;
+    else
+        return 0;
+    return 1;
 }
 
 /* "float32 or bfloat16" for a mask. */

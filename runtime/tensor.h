@@ -72,7 +72,10 @@ int lj_tensor_same_memory(const DLTensor *a, const DLTensor *b);
  * smaller ones. */
 lajit_status lj_tensor_check_writable(lj_env *env, const char *name, const DLTensor *t);
 
-/* "float32", "float16", "bfloat16", "int32", or "unsupported". */
+/* The element type of dt as a custom family declares them (lj_elem: f32, f16, bf16, i32, i64);
+ * 0 for any other. */
+int lj_tensor_elem(DLDataType dt, lj_elem *out);
+/* "float32", "float16", "bfloat16", "int32", "int64", or "unsupported". */
 const char *lj_tensor_dtype_name(DLDataType dt);
 
 #endif
