@@ -163,11 +163,20 @@ static void fill_values(unsigned char *dst, size_t bytes, lj_dtype dt, float lo,
 }
 
 /* Fills the host image of one set: offsets in layout order q, k, v, o, s, s0, sn, step. */
-static void set_offsets(const lj_dense_layout *l, size_t off[8], size_t *total)
+/* The buffers of a layout in lj_dense_layout's order. */
+static void layout_sizes(const lj_dense_layout *l, size_t sizes[LJ_DENSE_BUFFERS])
 {
-    const size_t sizes[8] = {l->q, l->k, l->v, l->o, l->s, l->s0, l->sn, l->step_states};
+    const size_t s[LJ_DENSE_BUFFERS] = {l->q,  l->k,           l->v, l->o,   l->s,  l->s0,
+                                        l->sn, l->step_states, l->x, l->dsn, l->ws, l->ds};
+    memcpy(sizes, s, sizeof s);
+}
+
+static void set_offsets(const lj_dense_layout *l, size_t off[LJ_DENSE_BUFFERS], size_t *total)
+{
+    size_t sizes[LJ_DENSE_BUFFERS];
+    layout_sizes(l, sizes);
     size_t at = 0;
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < LJ_DENSE_BUFFERS; i++) {
         off[i] = at;
         at += round_up(sizes[i]);
     }
@@ -241,7 +250,7 @@ static void make_host_image(bench *b)
         }
         return;
     }
-    size_t off[8], total;
+    size_t off[LJ_DENSE_BUFFERS], total;
     set_offsets(&b->layout, off, &total);
     uint64_t seed = 0x9e3779b97f4a7c15ull;
     memset(b->host, 0, total);
@@ -251,6 +260,8 @@ static void make_host_image(bench *b)
     fill_values(b->host + off[2], b->layout.v, dt, -0.5f, 1.0f, &seed);
     fill_values(b->host + off[4], b->layout.s, LJ_F32, 0.05f, 0.5f, &seed);
     fill_values(b->host + off[5], b->layout.s0, LJ_F32, -0.01f, 0.02f, &seed);
+    fill_values(b->host + off[8], b->layout.x, dt, -0.5f, 1.0f, &seed);
+    fill_values(b->host + off[9], b->layout.dsn, LJ_F32, -0.01f, 0.02f, &seed);
 }
 
 static void make_params(bench *b, int i)
@@ -259,15 +270,15 @@ static void make_params(bench *b, int i)
         make_custom_args(b, i);
         return;
     }
-    size_t off[8], total;
+    size_t off[LJ_DENSE_BUFFERS], total, sizes[LJ_DENSE_BUFFERS];
     set_offsets(&b->layout, off, &total);
+    layout_sizes(&b->layout, sizes);
     unsigned long long base = (unsigned long long)b->sets[i];
-    const size_t sizes[8] = {b->layout.q, b->layout.k,  b->layout.v,  b->layout.o,
-                             b->layout.s, b->layout.s0, b->layout.sn, b->layout.step_states};
-    unsigned long long ptr[8];
-    for (int k = 0; k < 8; k++)
+    unsigned long long ptr[LJ_DENSE_BUFFERS];
+    for (int k = 0; k < LJ_DENSE_BUFFERS; k++)
         ptr[k] = sizes[k] ? base + off[k] : 0;
-    lj_dense_buffers buf = {ptr[0], ptr[1], ptr[2], ptr[3], ptr[4], ptr[5], ptr[6], ptr[7]};
+    lj_dense_buffers buf = {ptr[0], ptr[1], ptr[2], ptr[3], ptr[4],  ptr[5],
+                            ptr[6], ptr[7], ptr[8], ptr[9], ptr[10], ptr[11]};
     lj_params_dense(b->p, &buf, 1.0f, &b->params[i]);
 }
 
@@ -570,7 +581,7 @@ lajit_status lj_search_run(lj_env *env, lj_lua *L, lj_family *f, lj_cache *cache
             goto done;
         }
     } else {
-        size_t off[8];
+        size_t off[LJ_DENSE_BUFFERS];
         set_offsets(&layout, off, &b.set_bytes);
     }
     if (!(b.host = lj_malloc(env, b.set_bytes))) {

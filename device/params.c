@@ -3,6 +3,7 @@
  * layout expressed by swapping the last two strides. */
 #include "params.h"
 
+#include <stdint.h>
 #include <string.h>
 
 static size_t elem_size(lj_dtype dt)
@@ -27,12 +28,39 @@ static lj_problem scan_of(const lj_problem *p)
     return sp;
 }
 
+size_t lj_ds_workspace_bytes(long long nseq, long long H, long long E)
+{
+    if (nseq <= 0 || H <= 0 || E <= 0)
+        return 0;
+    size_t n, bytes;
+    if (__builtin_mul_overflow((uint64_t)nseq, (uint64_t)H, &n) ||
+        __builtin_mul_overflow(n, (uint64_t)(E / 16 + (E % 16 != 0)), &n) ||
+        __builtin_mul_overflow(n, (size_t)4, &bytes) ||
+        __builtin_add_overflow(bytes, (size_t)15 + 16, &bytes))
+        return SIZE_MAX;
+    return 16 + ((bytes - 16) & ~(size_t)15);
+}
+
+/* The dq pass that also computes ds (la_bwd_sm90's part 0 with want_ds). */
+static int dq_with_ds(const lj_problem *p)
+{
+    return p->op == LJ_OP_BWD && p->part == 0 && p->want_ds;
+}
+
 lajit_status lj_dense_layout_of(lj_env *env, const lj_problem *p, lj_dense_layout *out)
 {
     memset(out, 0, sizeof *out);
     if (p->op == LJ_OP_BWD && !p->varlen && p->part >= 0 && p->part <= 2) {
         lj_problem sp = scan_of(p);
-        return lj_dense_layout_of(env, &sp, out);
+        lajit_status st = lj_dense_layout_of(env, &sp, out);
+        if (st == LAJIT_OK && dq_with_ds(p)) {
+            size_t el = elem_size(p->dtype), B = (size_t)p->B, H = (size_t)p->H;
+            out->x = B * H * (size_t)p->N * (size_t)p->D * el;
+            out->dsn = p->has_dsn ? B * H * (size_t)p->D * (size_t)p->E * 4 : 0;
+            out->ws = lj_ds_workspace_bytes(p->B, p->H, p->E);
+            out->ds = H * 4;
+        }
+        return st;
     }
     if (p->varlen || p->op == LJ_OP_BWD)
         return lj_error(env, LAJIT_ERR_UNSUPPORTED,
@@ -77,6 +105,19 @@ void lj_params_dense(const lj_problem *p, const lj_dense_buffers *b, float scale
     if (p->op == LJ_OP_BWD) {
         lj_problem sp = scan_of(p);
         lj_params_dense(&sp, b, scale, lp);
+        if (dq_with_ds(p)) { /* as runtime/roles.c hands them: q as x, dS_N transposed */
+            long long H = p->H, N = p->N, D = p->D;
+            lp->x = dense4(b->x, H * N * D, N * D, D, 1);
+            if (p->has_dsn) {
+                la_tensor4 t = state4(b->dsn, p);
+                long long s2 = t.s2;
+                t.s2 = t.s3;
+                t.s3 = s2;
+                lp->dsn = t;
+            }
+            lp->workspace = b->ws;
+            lp->dsdecay = b->ds;
+        }
         return;
     }
     memset(lp, 0, sizeof *lp);

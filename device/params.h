@@ -6,22 +6,32 @@
  * path): forward q, k [B,H,N,D], v, o [B,H,N,E], states [B,H,D,E] ([B,H,E,D] with vk); decode
  * q, k [B,H,D] (T = 1) or [B,T,H,D], v, o likewise with E, state pool [B,H,D,E] updated in
  * place, step_states [B,T,H,D,E]; the backward's dq, dv and dk passes (part 0..2) as the forward
- * scans they are. Varlen and the backward's ds pass are not covered. */
+ * scans they are, the dq pass that also computes ds (part 0 with want_ds: the op's q as x
+ * [B,H,N,D], dS_N, the workspace and ds [H]) included. Varlen and the separate ds pass (part 3)
+ * are not covered. */
 #ifndef LAJIT_PARAMS_H
 #define LAJIT_PARAMS_H
 
 #include "family.h"
 #include "la_params.h"
 
-/* Bytes of each buffer a problem needs (0: not used). s: the decay rates, float32 [H]. */
+/* Bytes of each buffer a problem needs (0: not used). s: the decay rates, float32 [H]; x, dsn,
+ * ws and ds: the dq pass with ds (the workspace must start zeroed: its kernels leave it so). */
 typedef struct lj_dense_layout {
-    size_t q, k, v, o, s, s0, sn, step_states;
+    size_t q, k, v, o, s, s0, sn, step_states, x, dsn, ws, ds;
 } lj_dense_layout;
+#define LJ_DENSE_BUFFERS 12
 
 /* Device addresses of those buffers (unused ones 0). */
 typedef struct lj_dense_buffers {
-    unsigned long long q, k, v, o, s, s0, sn, step_states;
+    unsigned long long q, k, v, o, s, s0, sn, step_states, x, dsn, ws, ds;
 } lj_dense_buffers;
+
+/* Bytes of the backward's ds workspace for nseq sequences of H heads with value width E: a
+ * ticket counter (16 bytes), then one fp32 share per (sequence, head, slice of >= 16 columns),
+ * rounded up to 16 bytes; SIZE_MAX when that overflows, 0 for an empty problem. The one copy of
+ * this rule (lajit_attn_bwd_workspace_size returns it). */
+size_t lj_ds_workspace_bytes(long long nseq, long long H, long long E);
 
 /* The sizes for p; LAJIT_ERR_UNSUPPORTED for varlen problems and the ds pass. */
 lajit_status lj_dense_layout_of(lj_env *env, const lj_problem *p, lj_dense_layout *out);

@@ -191,8 +191,9 @@ typedef struct lj_grid_dim {
 typedef struct lj_launch {
     lj_grid_dim grid[3];
     unsigned block[3];
-    unsigned smem;  /* dynamic shared memory bytes */
-    char entry[64]; /* extern "C" kernel name */
+    unsigned smem;   /* dynamic shared memory bytes */
+    char entry[64];  /* extern "C" kernel name */
+    unsigned covers; /* bit per part of a multi-pass op that this kernel also computes */
 } lj_launch;
 
 typedef struct lj_family lj_family;

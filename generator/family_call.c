@@ -442,6 +442,31 @@ static int read_launch(lua_State *L, int r, call_rec *rec)
     }
     memcpy(l->entry, entry, n + 1);
     lua_settop(L, top);
+    /* covers: the parts of a multi-pass op this kernel also computes (the op skips them). */
+    l->covers = 0;
+    t = lj_rawgetfield(L, r, "covers");
+    if (t == LUA_TTABLE) {
+        lua_Integer count = (lua_Integer)lua_rawlen(L, -1);
+        for (lua_Integer i = 1; i <= count && count <= 32; i++) {
+            long long part = -1;
+            lua_rawgeti(L, top + 1, i);
+            ok = get_int(L, -1, 0, 31, &part);
+            lua_settop(L, top + 1);
+            if (!ok)
+                break;
+            l->covers |= 1u << part;
+        }
+        if (!ok || count > 32) {
+            snprintf(rec->err, sizeof rec->err, "covers must be a list of parts from 0 to 31");
+            lua_settop(L, top);
+            return 0;
+        }
+    } else if (t != LUA_TNIL) {
+        snprintf(rec->err, sizeof rec->err, "covers must be a list of parts from 0 to 31");
+        lua_settop(L, top);
+        return 0;
+    }
+    lua_settop(L, top);
     return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "op_args.h"
+#include "params.h"
 #include "plan_build.h"
 
 /* ---- Forward -------------------------------------------------------------------------------- */
@@ -48,25 +49,16 @@ LAJIT_API lajit_status lajit_attn_fwd(lajit_ctx *ctx, const lajit_attn_fwd_args 
     if ((st = lj_seq_finish(ctx, io, (int)(sizeof io / sizeof io[0]), "final_state",
                             "initial_state", &sh, P, a->scale, a->stream, &p, &lp)) != LAJIT_OK)
         return st;
-    return lj_op_launch(ctx, a->family, &p, &lp, a->stream);
+    return lj_op_launch(ctx, a->family, &p, &lp, a->stream, NULL);
 }
 
 /* ---- Backward ------------------------------------------------------------------------------- */
 
-/* A ticket counter, then one fp32 partial per (sequence, head, slice of >= 16 columns), rounded
- * up to 16 bytes. SIZE_MAX when that does not fit in size_t (no such call can be served:
- * lajit_attn_bwd refuses it). */
+/* device/params.c has the rule (the tuner sizes its workspace by it too). SIZE_MAX when that
+ * does not fit in size_t (no such call can be served: lajit_attn_bwd refuses it). */
 LAJIT_API size_t lajit_attn_bwd_workspace_size(int64_t nseq, int64_t H, int64_t E)
 {
-    if (nseq <= 0 || H <= 0 || E <= 0)
-        return 0;
-    size_t n, bytes;
-    if (__builtin_mul_overflow((uint64_t)nseq, (uint64_t)H, &n) ||
-        __builtin_mul_overflow(n, (uint64_t)(E / 16 + (E % 16 != 0)), &n) ||
-        __builtin_mul_overflow(n, (size_t)4, &bytes) ||
-        __builtin_add_overflow(bytes, (size_t)15 + 16, &bytes))
-        return SIZE_MAX;
-    return 16 + ((bytes - 16) & ~(size_t)15);
+    return lj_ds_workspace_bytes(nseq, H, E);
 }
 
 /* The ds workspace: the caller's (float32 or int32 [n], 4n >= bytes) or the context's own,
@@ -182,18 +174,21 @@ LAJIT_API lajit_status lajit_attn_bwd(lajit_ctx *ctx, const lajit_attn_bwd_args 
 
     /* The passes as the family spec declares them (its `roles`: templates/la_bwd/family.lua):
      * each pass's problem keeps only the flags its kernel uses, so identical kernels share one
-     * plan and one tuning bucket, and its kernel receives the op's tensors in the roles named. */
+     * plan and one tuning bucket, and its kernel receives the op's tensors in the roles named. A
+     * kernel may compute a later pass's part too (la_bwd_sm90's dq pass computes ds: its launch
+     * `covers` it); that pass is then skipped. */
     const lj_roles *roles;
     if ((st = lj_op_roles(ctx, a->family, LJ_OP_BWD, &roles)) != LAJIT_OK)
         return st;
+    unsigned done = 0;
     for (int i = 0; i < roles->n; i++) {
         const lj_pass_role *r = &roles->pass[i];
         lj_problem pp;
-        if (!lj_roles_problem(r, &p, &pp))
+        if (!lj_roles_problem(r, &p, &pp) || (r->part < 32 && (done >> r->part) & 1u))
             continue;
         la_params sp;
         lj_roles_params(r, &lp, &sp);
-        if (r->ticket) {
+        if (r->ticket && pp.want_ds) {
             if (!lp.workspace)
                 return lj_error(env, LAJIT_ERR_TEMPLATE,
                                 "a pass with a ticket needs the workspace");
@@ -202,8 +197,10 @@ LAJIT_API lajit_status lajit_attn_bwd(lajit_ctx *ctx, const lajit_attn_bwd_args 
             if (cr != CUDA_SUCCESS)
                 return lj_driver_error(env, ctx->device.drv, cr, "cuMemsetD32Async (ds ticket)");
         }
-        if ((st = lj_op_launch(ctx, a->family, &pp, &sp, a->stream)) != LAJIT_OK)
+        unsigned covers = 0;
+        if ((st = lj_op_launch(ctx, a->family, &pp, &sp, a->stream, &covers)) != LAJIT_OK)
             return st;
+        done |= covers;
     }
     return LAJIT_OK;
 }
@@ -352,5 +349,5 @@ LAJIT_API lajit_status lajit_attn_decode(lajit_ctx *ctx, const lajit_attn_decode
         if (st != LAJIT_OK)
             return st;
     }
-    return lj_op_launch(ctx, a->family, &p, &lp, a->stream);
+    return lj_op_launch(ctx, a->family, &p, &lp, a->stream, NULL);
 }

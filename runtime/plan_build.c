@@ -284,7 +284,7 @@ lajit_status lj_plan_get(lajit_ctx *ctx, const char *family, const lj_problem *p
 }
 
 lajit_status lj_op_launch(lajit_ctx *ctx, const char *family, const lj_problem *p,
-                          const la_params *lp, void *stream)
+                          const la_params *lp, void *stream, unsigned *covers)
 {
     lj_env *env = &ctx->env;
     const lj_plan *plan = NULL;
@@ -307,6 +307,8 @@ lajit_status lj_op_launch(lajit_ctx *ctx, const char *family, const lj_problem *
                        plan->launch.smem, (CUstream)stream, kernel_args, NULL);
     if (r != CUDA_SUCCESS)
         return lj_driver_error(env, ctx->device.drv, r, "cuLaunchKernel");
+    if (covers)
+        *covers = plan->launch.covers;
     return LAJIT_OK;
 }
 

@@ -11,9 +11,10 @@
 
 /* Finds (hot path: a table probe, no allocation, no Lua) or builds (first call of a bucket) the
  * plan of p with the named family (NULL: the op's defaults) and launches it with lp on stream.
- * Errors name the family and the problem. */
+ * *covers (when not NULL) receives the parts of a multi-pass op the kernel also computed (its
+ * spec's launch `covers`). Errors name the family and the problem. */
 lajit_status lj_op_launch(lajit_ctx *ctx, const char *family, const lj_problem *p,
-                          const la_params *lp, void *stream);
+                          const la_params *lp, void *stream, unsigned *covers);
 
 /* The plan of p's bucket with the named family (NULL: the op's defaults): found (a table probe)
  * or built. *out is owned by ctx. */

@@ -23,10 +23,11 @@ static const struct {
 };
 #define N_TENSORS ((int)(sizeof tensors / sizeof tensors[0]))
 
-static const char *const slot_names[LJ_N_SLOTS] = {"q", "k", "v", "o", "s0", "sn"};
+static const char *const slot_names[LJ_N_SLOTS] = {"q", "k", "v", "o", "s0", "sn", "x", "dsn"};
 static const size_t slot_offsets[LJ_N_SLOTS] = {offsetof(la_params, q),  offsetof(la_params, k),
                                                 offsetof(la_params, v),  offsetof(la_params, o),
-                                                offsetof(la_params, s0), offsetof(la_params, sn)};
+                                                offsetof(la_params, s0), offsetof(la_params, sn),
+                                                offsetof(la_params, x),  offsetof(la_params, dsn)};
 
 static const struct {
     const char *name;
@@ -122,6 +123,7 @@ static int read_roles(lua_State *L)
         r->all = boolean_field(L, t, "all");
         r->ticket = boolean_field(L, t, "ticket");
         r->swap_de = boolean_field(L, t, "swap_de");
+        r->ds = boolean_field(L, t, "ds");
         r->keep = name_list(L, t, "flags", flag_bit);
         r->when = name_list(L, t, "when", flag_bit);
         r->transpose = name_list(L, t, "transpose", slot_bit);
@@ -185,7 +187,8 @@ void lj_roles_params(const lj_pass_role *r, const la_params *lp, la_params *out)
     /* A scan sees only what its roles hand it: every op tensor cleared, then the slots filled. */
     for (int i = 0; i < N_TENSORS; i++)
         memset((char *)out + tensors[i].offset, 0, sizeof(la_tensor4));
-    out->dsdecay = out->workspace = 0;
+    if (!r->ds)
+        out->dsdecay = out->workspace = 0;
     for (int s = 0; s < LJ_N_SLOTS; s++) {
         if (r->slot[s] < 0)
             continue;

@@ -13,7 +13,17 @@
 #define LJ_MAX_PASSES 8
 
 /* The kernel arguments a pass fills (la_params fields). */
-enum { LJ_SLOT_Q, LJ_SLOT_K, LJ_SLOT_V, LJ_SLOT_O, LJ_SLOT_S0, LJ_SLOT_SN, LJ_N_SLOTS };
+enum {
+    LJ_SLOT_Q,
+    LJ_SLOT_K,
+    LJ_SLOT_V,
+    LJ_SLOT_O,
+    LJ_SLOT_S0,
+    LJ_SLOT_SN,
+    LJ_SLOT_X,   /* an extra sequence operand (the dq pass that also computes ds: the op's q) */
+    LJ_SLOT_DSN, /* the gradient of the final state, read (that pass's last term of ds) */
+    LJ_N_SLOTS
+};
 
 /* The problem flags a pass may keep or require (the others of these are cleared in its problem,
  * so passes whose kernels are the same share a plan and a tuning bucket). */
@@ -25,7 +35,9 @@ enum { LJ_SLOT_Q, LJ_SLOT_K, LJ_SLOT_V, LJ_SLOT_O, LJ_SLOT_S0, LJ_SLOT_SN, LJ_N_
 typedef struct lj_pass_role {
     int part;      /* the problem's part: which kernel of the family */
     int all;       /* the kernel takes la_params as the op filled them */
-    int ticket;    /* zero the workspace's first word (a ticket counter) before it */
+    int ticket;    /* zero the workspace's first word (a ticket counter) before it, when the
+                      pass's problem wants ds */
+    int ds;        /* the kernel keeps the op's ds output and workspace (it may compute ds) */
     int swap_de;   /* the kernel's D, E are the op's E, D */
     unsigned keep; /* LJ_ROLE_* flags kept from the op's problem */
     unsigned when; /* LJ_ROLE_* flags the op's problem must have for the pass to run */

@@ -28,6 +28,9 @@ typedef struct la_params {
     la_tensor4 dsn; /* backward: gradient of the final state (read) */
     /* Decode: optional per-step states [B, T, H, D, E] flattened as (b*T + step, h, d, e). */
     la_tensor4 step_states;
+    /* A pass's extra sequence operand, [B, H, N, D]: the backward's dq pass that also computes
+     * ds reads the op's q here (templates/la_bwd/family.lua's roles). */
+    la_tensor4 x;
     unsigned long long decay;      /* float [H]: s_h >= 0, 0 when no decay */
     unsigned long long dsdecay;    /* float [H]: gradient of s (written), 0 when not wanted */
     unsigned long long cu_seqlens; /* int [nseq + 1], 0 when not varlen */

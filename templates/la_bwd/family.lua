@@ -89,10 +89,15 @@ return {
     -- swap_de: the scan's D and E are the op's E and D; flags: the problem flags the kernel
     -- depends on (the others are cleared, so identical kernels share a plan and a bucket);
     -- when: flags the call must have for the pass to run; all: the kernel takes every tensor as
-    -- the op received it; ticket: the workspace's ticket counter is zeroed first.
+    -- the op received it; ticket: the workspace's ticket counter is zeroed first when the pass
+    -- wants ds; ds: the kernel keeps the op's ds output and workspace. The dq pass also hands
+    -- on q (as x) and dS_N: a family whose dq kernel computes ds beside dq (la_bwd_sm90) says so
+    -- by its launch's `covers = { 3 }`, and the op then skips part 3; this family's dq kernel
+    -- ignores them.
     roles = {
-        { part = 0, q = "dout", k = "v", v = "k", o = "dq", s0 = "s0", transpose = { "s0" },
-          swap_de = true, flags = { "has_initial" } },                  -- dq = σ dO Sᵀ
+        { part = 0, q = "dout", k = "v", v = "k", o = "dq", s0 = "s0", x = "q", dsn = "dsn",
+          transpose = { "s0", "dsn" }, swap_de = true, ds = true, ticket = true,
+          flags = { "has_initial", "has_dsn", "want_ds" } },            -- dq = σ dO Sᵀ (and ds)
         { part = 1, q = "k", k = "q", v = "dout", o = "dv", s0 = "dsn", sn = "ds0",
           flags = { "has_final", "has_dsn" } },                         -- dv, reversed, dS₀
         { part = 2, q = "v", k = "dout", v = "q", o = "dk", s0 = "dsn", transpose = { "s0" },
@@ -137,12 +142,14 @@ return {
         return scan.default(scan_problem(problem), device)
     end,
 
+    -- (dq's kernel here does not read dS_N nor compute ds, so part 0's bucket ignores both.)
     key = function(problem)
+        local dsn = problem.has_dsn and problem.part ~= 0
         return string.format("%s_%s_D%d_E%d_%s%s%s%s%s%s_n%d_bh%d", PARTS[problem.part] or "?",
                              problem.dtype, problem.D, problem.E,
                              problem.decay and "decay" or "nodecay",
                              problem.has_initial and "_s0" or "", problem.has_final and "_ds0" or "",
-                             problem.has_dsn and "_dsn" or "", problem.varlen and "_varlen" or "",
+                             dsn and "_dsn" or "", problem.varlen and "_varlen" or "",
                              problem.vk and "_vk" or "", log2_bucket(math.max(problem.N, 1)),
                              log2_bucket(problem.B * problem.H))
     end,

@@ -4,7 +4,10 @@
 -- validity and the same default heuristic as la_fwd_sm90, applied to each scan's own shape (dq and
 -- dk swap D and E). The decay gradient (part 3) is not a scan: the op takes it from la_bwd, as it
 -- takes every part this family does not serve (another arch, fp32, a scan D that is not a multiple
--- of 64).
+-- of 64). Except that the dq pass computes it too when it is wanted (la_fwd_sm90/fwd.cu's DS:
+-- Y beside S, two more products per chunk, one more input read), and its launch says it
+-- `covers` part 3, which the op then skips; la_bwd's walk remains for what this family does not
+-- serve.
 
 local fwd = import("la_fwd_sm90/family.lua")
 local bwd = import("la_bwd/family.lua")
@@ -21,6 +24,11 @@ local function scan_problem(problem)
     sp.op = "fwd"
     sp.has_initial = (part == 0 and problem.has_initial) or (part ~= 0 and problem.has_dsn) or false
     sp.has_final = (part == 1 and problem.has_final) or false
+    -- The dq pass with ds: its kernel reads dS_N (for ds's last term) and writes one share per
+    -- CTA into the op's workspace (lajit_attn_bwd_workspace_size: E / 16 per sequence and head).
+    sp.ds = part == 0 and problem.want_ds or false
+    sp.has_dsn = sp.ds and problem.has_dsn or false
+    sp.ds_slots = (problem.E + 15) // 16
     return sp
 end
 
@@ -34,6 +42,10 @@ return {
     params = fwd.params,
 
     problems = {
+        { op = "bwd", part = 0, dtype = "bf16", B = 4, H = 32, N = 8192, D = 128, E = 128,
+          decay = true, has_initial = true, has_dsn = true, want_ds = true },
+        { op = "bwd", part = 0, dtype = "f16", B = 2, H = 8, N = 2048, D = 64, E = 192,
+          decay = true, has_dsn = true, want_ds = true, varlen = true, vk = true },
         { op = "bwd", part = 1, dtype = "bf16", B = 4, H = 32, N = 8192, D = 128, E = 128,
           decay = true, has_initial = true, has_final = true, has_dsn = true },
         { op = "bwd", part = 2, dtype = "f16", B = 2, H = 8, N = 2048, D = 64, E = 192,
@@ -51,7 +63,14 @@ return {
         return fwd.default(scan_problem(problem), device)
     end,
 
-    key = bwd.key,                       -- the same buckets as la_bwd's
+    -- la_bwd's buckets, and the dq pass with ds in its own (another kernel).
+    key = function(problem)
+        local k = bwd.key(problem)
+        if problem.part == 0 and problem.want_ds then
+            k = k .. (problem.has_dsn and "_ds_dsn" or "_ds")
+        end
+        return k
+    end,
 
     launch = function(cfg, problem, device)
         return fwd.launch(cfg, scan_problem(problem), device)

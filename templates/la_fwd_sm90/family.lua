@@ -15,13 +15,17 @@ local ELEM = { f16 = "lj_f16", bf16 = "lj_bf16" }
 -- Dynamic shared memory: the Q, K, V ring, the weighted V copy (which also stages the outputs),
 -- each warpgroup's 16-bit state copy, with SPLIT_QK the tiles of P (two with PREFETCH: the next
 -- chunk's is written while the other warpgroup may still read this one's), λ^k for k = 0..BLOCK,
--- and 1 KiB to align the tiles to the swizzle period.
+-- and 1 KiB to align the tiles to the swizzle period. The backward's dq pass with ds
+-- (problem.ds, set by la_bwd_sm90) adds the x ring, Y's weighted values and Y's copies; its
+-- reduction slots are static shared memory (DS_STATIC bytes at most: a float per warp, a flag).
+local DS_STATIC = 64
 local function smem(cfg, problem)
     local q = cfg.BLOCK * problem.D * 2
     local v = cfg.BLOCK * cfg.WGS * cfg.TILE_V * 2
     local p = cfg.SPLIT_QK * (cfg.PREFETCH == 1 and 2 or 1) * cfg.BLOCK * cfg.BLOCK * 2
+    local ds = problem.ds and (cfg.STAGES * v + v + cfg.WGS * problem.D * cfg.TILE_V * 2 + p) or 0
     return cfg.STAGES * (2 * q + v) + v + p
-        + cfg.WGS * problem.D * cfg.TILE_V * 2 + (cfg.BLOCK + 1) * 4 + 1024
+        + cfg.WGS * problem.D * cfg.TILE_V * 2 + (cfg.BLOCK + 1) * 4 + 1024 + ds
 end
 
 -- Registers a thread holds across the chunk loop: the state (D·TILE_V/128) and the output
@@ -32,10 +36,24 @@ end
 -- D = 192 (three 16-byte pieces per row and thread in the loads) with a state read or written
 -- or varlen addressing takes ~8 more: 192 x 64 with all three spilled 220 bytes at 255 registers
 -- (la_fwd_sm90's varlen problem, f16, WGS = 2).
+-- With ds: a second state Y and its accumulators, and without SPLIT_QK the P' operand (16) and
+-- ~24 for the masks read from λ^k's table, Y's scaling and the reduction; 8 more with two
+-- warpgroups, 4 with three stages and no PREFETCH, 8 with varlen or VK addressing. Fitted to
+-- the same sweeps (sm_90a, f16 and bf16, D and E 64..256): D = 128 with TILE_V = 32 and one
+-- warpgroup spills 12 bytes at 255 registers, so it is out; with SPLIT_QK the scores leave the
+-- registers (D = 128, TILE_V = 32: 210-222).
 local function regs(cfg, problem)
     local extra = (problem.D % 128 ~= 0
                    and (problem.has_initial or problem.has_final or problem.varlen)) and 8 or 0
-    return problem.D * cfg.TILE_V // 128 + cfg.TILE_V // 2 + 120 + extra
+    local ds = 0
+    if problem.ds and cfg.SPLIT_QK == 1 then
+        ds = problem.D * cfg.TILE_V // 128 + cfg.TILE_V // 2 - 40
+    elseif problem.ds then
+        ds = problem.D * cfg.TILE_V // 128 + cfg.TILE_V // 2 + 40 + (cfg.WGS == 2 and 8 or 0)
+             + ((cfg.STAGES == 3 and cfg.PREFETCH == 0) and 4 or 0)
+             + ((problem.varlen or problem.vk) and 8 or 0)
+    end
+    return problem.D * cfg.TILE_V // 128 + cfg.TILE_V // 2 + 120 + extra + ds
 end
 
 local function valid(cfg, problem, device)
@@ -53,13 +71,27 @@ local function valid(cfg, problem, device)
     if cfg.PREFETCH == 1 and cfg.STAGES < 3 then
         return false, "PREFETCH needs STAGES >= 3 (chunk c + 1 must have landed by mid-chunk c)"
     end
+    if problem.ds then
+        if not problem.decay then return false, "ds needs the decay path" end
+        if cfg.SPLIT_QK == 0 and problem.D > 128 then
+            -- (the scores, P and P' in registers beside three or four m64 blocks of S and Y
+            -- spill at every width: measured by the compile sweep)
+            return false, "ds with D > 128 splits Q Kᵀ (SPLIT_QK = 1)"
+        end
+        -- One share per CTA in the workspace, which holds E_op / 16 per (sequence, head): the
+        -- scan's E here is the op's D.
+        if problem.E // (cfg.WGS * cfg.TILE_V) > problem.ds_slots then
+            return false, string.format("%d ds shares per head exceed the workspace's %d",
+                                        problem.E // (cfg.WGS * cfg.TILE_V), problem.ds_slots)
+        end
+    end
     local ok, why = spec.check_tile(cfg.WGS * cfg.TILE_V, E, "WGS*TILE_V")
     if not ok then return false, why end
     local r = regs(cfg, problem)
     if r > 255 then
         return false, string.format("about %d registers per thread needed (255 allowed)", r)
     end
-    return spec.check_smem(smem(cfg, problem), device)
+    return spec.check_smem(smem(cfg, problem) + (problem.ds and DS_STATIC or 0), device)
 end
 
 -- How many CTAs of this configuration an SM holds at once (shared memory, and no more than the
@@ -77,7 +109,24 @@ end
 -- whole space (docs/notes/la_fwd.md): the defaults are the winners at D = 256 (1.440 ms), 192
 -- (0.665) and 128 (0.296); D = 64 (one warpgroup: E = 64 holds one slice) 0.153 against the
 -- winner's 0.148 (no PREFETCH).
+-- The backward's dq pass with ds holds a second state, so the widest slice that fits is
+-- narrower; two warpgroups splitting Q Kᵀ keep the scores (and P') out of the registers.
+local function ds_default(problem, device)
+    for _, tv in ipairs({ 64, 32, 16 }) do
+        for _, deep in ipairs({ { STAGES = 3, PREFETCH = 1 }, { STAGES = 2, PREFETCH = 0 } }) do
+            local cfg = with({ BLOCK = 64, TILE_V = tv, WGS = 2, SPLIT_QK = 1 }, deep)
+            if valid(cfg, problem, device) then return cfg end
+        end
+    end
+    for _, tv in ipairs({ 32, 16 }) do
+        local cfg = { BLOCK = 64, TILE_V = tv, WGS = 1, STAGES = 2, PREFETCH = 0, SPLIT_QK = 0 }
+        if valid(cfg, problem, device) then return cfg end
+    end
+    return { BLOCK = 64, TILE_V = 16, WGS = 1, STAGES = 2, PREFETCH = 0, SPLIT_QK = 0 }
+end
+
 local function default(problem, device)
+    if problem.ds then return ds_default(problem, device) end
     local bh = 1 << log2_bucket(problem.B * problem.H)
     local cfg = { BLOCK = 64, TILE_V = 64, WGS = 1, STAGES = 2, PREFETCH = 0, SPLIT_QK = 0 }
     while cfg.TILE_V > 16 and (cfg.TILE_V > problem.E or problem.E % cfg.TILE_V ~= 0) do
@@ -93,7 +142,7 @@ local function default(problem, device)
     local ctas = bh * (problem.E // (cfg.WGS * cfg.TILE_V))
     local per_sm = (ctas + device.sms - 1) // device.sms
     local deep = with(cfg, { STAGES = 3, PREFETCH = 1 })
-    if smem(deep, problem) <= device.smem_optin
+    if smem(deep, problem) + (problem.ds and DS_STATIC or 0) <= device.smem_optin
         and resident(deep, problem, device, per_sm) >= resident(cfg, problem, device, per_sm) then
         cfg = deep
     end
@@ -142,18 +191,21 @@ return {
             block = { 128 * cfg.WGS, 1, 1 },
             smem = smem(cfg, problem),
             entry = "la_fwd_sm90",
+            covers = problem.ds and { 3 } or nil,  -- the backward's ds (part 3) computed here
         }
     end,
 
     -- What a compile may use (the compile sweep checks it): 255 registers (one CTA of at most
     -- 256 threads per SM), and the dynamic shared memory launch() asks for (no static).
     resources = function(cfg, problem, device)
-        return { regs = 255, smem = smem(cfg, problem) }
+        return { regs = 255, smem = smem(cfg, problem) + (problem.ds and DS_STATIC or 0) }
     end,
 
     source = function(cfg, problem, device)
         local consts = spec.scan_consts(problem, ELEM)
         consts.PREFETCH = cfg.PREFETCH
+        consts.DS = spec.b(problem.ds)
+        consts.HAS_DSN = spec.b(problem.ds and problem.has_dsn)
         consts.SMEM = smem(cfg, problem)
         return { template = "la_fwd_sm90/fwd.cu", consts = consts }
     end,

@@ -33,8 +33,11 @@ static la_tensor4 transposed(la_tensor4 t)
     return t;
 }
 
-/* The parameters of scan part 0..2 from the op's la_params, as runtime/ops.c wired them in C. */
-static la_params reference_pass(const la_params *lp, int part, int has_initial, int has_dsn)
+/* The parameters of scan part 0..2 from the op's la_params, as runtime/ops.c wired them in C,
+ * and since the dq pass may compute ds (la_bwd_sm90), that pass also given q as x, dS_N
+ * transposed, and ds's output and workspace when ds is wanted. */
+static la_params reference_pass(const la_params *lp, int part, int has_initial, int has_dsn,
+                                int with_ds)
 {
     la_params sp = *lp;
     memset(&sp.dout, 0, 4 * sizeof sp.dout);
@@ -45,6 +48,11 @@ static la_params reference_pass(const la_params *lp, int part, int has_initial, 
             sp.q = lp->dout, sp.k = lp->v, sp.v = lp->k, sp.o = lp->dq;
             if (has_initial)
                 sp.s0 = transposed(lp->s0);
+            sp.x = lp->q;
+            if (has_dsn)
+                sp.dsn = transposed(lp->dsn);
+            if (with_ds)
+                sp.dsdecay = lp->dsdecay, sp.workspace = lp->workspace;
             sp.D = lp->E, sp.E = lp->D;
             break;
         case 1:
@@ -117,7 +125,7 @@ static void check_variant(lajit_ctx *ctx, int with_initial, int with_dsn, int wi
     ASSERT_EQ(lp.s0.ptr, with_initial ? m[9] : 0);
     ASSERT_EQ(lp.dsn.ptr, with_dsn ? m[10] : 0);
     for (int part = 0; part < 3; part++) {
-        la_params want = reference_pass(&lp, part, with_initial, with_dsn);
+        la_params want = reference_pass(&lp, part, with_initial, with_dsn, 1);
         const lj_fake_launch *l = lj_fake_launch_get(first + part);
         ASSERT_STREQ(l->entry, "la_fwd");
         ASSERT_EQ(memcmp(&l->params, &want, sizeof want), 0);
@@ -127,7 +135,7 @@ static void check_variant(lajit_ctx *ctx, int with_initial, int with_dsn, int wi
     ASSERT_OK(lajit_attn_bwd(ctx, &a));
     ASSERT_EQ(lj_fake_launch_count(), first + 3);
     for (int part = 0; part < 3; part++) {
-        la_params want = reference_pass(&lp, part, with_initial, with_dsn);
+        la_params want = reference_pass(&lp, part, with_initial, with_dsn, 0);
         ASSERT_EQ(memcmp(&lj_fake_launch_get(first + part)->params, &want, sizeof want), 0);
     }
     for (int i = 0; i < 13; i++)
@@ -174,8 +182,11 @@ LJ_TEST(both_backward_families_declare_the_same_roles)
     /* Part 0: dq = scan of (dout, v, k) from S0 transposed, D and E swapped. */
     ASSERT_EQ(r0.pass[0].part, 0);
     ASSERT_EQ(r0.pass[0].swap_de, 1);
-    ASSERT_EQ(r0.pass[0].transpose, 1u << LJ_SLOT_S0);
-    ASSERT_EQ(r0.pass[0].keep, LJ_ROLE_HAS_INITIAL);
+    ASSERT_EQ(r0.pass[0].transpose, (1u << LJ_SLOT_S0) | (1u << LJ_SLOT_DSN));
+    ASSERT_EQ(r0.pass[0].keep, LJ_ROLE_HAS_INITIAL | LJ_ROLE_HAS_DSN | LJ_ROLE_WANT_DS);
+    ASSERT_EQ(r0.pass[0].ds, 1);
+    ASSERT_EQ(r0.pass[0].ticket, 1);
+    ASSERT_EQ(r0.pass[0].slot[LJ_SLOT_X], 0); /* the op's q (the first of roles.c's tensors) */
     ASSERT_EQ(r0.pass[3].when, LJ_ROLE_WANT_DS);
     ASSERT_EQ(r0.pass[3].all, 1);
     /* A forward family has no roles: a clear error, no panic. */

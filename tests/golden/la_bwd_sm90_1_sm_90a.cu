@@ -34,6 +34,20 @@
 //
 // REVERSE and GRAD_STATE mean what they mean in la_fwd/fwd.cu: the backward's reversed scans,
 // which la_bwd_sm90 runs on this kernel (its dv and dk passes).
+//
+// DS: the backward's dq pass (q ← dO, k ← v, v ← k, state Sᵀ) that also computes the decay
+// gradient, ds_h = −λ [σ Σ_t x_t Y_t dO_tᵀ + ⟨dS_N, Y_{N−1}⟩] with Y_t = λ Y_{t−1} + S_{t−1} (Y
+// transposed here like S, x the op's q; la_bwd/ds.cu derives it). In chunks, for row i of a chunk
+// of L rows entered with S and Y:
+//     Z_i = λ^{i+1} dO_i Yᵀ + (i+1) λ^i dO_i Sᵀ + Σ_{j<i} (i−j) λ^{i−1−j} (dO_i·v_j) k_j
+//     Y  ← λ^L Y + L λ^{L−1} S + Σ_j (L−1−j) λ^{L−2−j} v_jᵀ k_j
+// and the sum takes x_i·Z_i. These are the forward's four products again with other weights: a
+// second state Y (registers, and a 16-bit copy for dO Yᵀ), a second weighted copy of the values
+// for its update, a second register operand P' (the scores with the (i−j)λ^{i−1−j} mask) for
+// the intra-chunk term, and the x tile: two more products per chunk and one more input read,
+// instead of a separate walk. Each CTA sums its share over its column slice (the d of x, k)
+// and writes it to the workspace; the last CTA to finish (an integer ticket) adds the shares in
+// a fixed order, as la_bwd/ds.cu does: the same bits on every run.
 #include "common/la_params.h"
 #include "common/types.cuh"
 #include "common/seq.cuh"
@@ -44,18 +58,20 @@ using T = lj_f16;
 constexpr int D = 192;             // key width: 64, 128, 192 or 256 (one wgmma M block per 64 rows of S)
 constexpr int E = 64;             // value width
 constexpr int BLOCK = 64;     // tokens per chunk = wgmma M of the output (64)
-constexpr int TILE_V = 16;   // value columns per warpgroup
-constexpr int WGS = 1;         // warpgroups per CTA, side by side in E, sharing the Q/K tiles
-constexpr int STAGES = 3;   // chunks in flight in the cp.async ring
-constexpr bool PREFETCH = 1 != 0; // Q Kᵀ of chunk c + 1 issued during chunk c's tail
-constexpr bool SPLIT_QK = 0 != 0; // the two warpgroups each compute half of Q Kᵀ
-constexpr bool DECAY = false;
-constexpr bool HAS_INITIAL = true;
+constexpr int TILE_V = 32;   // value columns per warpgroup
+constexpr int WGS = 2;         // warpgroups per CTA, side by side in E, sharing the Q/K tiles
+constexpr int STAGES = 2;   // chunks in flight in the cp.async ring
+constexpr bool PREFETCH = 0 != 0; // Q Kᵀ of chunk c + 1 issued during chunk c's tail
+constexpr bool SPLIT_QK = 1 != 0; // the two warpgroups each compute half of Q Kᵀ
+constexpr bool DECAY = true;
+constexpr bool HAS_INITIAL = false;
 constexpr bool HAS_FINAL = false;
 constexpr bool VARLEN = true;
-constexpr bool REVERSE = true;
-constexpr bool GRAD_STATE = true;
-constexpr unsigned SMEM = 163076;  // dynamic shared memory the launch provides (family.lua's smem())
+constexpr bool REVERSE = false;
+constexpr bool GRAD_STATE = false;
+constexpr bool DS = true;                 // also the decay gradient (the backward's dq pass)
+constexpr bool HAS_DSN = true;       // DS: dS_N given (the last term of ds)
+constexpr unsigned SMEM = 214276;  // dynamic shared memory the launch provides (family.lua's smem())
 
 constexpr int NT = 128 * WGS;           // threads of the CTA
 constexpr int VW = WGS * TILE_V;        // value columns per CTA
@@ -71,6 +87,7 @@ static_assert(TILE_V % 16 == 0 && TILE_V <= 256 && E % TILE_V == 0, "TILE_V"); /
 static_assert(STAGES >= 2, "ring");
 static_assert(WGS == 1 || WGS == 2, "WGS");
 static_assert(!SPLIT_QK || WGS == 2, "SPLIT_QK shares the scores between two warpgroups");
+static_assert(!DS || (DECAY && !REVERSE && !GRAD_STATE), "DS: the forward dq pass with decay");
 
 // Swizzled tile geometry: column blocks of BW elements, rows SW bytes apart.
 constexpr int BWQ = 64, SWQ = 128;                         // Q and K (D % 64 == 0)
@@ -81,13 +98,16 @@ constexpr unsigned S_BYTES = D * TILE_V * 2;               // one warpgroup's st
 constexpr unsigned P_BYTES = BLOCK * BLOCK * 2;            // one chunk's masked scores P (SPLIT_QK)
 // A warpgroup's columns of a V tile start this many bytes into it (whole column blocks).
 constexpr unsigned V_SLICE = (TILE_V / BWV) * (BLOCK * SWV);
+// DS's tiles: the x ring (the CTA's columns, laid out like V), Y's weighted values, Y's copies
+// and with SPLIT_QK the tiles of P' beside P's.
+constexpr unsigned DS_BYTES = DS ? STAGES * V_BYTES + V_BYTES + WGS * S_BYTES + (SPLIT_QK ? P_BUFS * P_BYTES : 0) : 0;
 // The kernel's layout (below): 1 KiB of slack to align the tiles, the Q, K, V ring, V_w, the
-// state copies, SPLIT_QK's P tiles and λ^k; it must fit what the launch provides.
+// state copies, SPLIT_QK's P tiles, DS's tiles and λ^k; it must fit what the launch provides.
 static_assert(1024 + STAGES * (2 * Q_BYTES + V_BYTES) + V_BYTES + WGS * S_BYTES + (SPLIT_QK ? P_BUFS * P_BYTES : 0) +
-                      (BLOCK + 1) * sizeof(float) <= SMEM,
+                      DS_BYTES + (BLOCK + 1) * sizeof(float) <= SMEM,
               "shared memory: the layout exceeds the spec's SMEM");
 
-#line 91 "la_fwd_sm90/fwd.cu"
+#line 111 "la_fwd_sm90/fwd.cu"
 // m64n64k16, A and B from shared memory: d (+)= A·B. TA/TB: 1 = MN-major (transposed).
 template <int TA, int TB>
 __device__ __forceinline__ void wg_ss64(float (&d)[32], unsigned long long da, unsigned long long db, int acc)
@@ -119,35 +139,35 @@ __device__ __forceinline__ void wg_rs64(float (&d)[32], const unsigned (&a)[4], 
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
 }
-// m64n16k16, A and B from shared memory: d (+)= A·B. TA/TB: 1 = MN-major (transposed).
+// m64n32k16, A and B from shared memory: d (+)= A·B. TA/TB: 1 = MN-major (transposed).
 template <int TA, int TB>
-__device__ __forceinline__ void wg_ss16(float (&d)[8], unsigned long long da, unsigned long long db, int acc)
+__device__ __forceinline__ void wg_ss32(float (&d)[16], unsigned long long da, unsigned long long db, int acc)
 {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
-                 "%8, %9, p, 1, 1, %11, %12;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+                 "%16, %17, p, 1, 1, %19, %20;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
                  : "l"(da), "l"(db), "r"(acc), "n"(TA), "n"(TB));
 }
 // The same with the accumulator overwritten (d = A·B): write-only operands, so the compiler never
 // has to give d a value before the product (a value it may take from other registers in flight).
 template <int TA, int TB>
-__device__ __forceinline__ void wg_ss16_z(float (&d)[8], unsigned long long da, unsigned long long db)
+__device__ __forceinline__ void wg_ss32_z(float (&d)[16], unsigned long long da, unsigned long long db)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
-                 "%8, %9, p, 1, 1, %10, %11;\n}\n"
-                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7])
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+                 "%16, %17, p, 1, 1, %18, %19;\n}\n"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15])
                  : "l"(da), "l"(db), "n"(TA), "n"(TB));
 }
-// m64n16k16, A from registers (four 32-bit registers per thread), B from shared memory.
+// m64n32k16, A from registers (four 32-bit registers per thread), B from shared memory.
 template <int TB>
-__device__ __forceinline__ void wg_rs16(float (&d)[8], const unsigned (&a)[4], unsigned long long db, int acc)
+__device__ __forceinline__ void wg_rs32(float (&d)[16], const unsigned (&a)[4], unsigned long long db, int acc)
 {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
-                 "{%8, %9, %10, %11}, %12, p, 1, 1, %14;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+                 "{%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
 }
 
@@ -171,7 +191,11 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     const unsigned sVw = sV + STAGES * V_BYTES;
     const unsigned sS0 = sVw + V_BYTES;
     const unsigned sP = sS0 + WGS * S_BYTES; // SPLIT_QK: P_BUFS tiles of P (64 x 64, K-major A of P V)
-    float *sPow = reinterpret_cast<float *>(smem_raw + (sP + (SPLIT_QK ? P_BUFS * P_BYTES : 0) - lj_smem_addr(smem_raw))); // λ^k, k = 0..BLOCK
+    const unsigned sX = sP + (SPLIT_QK ? P_BUFS * P_BYTES : 0); // DS: the x ring,
+    const unsigned sVy = sX + (DS ? STAGES * V_BYTES : 0);      // Y's weighted values,
+    const unsigned sY0 = sVy + (DS ? V_BYTES : 0);              // Y's 16-bit copies,
+    const unsigned sPz = sY0 + (DS ? WGS * S_BYTES : 0);         // SPLIT_QK: P' tiles
+    float *sPow = reinterpret_cast<float *>(smem_raw + (sP + (SPLIT_QK ? P_BUFS * P_BYTES : 0) + DS_BYTES - lj_smem_addr(smem_raw))); // λ^k, k = 0..BLOCK
 
     // tid spans the CTA (loads, V_w); wg, warp, g and t4 place a thread in its warpgroup's
     // products, which cover columns e0 .. e0 + TILE_V of this CTA's VW.
@@ -180,6 +204,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     const int g = lane >> 2, t4 = lane & 3;
     const int ec = blockIdx.x * VW, e0 = ec + wg * TILE_V, h = blockIdx.y, b = blockIdx.z;
     const unsigned sS = sS0 + wg * S_BYTES; // this warpgroup's state copy
+    const unsigned sY = sY0 + wg * S_BYTES; // DS: ... and its copy of Y
 
     const lj_seq seq = lj_seq_of<VARLEN, REVERSE>(p.cu_seqlens, p.slots, p.N, b);
     const int n = seq.n, slot = seq.slot;
@@ -189,6 +214,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     const T *v = reinterpret_cast<const T *>(p.v.ptr) + seq.bq * p.v.s0 + h * p.v.s1 + seq.tok0 * p.v.s2 + ec;
     T *o = reinterpret_cast<T *>(p.o.ptr) + seq.bq * p.o.s0 + h * p.o.s1 + seq.tok0 * p.o.s2 + e0;
     const long long qs = dir * p.q.s2, ks = dir * p.k.s2, vs = dir * p.v.s2, os = dir * p.o.s2;
+    const T *xq = DS ? reinterpret_cast<const T *>(p.x.ptr) + seq.bq * p.x.s0 + h * p.x.s1 + seq.tok0 * p.x.s2 + ec : nullptr;
+    const long long xs = p.x.s2;
     const int nchunks = (n + BLOCK - 1) / BLOCK;
     // The output pieces this thread stores: row o_r0 (+ O_RSTEP per pass), columns o_cx .. + 7.
     constexpr int O_PV = TILE_V / 8, O_RSTEP = 128 / O_PV;
@@ -205,6 +232,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         load_tile<D, BWQ>(sQ + st * Q_BYTES, q + t0 * qs, qs, valid, tid);
         load_tile<D, BWQ>(sK + st * Q_BYTES, k + t0 * ks, ks, valid, tid);
         load_tile<VW, BWV>(sV + st * V_BYTES, v + t0 * vs, vs, valid, tid);
+        if constexpr (DS) load_tile<VW, BWV>(sX + st * V_BYTES, xq + t0 * xs, xs, valid, tid);
     };
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
@@ -223,6 +251,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     // σ rides on the mask (the intra-chunk term) and on λ^{i+1} (the inter-chunk term).
     const float sigma = p.scale;
     const int i0 = 16 * warp + g, i1 = i0 + 8, jb = SPLIT_QK ? wg * SCN : 0;
+    // (DS holds Y instead: its mask entries are read from λ^k's table when P is formed.)
     float mask[NSC];
 #pragma unroll
     for (int nt = 0; nt < SCN / 8; nt++)
@@ -231,6 +260,19 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
             const int i = (r & 2) ? i1 : i0, j = jb + nt * 8 + 2 * t4 + (r & 1);
             mask[nt * 4 + r] = j <= i ? (DECAY ? sPow[i - j] : 1.f) * sigma : 0.f;
         }
+    // DS: the mask of P', (i−j) λ^{i−1−j} for j < i, of score register x.
+    auto mask_z = [&](int x) -> float {
+        const int i = (x & 2) ? i1 : i0, j = jb + (x >> 2) * 8 + 2 * t4 + (x & 1);
+        return j < i ? (float)(i - j) * sPow[max(i - 1 - j, 0)] : 0.f;
+    };
+    auto mask_at = [&](int x) -> float {
+        if constexpr (DS) {
+            const int i = (x & 2) ? i1 : i0, j = jb + (x >> 2) * 8 + 2 * t4 + (x & 1);
+            return j <= i ? sPow[i - j] * sigma : 0.f;
+        } else {
+            return mask[x];
+        }
+    };
     const float rf0 = (DECAY ? sPow[i0 + 1] : 1.f) * sigma, rf1 = (DECAY ? sPow[i1 + 1] : 1.f) * sigma;
 
     // The state slice: st[mb][j*4 + r] is row d = 64 mb + 16 warp + g + 8 (r >> 1), column
@@ -254,18 +296,58 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
                 }
         }
     }
-    // The 16-bit state copy: rows d, columns e, MN-major B of Q S.
-    auto state_to_smem = [&]() {
+    // DS: Y (the same layout as st; zero before the first token) and this thread's share of ds.
+    // (Declared whole either way: `if constexpr` discards nothing outside a template, so the code
+    // that uses them must compile; unused, they cost no registers.)
+    float yt[MB][NACC];
+    float ds_acc = 0.f;
+    if constexpr (DS) {
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+            for (int x2 = 0; x2 < NACC; x2++) yt[mb][x2] = 0.f;
+    }
+    // DS: Y entering chunk c is a decayed sum of the states before it, |Y| ≤ Σ_{k<t0} λ^k max|S|
+    // (t0 = c·BLOCK), which in fp16 would overflow long before S does (at s = 0 it is t0 times
+    // S). Its 16-bit copy is scaled by 2^−ye, ye the exponent of that sum, so it stays in S's
+    // range; the power of two is exact, and Q Y₁₆ is scaled back by 2^ye.
+    int ye = 0;
+    const float ds_s = DS ? reinterpret_cast<const float *>(p.decay)[h] : 0.f;
+    auto y_exponent = [&](int c) {
+        const float t0 = (float)c * BLOCK;
+        const float bound = ds_s > 0.f ? expm1f(-ds_s * t0) / expm1f(-ds_s) : t0;
+        int e = 0;
+        frexpf(fmaxf(bound, 1.f), &e);
+        return e;
+    };
+    // The 16-bit state copy (before chunk c): rows d, columns e, MN-major B of Q S (and DS's copy
+    // of Y).
+    auto state_to_smem = [&](int c) {
 #pragma unroll
         for (int mb = 0; mb < MB; mb++) lj_stmatrix_acc<T, BWV, D, TILE_V>(sS, st[mb], 64 * mb + 16 * warp, 1.f, lane);
+        if constexpr (DS) {
+            ye = y_exponent(c);
+            const float f = ldexpf(1.f, -ye);
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++) lj_stmatrix_acc<T, BWV, D, TILE_V>(sY, yt[mb], 64 * mb + 16 * warp, f, lane);
+        }
         lj_fence_async_smem();
     };
     // Before chunk c's products the register state is decayed by λ^L (λ^{L−1} for GRAD_STATE's
     // first chunk), right after its 16-bit copy is written: the state update then only adds, and
     // no register of an accumulator in flight is touched.
+    // DS: Y ← λ^L Y + L λ^{L−1} S first, from the state before its decay.
     auto decay_state = [&](int c) {
         if constexpr (DECAY) {
             if (c < nchunks) {
+                if constexpr (DS) {
+                    const int Lc = min(BLOCK, n - c * BLOCK);
+                    const float dl = sPow[Lc], fs = (float)Lc * sPow[Lc - 1];
+#pragma unroll
+                    for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                        for (int x2 = 0; x2 < NACC; x2++) yt[mb][x2] = fmaf(dl, yt[mb][x2], fs * st[mb][x2]);
+                }
                 const float dl = sPow[min(BLOCK, n - c * BLOCK) - (GRAD_STATE && c == 0 ? 1 : 0)];
 #pragma unroll
                 for (int mb = 0; mb < MB; mb++)
@@ -274,7 +356,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
             }
         }
     };
-    state_to_smem();
+    state_to_smem(0);
     decay_state(0);
 
     // Q Kᵀ of a chunk: issued first thing in the chunk, or with PREFETCH during the previous
@@ -287,11 +369,11 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         const unsigned cQ = sQ + slotc * Q_BYTES, cK = sK + slotc * Q_BYTES;
         const unsigned long long dQ = lj_wg_desc<SWQ>(cQ, 16), dK = lj_wg_desc<SWQ>(cK + jb * SWQ, 16);
         lj_wg_fence();
-        wg_ss64_z<0, 0>(sc, dQ, dK);
+        wg_ss32_z<0, 0>(sc, dQ, dK);
 #pragma unroll
         for (int kk = 1; kk < D / 16; kk++) {
             const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
-            wg_ss64<0, 0>(sc, lj_wg_desc_at(dQ, off), lj_wg_desc_at(dK, off), 1);
+            wg_ss32<0, 0>(sc, lj_wg_desc_at(dQ, off), lj_wg_desc_at(dK, off), 1);
         }
         lj_wg_commit();
     };
@@ -300,8 +382,14 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     auto scores_to_smem = [&](int c) {
         if constexpr (SPLIT_QK) {
             lj_fence_regs(sc);
+            if constexpr (DS) {
+                float z[NSC];
 #pragma unroll
-            for (int x = 0; x < NSC; x++) sc[x] *= mask[x];
+                for (int x = 0; x < NSC; x++) z[x] = sc[x] * mask_z(x);
+                lj_stmatrix_acc<T, BWQ, BLOCK, SCN>(sPz + (c % P_BUFS) * P_BYTES, z, 16 * warp, 1.f, lane, jb);
+            }
+#pragma unroll
+            for (int x = 0; x < NSC; x++) sc[x] *= mask_at(x);
             lj_stmatrix_acc<T, BWQ, BLOCK, SCN>(sP + (c % P_BUFS) * P_BYTES, sc, 16 * warp, 1.f, lane, jb);
             lj_fence_async_smem();
         }
@@ -347,20 +435,27 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
                 if (VEC % 128 == 0 || x < VEC + wg * (V_SLICE / 16)) {
                     const int row = (x * 16 % (BLOCK * SWV)) / SWV; // the swizzle stays in a row
                     const float w = sPow[max(L - 1 - row, 0)];
+                    // DS: Y's weights (L−1−j) λ^{L−2−j}, zero from row L − 1 on.
+                    const float wy = DS && row < L - 1 ? (float)(L - 1 - row) * sPow[max(L - 2 - row, 0)] : 0.f;
                     unsigned a0, a1, a2, a3;
                     asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
                                  : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3) : "r"(cV + x * 16));
-                    unsigned wv[4] = {a0, a1, a2, a3};
+                    unsigned wv[4] = {a0, a1, a2, a3}, yv[4];
 #pragma unroll
                     for (int y = 0; y < 4; y++) {
                         T lo, hi;
                         lo.bits = (unsigned short)(wv[y] & 0xffff);
                         hi.bits = (unsigned short)(wv[y] >> 16);
                         wv[y] = lj_pack2<T>(lj_to_float(lo) * w, lj_to_float(hi) * w);
+                        if constexpr (DS) yv[y] = lj_pack2<T>(lj_to_float(lo) * wy, lj_to_float(hi) * wy);
                     }
                     asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(sVw + x * 16), "r"(wv[0]),
                                  "r"(wv[1]), "r"(wv[2]), "r"(wv[3])
                                  : "memory");
+                    if constexpr (DS)
+                        asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(sVy + x * 16), "r"(yv[0]),
+                                     "r"(yv[1]), "r"(yv[2]), "r"(yv[3])
+                                     : "memory");
                 }
             }
             lj_fence_async_smem();
@@ -374,25 +469,48 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
 
         // O = Q S₁₆ and S ← λ^L S + Kᵀ V_w (the state was decayed by λ^L when its copy was
         // written, so the update only adds).
-        float oa[NACC];
+        // DS: Z's first term Q Y₁₆ (ya) beside Q S₁₆, and Y ← Y + Kᵀ V_y beside the state update.
+        float oa[NACC], ya[NACC];
 #pragma unroll
         for (int mb = 0; mb < MB; mb++) lj_fence_regs(st[mb]);
+        if constexpr (DS) {
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++) lj_fence_regs(yt[mb]);
+        }
         const unsigned long long dQ = lj_wg_desc<SWQ>(cQ, 16), dS = lj_wg_desc<SWV>(sS, D * SWV);
         const unsigned long long dKt = lj_wg_desc<SWQ>(cK, BLOCK * SWQ), dVs = lj_wg_desc<SWV>(sVs, BLOCK * SWV);
         lj_wg_fence();
-        wg_ss16_z<0, 1>(oa, dQ, dS);
+        wg_ss32_z<0, 1>(oa, dQ, dS);
 #pragma unroll
         for (int kk = 1; kk < D / 16; kk++) {
             const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
-            wg_ss16<0, 1>(oa, lj_wg_desc_at(dQ, off), lj_wg_desc_at(dS, kk * 16 * SWV), 1);
+            wg_ss32<0, 1>(oa, lj_wg_desc_at(dQ, off), lj_wg_desc_at(dS, kk * 16 * SWV), 1);
+        }
+        if constexpr (DS) {
+            const unsigned long long dY = lj_wg_desc<SWV>(sY, D * SWV);
+            wg_ss32_z<0, 1>(ya, dQ, dY);
+#pragma unroll
+            for (int kk = 1; kk < D / 16; kk++) {
+                const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
+                wg_ss32<0, 1>(ya, lj_wg_desc_at(dQ, off), lj_wg_desc_at(dY, kk * 16 * SWV), 1);
+            }
         }
         lj_wg_commit();
 #pragma unroll
         for (int mb = 0; mb < MB; mb++)
 #pragma unroll
             for (int kk = 0; kk < BLOCK / 16; kk++)
-                wg_ss16<1, 1>(st[mb], lj_wg_desc_at(dKt, mb * (BLOCK * SWQ) + kk * 16 * SWQ),
+                wg_ss32<1, 1>(st[mb], lj_wg_desc_at(dKt, mb * (BLOCK * SWQ) + kk * 16 * SWQ),
                                      lj_wg_desc_at(dVs, kk * 16 * SWV), 1);
+        if constexpr (DS) {
+            const unsigned long long dVy = lj_wg_desc<SWV>(sVy + wg * V_SLICE, BLOCK * SWV);
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                for (int kk = 0; kk < BLOCK / 16; kk++)
+                    wg_ss32<1, 1>(yt[mb], lj_wg_desc_at(dKt, mb * (BLOCK * SWQ) + kk * 16 * SWQ),
+                                         lj_wg_desc_at(dVy, kk * 16 * SWV), 1);
+        }
         lj_wg_commit();
 
         // The scores (with PREFETCH retired at the end of the previous iteration): mask and decay
@@ -408,15 +526,40 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         unsigned pa[SPLIT_QK ? 1 : BLOCK / 16][4];
 #pragma unroll
         for (int kk = 0; kk < (SPLIT_QK ? 0 : BLOCK / 16); kk++) {
-            pa[kk][0] = lj_pack2<T>(sc[8 * kk + 0] * mask[8 * kk + 0], sc[8 * kk + 1] * mask[8 * kk + 1]);
-            pa[kk][1] = lj_pack2<T>(sc[8 * kk + 2] * mask[8 * kk + 2], sc[8 * kk + 3] * mask[8 * kk + 3]);
-            pa[kk][2] = lj_pack2<T>(sc[8 * kk + 4] * mask[8 * kk + 4], sc[8 * kk + 5] * mask[8 * kk + 5]);
-            pa[kk][3] = lj_pack2<T>(sc[8 * kk + 6] * mask[8 * kk + 6], sc[8 * kk + 7] * mask[8 * kk + 7]);
+            pa[kk][0] = lj_pack2<T>(sc[8 * kk + 0] * mask_at(8 * kk + 0), sc[8 * kk + 1] * mask_at(8 * kk + 1));
+            pa[kk][1] = lj_pack2<T>(sc[8 * kk + 2] * mask_at(8 * kk + 2), sc[8 * kk + 3] * mask_at(8 * kk + 3));
+            pa[kk][2] = lj_pack2<T>(sc[8 * kk + 4] * mask_at(8 * kk + 4), sc[8 * kk + 5] * mask_at(8 * kk + 5));
+            pa[kk][3] = lj_pack2<T>(sc[8 * kk + 6] * mask_at(8 * kk + 6), sc[8 * kk + 7] * mask_at(8 * kk + 7));
+        }
+        // DS: P' = the scores with the mask (i−j) λ^{i−1−j} (j < i), the A operand of Z's
+        // intra-chunk term (its weights read from λ^k's table: no registers held across chunks).
+        unsigned pz[BLOCK / 16][4];
+        if constexpr (DS && !SPLIT_QK) {
+#pragma unroll
+            for (int kk = 0; kk < BLOCK / 16; kk++)
+#pragma unroll
+                for (int hh = 0; hh < 4; hh++)
+                    pz[kk][hh] = lj_pack2<T>(sc[8 * kk + 2 * hh] * mask_z(8 * kk + 2 * hh),
+                                             sc[8 * kk + 2 * hh + 1] * mask_z(8 * kk + 2 * hh + 1));
         }
         // Q S done: the inter-chunk term decays by λ^{i+1} (λ^i for GRAD_STATE's first chunk),
         // times σ.
         lj_wg_wait<1>();
         lj_fence_regs(oa);
+        // DS: Z = λ^{i+1} Q Y₁₆ + (i+1) λ^i Q S₁₆ in ya (before o's scaling takes oa).
+        if constexpr (DS) {
+            lj_fence_regs(ya);
+            const float y0 = ldexpf(sPow[i0 + 1], ye), y1 = ldexpf(sPow[i1 + 1], ye);
+            const float z0 = (float)(i0 + 1) * sPow[i0], z1 = (float)(i1 + 1) * sPow[i1];
+#pragma unroll
+            for (int j = 0; j < TILE_V / 8; j++) {
+                ya[4 * j] = fmaf(y0, ya[4 * j], z0 * oa[4 * j]);
+                ya[4 * j + 1] = fmaf(y0, ya[4 * j + 1], z0 * oa[4 * j + 1]);
+                ya[4 * j + 2] = fmaf(y1, ya[4 * j + 2], z1 * oa[4 * j + 2]);
+                ya[4 * j + 3] = fmaf(y1, ya[4 * j + 3], z1 * oa[4 * j + 3]);
+            }
+            lj_fence_regs(ya);
+        }
         {
             const float f0 = DECAY && u ? sPow[i0] * sigma : rf0, f1 = DECAY && u ? sPow[i1] * sigma : rf1;
 #pragma unroll
@@ -434,11 +577,21 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
             const unsigned long long dP = lj_wg_desc<SWQ>(sP + (c % P_BUFS) * P_BYTES, 16);
 #pragma unroll
             for (int kk = 0; kk < BLOCK / 16; kk++)
-                wg_ss16<0, 1>(oa, lj_wg_desc_at(dP, kk * 16 * 2), lj_wg_desc_at(dV, kk * 16 * SWV), 1);
+                wg_ss32<0, 1>(oa, lj_wg_desc_at(dP, kk * 16 * 2), lj_wg_desc_at(dV, kk * 16 * SWV), 1);
         } else {
 #pragma unroll
             for (int kk = 0; kk < BLOCK / 16; kk++)
-                wg_rs16<1>(oa, pa[kk], lj_wg_desc_at(dV, kk * 16 * SWV), 1);
+                wg_rs32<1>(oa, pa[kk], lj_wg_desc_at(dV, kk * 16 * SWV), 1);
+        }
+        if constexpr (DS && SPLIT_QK) {
+            const unsigned long long dPz = lj_wg_desc<SWQ>(sPz + (c % P_BUFS) * P_BYTES, 16);
+#pragma unroll
+            for (int kk = 0; kk < BLOCK / 16; kk++)
+                wg_ss32<0, 1>(ya, lj_wg_desc_at(dPz, kk * 16 * 2), lj_wg_desc_at(dV, kk * 16 * SWV), 1);
+        } else if constexpr (DS) {
+#pragma unroll
+            for (int kk = 0; kk < BLOCK / 16; kk++)
+                wg_rs32<1>(ya, pz[kk], lj_wg_desc_at(dV, kk * 16 * SWV), 1);
         }
         lj_wg_commit();
 
@@ -455,6 +608,27 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         lj_fence_regs(oa);
 #pragma unroll
         for (int mb = 0; mb < MB; mb++) lj_fence_regs(st[mb]);
+        // DS: this thread's share of Σ_i x_i·Z_i, x from this chunk's tile (its ring slot is not
+        // reloaded before the next chunk). Rows past L have zero dO, so zero Z.
+        if constexpr (DS) {
+            lj_fence_regs(ya);
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++) lj_fence_regs(yt[mb]);
+            const unsigned cX = sX + slotc * V_BYTES + wg * V_SLICE;
+#pragma unroll
+            for (int j = 0; j < TILE_V / 8; j++)
+#pragma unroll
+                for (int hr = 0; hr < 2; hr++) {
+                    unsigned xv;
+                    asm volatile("ld.shared.b32 %0, [%1];\n"
+                                 : "=r"(xv) : "r"(cX + lj_tile_off<BWV, BLOCK>(hr ? i1 : i0, 8 * j + 2 * t4)));
+                    T lo, hi;
+                    lo.bits = (unsigned short)(xv & 0xffff);
+                    hi.bits = (unsigned short)(xv >> 16);
+                    ds_acc = fmaf(lj_to_float(lo), ya[4 * j + 2 * hr], ds_acc);
+                    ds_acc = fmaf(lj_to_float(hi), ya[4 * j + 2 * hr + 1], ds_acc);
+                }
+        }
 
         // Store o (σ applied) for the rows inside the sequence: through this warpgroup's part of
         // the V_w buffer (free now: its products are done), so each thread writes whole 16-byte
@@ -479,7 +653,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
             }
             lj_wg_bar(wg); // read before the next chunk's V_w overwrites the buffer
         }
-        state_to_smem();
+        state_to_smem(c + 1);
         decay_state(c + 1);
         // Nothing stays in flight across the loop's back edge: ptxas cannot follow a product
         // through it and would serialise every wgmma of the loop. The next chunk's scores have
@@ -490,6 +664,57 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         }
     }
     lj_cp_async_wait<0>();
+
+    // DS: the CTA's share σ Σ x·Z + ⟨dS_N, Y⟩ over its columns, summed in a fixed order (a
+    // shuffle tree per warp, then the warps in order) into the workspace; the last CTA adds
+    // every share per head, over sequences and slices in order, and writes ds = −λ · sum.
+    // Workspace: a ticket at byte 0 (zeroed before the launch), shares from byte 16 at
+    // ((sequence · H) + h) · gridDim.x + blockIdx.x.
+    if constexpr (DS) {
+        float part = sigma * ds_acc;
+        if constexpr (HAS_DSN) {
+            if (slot >= 0) {
+                const float *dsn = reinterpret_cast<const float *>(p.dsn.ptr) + (long long)slot * p.dsn.s0 + h * p.dsn.s1;
+#pragma unroll
+                for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                    for (int x2 = 0; x2 < NACC; x2++) {
+                        const int d = 64 * mb + 16 * warp + g + 8 * ((x2 & 3) >> 1);
+                        const int e = e0 + 8 * (x2 >> 2) + 2 * t4 + (x2 & 1);
+                        part = fmaf(dsn[d * p.dsn.s2 + e * p.dsn.s3], yt[mb][x2], part);
+                    }
+            }
+        }
+        __shared__ float warp_part[NT / 32];
+        __shared__ int is_last;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) part += __shfl_xor_sync(0xffffffffu, part, off);
+        if (lane == 0) warp_part[tid >> 5] = part;
+        __syncthreads();
+        unsigned *ticket = reinterpret_cast<unsigned *>(p.workspace);
+        float *shares = reinterpret_cast<float *>(p.workspace + 16);
+        if (tid == 0) {
+            float sum = 0.f;
+            for (int w = 0; w < NT / 32; w++) sum += warp_part[w];
+            shares[((long long)b * p.H + h) * gridDim.x + blockIdx.x] = sum;
+            __threadfence(); // the share is visible before the ticket is taken
+            is_last = atomicAdd(ticket, 1u) == gridDim.x * gridDim.y * gridDim.z - 1;
+        }
+        __syncthreads();
+        if (is_last) {
+            __threadfence();
+            const float *sh = reinterpret_cast<const float *>(p.decay);
+            float *ds = reinterpret_cast<float *>(p.dsdecay);
+            for (int hh = tid; hh < p.H; hh += NT) {
+                float sum = 0.f;
+                for (int bb = 0; bb < p.nseq; bb++)
+                    for (int sl = 0; sl < (int)gridDim.x; sl++)
+                        sum += __ldcg(shares + ((long long)bb * p.H + hh) * gridDim.x + sl);
+                ds[hh] = -expf(-sh[hh]) * sum;
+            }
+            if (tid == 0) *ticket = 0u;
+        }
+    }
 
     if constexpr (HAS_FINAL) {
         if (slot >= 0) {

@@ -3,8 +3,11 @@
  * named explicitly: chunk boundaries (N = 1, 63, 65, 913), D and E from 64 to 256 with D != E
  * (dq and dk swap them), f16 and bf16, decay and none, S_0, dS_N and dS_0, VK states, [B,N,H,D]
  * views, varlen with a pool and a -1 slot, the full-grid default (two warpgroups, SPLIT_QK), a
- * CUDA-graph capture, each case run twice for the same bits. The decay gradient is la_bwd's
- * (tests/gpu/la_bwd.c). Skipped on a GPU that is not sm_90a. */
+ * CUDA-graph capture, each case run twice for the same bits. The decay gradient computed in the
+ * dq pass (la_fwd_sm90/fwd.cu's DS): the family named, so la_bwd's walk cannot stand in for it
+ * (part 3 is not this family's); ds within DESIGN.md's normwise bound at N up to 32768 with s_h
+ * 0, 0.01, 1 and 4, with S_0 and dS_N, in varlen with ragged lengths and a -1 slot, against a
+ * float64 finite difference, and in a graph. Skipped on a GPU that is not sm_90a. */
 #include <string.h>
 
 #include "attn_cases.h"
@@ -64,4 +67,54 @@ LJ_TEST(graph_capture_with_states)
 {
     run((bwd_case){F, LJ_BF16, 2, 4, 777, 128, 128, 1, 0,  1,         1,
                    1, 0,       0, 0, {0}, 0,   0,   0, 68, .graph = 1});
+}
+
+/* ds in the dq pass. */
+
+LJ_TEST(ds_n65_bf16_d64_finite_difference)
+{
+    run((bwd_case){F, LJ_BF16, 2, 2, 65, 64, 64, 1, 1, 1, 1, 1, 0, 0, 0, {0}, 0, 0, 1, 70, 0});
+}
+
+LJ_TEST(ds_n1_f16_states)
+{
+    run((bwd_case){F, LJ_F16, 2, 3, 1, 64, 128, 1, 1, 1, 1, 1, 0, 0, 0, {0}, 0, 0, 0, 71, 0});
+}
+
+LJ_TEST(ds_n4096_bf16_d128_b2h8_states)
+{
+    run((bwd_case){F, LJ_BF16, 2, 8, 4096, 128, 128, 1, 1, 1, 1, 0, 0, 0, 0, {0}, 0, 0, 0, 72, 0});
+}
+
+LJ_TEST(ds_n32768_bf16_d128_strong_decay)
+{
+    run((bwd_case){F, LJ_BF16, 1, 4, 32768, 128, 128, 2, 1, 1, 1, 0, 0, 0, 0, {0}, 0, 0, 0, 73, 0});
+}
+
+LJ_TEST(ds_n8192_f16_d64_e192_vk_bnhd_strong_decay)
+{
+    run((bwd_case){F, LJ_F16, 1, 4, 8192, 64, 192, 2, 1, 0, 1, 1, 1, 1, 0, {0}, 0, 0.5f, 0, 74, 0});
+}
+
+LJ_TEST(ds_n913_bf16_d256_e64)
+{
+    run((bwd_case){F, LJ_BF16, 1, 3, 913, 256, 64, 1, 1, 1, 1, 0, 0, 0, 0, {0}, 0, 0, 0, 75, 0});
+}
+
+LJ_TEST(ds_n1024_bf16_d128_b4h32_full_grid)
+{
+    run((bwd_case){F, LJ_BF16, 4, 32, 1024, 128, 128, 1, 1, 0, 0, 0, 0, 0, 0, {0}, 0, 0, 0, 76, 0});
+}
+
+LJ_TEST(ds_varlen_ragged_pool_with_minus_one)
+{
+    run((bwd_case){F, LJ_BF16, 0, 4,  0, 128, 64, 2,
+                   1, 1,       1, 1,  0, 0,   7,  {1, 0, 63, 65, 130, 700, 5000},
+                   1, 0,       0, 77, 0});
+}
+
+LJ_TEST(ds_graph_capture_with_states)
+{
+    run((bwd_case){F, LJ_BF16, 2, 4, 777, 128, 128, 1, 1,  1,         1,
+                   1, 0,       0, 0, {0}, 0,   0,   0, 78, .graph = 1});
 }

@@ -49,7 +49,8 @@ typedef struct bwd_case {
     const char *family; /* NULL: the default backward family */
     lj_dtype dtype;
     int B, H, N, D, E;
-    int decay;   /* s given (head 0 gets s = 0) */
+    int decay;   /* s given: 1 ALiBi-like (head 0 gets s = 0), 2 s_h cycling through 0, 0.01, 1
+                    and 4 (λ^N underflows in long sequences) */
     int want_ds; /* ds requested (needs decay) */
     int initial; /* S_0 given */
     int dsn;     /* dS_N given */

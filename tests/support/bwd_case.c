@@ -109,7 +109,9 @@ void run_bwd_case(const bwd_case *c)
 
     float *s = malloc((size_t)H * 4);
     for (int h = 0; h < H; h++)
-        s[h] = h == 0 ? 0.0f : powf(2.0f, -8.0f * (float)h / (float)H);
+        s[h] = c->decay == 2 ? (const float[4]){0.0f, 0.01f, 1.0f, 4.0f}[h % 4]
+               : h == 0      ? 0.0f
+                             : powf(2.0f, -8.0f * (float)h / (float)H);
     CUdeviceptr d_s = lj_gpu_alloc((size_t)H * 4), d_ds = lj_gpu_alloc((size_t)H * 4);
     lj_gpu_upload(d_s, s, (size_t)H * 4);
 

@@ -64,9 +64,9 @@ static void normalize(const sweep_fixture *x, const lj_fake_launch *l, sweep_lau
     }
     out->smem = l->smem;
     out->p = l->params;
-    la_tensor4 *t[] = {&out->p.q,   &out->p.k,   &out->p.v,          &out->p.o,  &out->p.dout,
-                       &out->p.dq,  &out->p.dk,  &out->p.dv,         &out->p.s0, &out->p.sn,
-                       &out->p.ds0, &out->p.dsn, &out->p.step_states};
+    la_tensor4 *t[] = {&out->p.q,   &out->p.k,   &out->p.v,           &out->p.o,  &out->p.dout,
+                       &out->p.dq,  &out->p.dk,  &out->p.dv,          &out->p.s0, &out->p.sn,
+                       &out->p.ds0, &out->p.dsn, &out->p.step_states, &out->p.x};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         t[i]->ptr = norm_ptr(x, t[i]->ptr);
     unsigned long long *u[] = {&out->p.decay, &out->p.dsdecay, &out->p.cu_seqlens, &out->p.slots,
