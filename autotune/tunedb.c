@@ -155,6 +155,46 @@ lajit_status lj_tunedb_winner(lj_tunedb *t, const lj_tune_id *id, char *config, 
     return LAJIT_OK;
 }
 
+lajit_status lj_tunedb_shipped_winner(lj_tunedb *t, const lj_tune_id *id, char *config, size_t cap,
+                                      int *found, int *stale, char stale_hash[17])
+{
+    *found = *stale = 0;
+    stale_hash[0] = 0;
+    sqlite3_stmt *s;
+    /* The row of id's template hash first, when there is one; else the newest other one. */
+    int rc = prepare(t,
+                     "SELECT w.config, w.template_hash FROM winners w JOIN devices d"
+                     " ON d.id = w.device WHERE d.name=?1 AND d.cc=?2 AND w.family=?3"
+                     " AND w.bucket=?4 ORDER BY w.template_hash = ?5 DESC, d.driver DESC,"
+                     " d.nvrtc DESC, w.at DESC LIMIT 1",
+                     &s);
+    if (rc != SQLITE_OK)
+        return lj_tdb_error(t, "reading a shipped winner");
+    sqlite3_bind_text(s, 1, id->fp.name, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 2, id->fp.cc);
+    sqlite3_bind_text(s, 3, id->family, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 4, id->bucket, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 5, id->template_hash, -1, SQLITE_STATIC);
+    rc = step(t, s);
+    if (rc == SQLITE_ROW) {
+        const char *hash = lj_tdb_text_or(s, 1, "");
+        if (strcmp(hash, id->template_hash) == 0) {
+            snprintf(config, cap, "%s", lj_tdb_text_or(s, 0, ""));
+            *found = 1;
+        } else {
+            snprintf(stale_hash, 17, "%s", hash);
+            *stale = 1;
+        }
+        rc = SQLITE_DONE;
+    }
+    sqlite3_finalize(s);
+    if (rc != SQLITE_DONE) {
+        *found = *stale = 0;
+        return lj_tdb_error(t, "reading a shipped winner");
+    }
+    return LAJIT_OK;
+}
+
 /* Runs body inside BEGIN IMMEDIATE ... COMMIT, rolling back on failure. */
 #define IN_TRANSACTION(t, what, body)                  \
     do {                                               \

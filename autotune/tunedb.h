@@ -80,12 +80,25 @@ typedef struct lj_tunedb lj_tunedb;
  * written only on success. */
 lajit_status lj_tunedb_open(lj_env *env, const char *dir, lj_tunedb **out);
 void lj_tunedb_close(lj_tunedb *db); /* accepts NULL */
+/* A private database in memory with the same schema (a shipped table is imported into one to
+ * be read: tuned.h); label names it in messages (lj_tunedb_path). Nothing touches the disk. */
+lajit_status lj_tunedb_open_memory(lj_env *env, const char *label, lj_tunedb **out);
 const char *lj_tunedb_path(const lj_tunedb *db);
 
 /* The winner of a bucket: *found = 1 and config (and *ms, may be NULL) written when there is
  * one. */
 lajit_status lj_tunedb_winner(lj_tunedb *db, const lj_tune_id *id, char *config, size_t cap,
                               double *ms, int *found);
+
+/* The winner of a bucket in a shipped table (a database made by lj_tunedb_open_memory and
+ * lj_tunedb_import): matched on id's device name, compute capability, family and bucket only
+ * (the driver, NVRTC and SM count of the machine that tuned it are not compared: a table serves
+ * other installs of the same GPU), the most recent driver's when several. *found = 1 and config
+ * written when its template hash is id's; *stale = 1 when the bucket has a winner only for other
+ * template hashes (the family's templates changed since the table was made: not to be trusted),
+ * its hash then in stale_hash. */
+lajit_status lj_tunedb_shipped_winner(lj_tunedb *db, const lj_tune_id *id, char *config, size_t cap,
+                                      int *found, int *stale, char stale_hash[17]);
 
 /* Records a tuning run in one transaction: every result (replacing earlier measurements of the
  * same configs) and the winner (the fastest measured result; none when all failed), together
@@ -117,6 +130,15 @@ lajit_status lj_tunedb_show(lj_tunedb *db, lj_tunedb_show_fn fn, void *user);
  * SQLite's json_object, "kind" being "measurement" or "winner", the fingerprint spelled out in
  * each), to path. *rows: lines written. */
 lajit_status lj_tunedb_export(lj_tunedb *db, const char *path, int *rows);
+/* Export of a shipped table (tuned.h): the winners of device name `device` only, as export
+ * writes them, the most recent one per (family, template hash, bucket) when several fingerprints
+ * of that name have one. keep (may be NULL) is asked per row with its family and template hash
+ * and drops the row when it returns 0 (the CLI drops winners of templates this build no longer
+ * has, which a runtime would only ignore). Written like lj_tunedb_export (temporary file,
+ * rename). *rows: lines written. */
+typedef int (*lj_tunedb_keep_fn)(void *user, const char *family, const char *template_hash);
+lajit_status lj_tunedb_export_shipped(lj_tunedb *db, const char *path, const char *device,
+                                      lj_tunedb_keep_fn keep, void *user, int *rows);
 /* Import of an export, read through SQLite's JSON functions. Every line is checked before
  * anything is written: a JSON object with exactly export's keys, strings without NUL (no
  * \u0000) that fit their fields, times finite and >= 0, integers (cc, sms, driver, nvrtc, at)

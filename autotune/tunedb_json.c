@@ -37,15 +37,44 @@ static const char export_winners[] =
     " FROM winners w JOIN devices d ON d.id = w.device"
     " ORDER BY d.name, d.cc, d.sms, d.driver, d.nvrtc, w.family, w.template_hash, w.bucket";
 
+/* The winners a shipped table holds (tuned.h): those of one device name (?1), the latest of each
+ * (family, template hash, bucket) when several fingerprints of that name (drivers, NVRTC
+ * versions) have one, in a stable order. Columns: the line, the family, the template hash. */
+static const char export_shipped[] =
+    "SELECT json_object('kind', 'winner', 'device', d.name, 'cc', d.cc, 'sms', d.sms,"
+    " 'driver', d.driver, 'nvrtc', d.nvrtc, 'family', w.family, 'template_hash',"
+    " w.template_hash, 'bucket', w.bucket, 'config', w.config, 'ms', w.ms, 'default_config',"
+    " w.default_config, 'default_ms', w.default_ms, 'at', w.at), w.family, w.template_hash"
+    " FROM winners w JOIN devices d ON d.id = w.device WHERE d.name = ?1 AND NOT EXISTS"
+    " (SELECT 1 FROM winners w2 JOIN devices d2 ON d2.id = w2.device WHERE d2.name = d.name"
+    "  AND d2.cc = d.cc AND w2.family = w.family AND w2.template_hash = w.template_hash"
+    "  AND w2.bucket = w.bucket AND (w2.at > w.at OR (w2.at = w.at AND w2.device > w.device)))"
+    " ORDER BY d.cc, w.family, w.bucket, w.template_hash";
+
+/* What one export writes: its queries (NULL-terminated), the device name bound to ?1 (or NULL)
+ * and the filter of the shipped export (or NULL: every row). */
+typedef struct export_spec {
+    const char *const *queries;
+    const char *device;
+    lj_tunedb_keep_fn keep;
+    void *user;
+} export_spec;
+
 /* Writes one line per row of sql; SQLite code, *n counts the lines, *io_failed a write error. */
-static int export_rows(lj_tunedb *t, const char *sql, FILE *f, int *n, int *io_failed)
+static int export_rows(lj_tunedb *t, const char *sql, const export_spec *spec, FILE *f, int *n,
+                       int *io_failed)
 {
     sqlite3_stmt *s;
     int rc = lj_sql_prepare(&t->sql, sql, &s);
     if (rc != SQLITE_OK)
         return rc;
+    if (spec->device)
+        sqlite3_bind_text(s, 1, spec->device, -1, SQLITE_STATIC);
     while ((rc = lj_sql_step(&t->sql, s)) == SQLITE_ROW) {
         const char *line = lj_sql_text(s, 0);
+        if (line && spec->keep &&
+            !spec->keep(spec->user, lj_tdb_text_or(s, 1, ""), lj_tdb_text_or(s, 2, "")))
+            continue;
         if (!line || fputs(line, f) == EOF || fputc('\n', f) == EOF) {
             *io_failed = 1;
             rc = line ? SQLITE_IOERR : SQLITE_NOMEM;
@@ -61,7 +90,7 @@ static int export_rows(lj_tunedb *t, const char *sql, FILE *f, int *n, int *io_f
  * so a failure part-way (a full disk) never leaves a truncated file under the final name that
  * an import would take for the whole database; the temporary file is removed on failure. A path
  * that names something other than a regular file (/dev/stdout, a pipe) is written in place. */
-lajit_status lj_tunedb_export(lj_tunedb *t, const char *path, int *rows)
+static lajit_status export_file(lj_tunedb *t, const char *path, const export_spec *spec, int *rows)
 {
     struct stat sb;
     char *tmp = NULL;
@@ -96,11 +125,8 @@ lajit_status lj_tunedb_export(lj_tunedb *t, const char *path, int *rows)
     int n = 0, io_failed = 0;
     /* One read transaction, so the export is one consistent snapshot. */
     int rc = lj_sql_exec(&t->sql, "BEGIN");
-    if (rc == SQLITE_OK) {
-        rc = export_rows(t, export_measurements, f, &n, &io_failed);
-        if (rc == SQLITE_OK)
-            rc = export_rows(t, export_winners, f, &n, &io_failed);
-    }
+    for (int i = 0; rc == SQLITE_OK && spec->queries[i]; i++)
+        rc = export_rows(t, spec->queries[i], spec, f, &n, &io_failed);
     lajit_status st = LAJIT_OK;
     if (io_failed)
         st = rc == SQLITE_NOMEM
@@ -129,6 +155,21 @@ lajit_status lj_tunedb_export(lj_tunedb *t, const char *path, int *rows)
     if (st == LAJIT_OK)
         *rows = n;
     return st;
+}
+
+lajit_status lj_tunedb_export(lj_tunedb *t, const char *path, int *rows)
+{
+    static const char *const queries[] = {export_measurements, export_winners, NULL};
+    export_spec spec = {queries, NULL, NULL, NULL};
+    return export_file(t, path, &spec, rows);
+}
+
+lajit_status lj_tunedb_export_shipped(lj_tunedb *t, const char *path, const char *device,
+                                      lj_tunedb_keep_fn keep, void *user, int *rows)
+{
+    static const char *const queries[] = {export_shipped, NULL};
+    export_spec spec = {queries, device, keep, user};
+    return export_file(t, path, &spec, rows);
 }
 
 /* ---- Import ---------------------------------------------------------------------------------- */

@@ -455,6 +455,32 @@ lajit_status lj_tunedb_open(lj_env *env, const char *dir, lj_tunedb **out)
     return LAJIT_OK;
 }
 
+lajit_status lj_tunedb_open_memory(lj_env *env, const char *label, lj_tunedb **out)
+{
+    lj_tunedb *t = lj_calloc(env, 1, sizeof *t);
+    if (!t)
+        return lj_oom(env);
+    t->env = env;
+    t->sql.env = env;
+    if (!(t->path = lj_strdup(env, label && *label ? label : ":memory:"))) {
+        lj_free(env, t);
+        return lj_oom(env);
+    }
+    snprintf(t->host, sizeof t->host, "memory");
+    char why[512] = "";
+    int rc = lj_sql_open(&t->sql, env, ":memory:", SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, 0);
+    open_result r =
+        rc == SQLITE_OK ? migrate(t, why, sizeof why) : failed(t, rc, "", why, sizeof why);
+    if (r != OPEN_OK) {
+        lajit_status st =
+            lj_error(env, LAJIT_ERR_DATABASE, "%s: no in-memory database: %s", t->path, why);
+        lj_tunedb_close(t);
+        return st;
+    }
+    *out = t;
+    return LAJIT_OK;
+}
+
 void lj_tunedb_close(lj_tunedb *t)
 {
     if (!t)

@@ -128,6 +128,7 @@ LAJIT_API void lajit_ctx_destroy(lajit_ctx *ctx)
     for (int i = 0; i < ctx->n_families; i++)
         lj_family_free(ctx->families[i]);
     lj_tunedb_close(ctx->tunedb);
+    lj_tunedb_close(ctx->shipped);
     lj_bundle_close(ctx->bundle);
     lj_lua_close(ctx->lua);
     lj_cache_close(ctx->cache);

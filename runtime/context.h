@@ -36,6 +36,11 @@ struct lajit_ctx {
     uint32_t autotune; /* LAJIT_AUTOTUNE_OFF or _EAGER (resolved at creation) */
     lj_tunedb *tunedb; /* opened on the first plan built; NULL until then or if unusable */
     int tunedb_failed; /* 1: opening failed once; not retried for this context */
+    /* The shipped tuning table of the device (autotune/tuned.h), loaded on the first plan built
+     * with no user winner; NULL when none or refused (said once in the log). */
+    lj_tunedb *shipped;
+    int shipped_tried;       /* 1: looked for once; not again for this context */
+    char shipped_path[1024]; /* its file, for log lines */
     /* The passes of a multi-kernel op (the backward) as the named family's spec declares them,
      * by family index; [LJ_MAX_FAMILIES]: the op's defaults. Read on first use (plan_build.c). */
     lj_roles roles[LJ_MAX_FAMILIES + 1];

@@ -1,6 +1,7 @@
 /* plan_build.c — the slow path of every op and the plan table's one door: which family serves
- * a problem (the named one, or the op's defaults in order), which configuration it runs (the
- * default, a bundle's or the tuning database's, each checked by the family's valid()), its
+ * a problem (the named one, or the op's defaults in order), which configuration it runs (a
+ * bundle's, else the user's tuning database's winner, else the shipped table's (autotune/tuned.h),
+ * else the family's default; each checked by the family's valid()), its
  * kernel from the first cache level that has it (memory, disk cache, bundle, NVRTC, in that
  * order: lj_kernel_fetch, generator/levels.h), and the module load that makes a plan.
  * lj_op_launch is the hot path's entry: a plan-table probe and one cuLaunchKernel once the
@@ -15,6 +16,7 @@
 #include "plan_build.h"
 #include "problem.h"
 #include "search.h"
+#include "tuned.h"
 
 /* ---- Plans --------------------------------------------------------------------------------- */
 
@@ -70,24 +72,92 @@ static lj_tunedb *context_tunedb(lajit_ctx *ctx)
     return ctx->tunedb;
 }
 
-/* Replaces *cfg (f's default for p, valid) by the tuned configuration when the policy finds or
- * makes one. Tuning never fails an op: any problem is logged and the default stays. A winner
- * from the database is used only when it still parses and is valid for this problem. */
+/* The shipped tuning table of the context's device (autotune/tuned.h), loaded on first need;
+ * NULL when there is none (LAJIT_TUNED_DIR off, no table for this GPU) or it was refused, which
+ * is said once in the log: a refused table is never partly trusted. */
+static lj_tunedb *context_shipped(lajit_ctx *ctx, const lj_fingerprint *fp)
+{
+    if (ctx->shipped || ctx->shipped_tried)
+        return ctx->shipped;
+    ctx->shipped_tried = 1;
+    if (lj_tuned_load(&ctx->env, fp, &ctx->shipped, ctx->shipped_path, sizeof ctx->shipped_path) !=
+        LAJIT_OK) {
+        ctx->shipped = NULL;
+        lj_log(&ctx->env, LAJIT_LOG_WARN, "shipped tuning table ignored: %s", ctx->env.errmsg);
+        lj_clear_error(&ctx->env);
+    }
+    return ctx->shipped;
+}
+
+/* Replaces *cfg by the shipped table's winner for id's bucket when the table has one for this
+ * family's current templates that parses and is valid for this problem; returns 1 when taken.
+ * An entry tuned on other templates (stale) or unusable here is ignored with one log line. */
+static int shipped_config(lajit_ctx *ctx, lj_family *f, const lj_device *dev, const lj_problem *p,
+                          const lj_tune_id *id, lj_config *cfg)
+{
+    lj_env *env = &ctx->env;
+    lj_tunedb *t = context_shipped(ctx, &id->fp);
+    if (!t)
+        return 0;
+    char text[256], hash[17], reason[256];
+    int found = 0, stale = 0, ok = 0;
+    lj_config parsed;
+    if (lj_tunedb_shipped_winner(t, id, text, sizeof text, &found, &stale, hash) != LAJIT_OK) {
+        lj_log(env, LAJIT_LOG_WARN, "shipped tuning table: %s; default", env->errmsg);
+        lj_clear_error(env);
+        return 0;
+    }
+    if (stale) {
+        lj_log(env, LAJIT_LOG_WARN,
+               "shipped tuning table %s: %s %s was tuned on templates %s, these are %s: ignored, "
+               "default",
+               ctx->shipped_path, id->family, id->bucket, hash, id->template_hash);
+        return 0;
+    }
+    if (!found)
+        return 0;
+    if (lj_config_parse(env, f, cfg, text, &parsed) != LAJIT_OK ||
+        lj_family_valid(f, &parsed, p, &dev->info, &ok, reason, sizeof reason) != LAJIT_OK) {
+        lj_log(env, LAJIT_LOG_WARN,
+               "shipped tuning table %s: [%s] for %s %s is unusable (%s): "
+               "default",
+               ctx->shipped_path, text, id->family, id->bucket, env->errmsg);
+        lj_clear_error(env);
+        return 0;
+    }
+    if (!ok) {
+        lj_log(env, LAJIT_LOG_WARN,
+               "shipped tuning table %s: [%s] for %s %s is not valid here (%s): default",
+               ctx->shipped_path, text, id->family, id->bucket, reason);
+        return 0;
+    }
+    *cfg = parsed;
+    return 1;
+}
+
+/* Replaces *cfg (f's default for p, valid) by a tuned configuration. In order: the user's tuning
+ * database's winner, the shipped table's (tuned.h), and with the eager policy a search now (a
+ * bucket the shipped table covers counts as tuned: no search). Tuning never fails an op: any
+ * problem is logged and the default stays. A winner is used only when it still parses and is
+ * valid for this problem. */
 static void apply_tuning(lajit_ctx *ctx, lj_family *f, lj_lua *L, lj_cache *cache, lj_device *dev,
                          const lj_problem *p, lj_config *cfg)
 {
     lj_env *env = &ctx->env;
     lj_tunedb *db = context_tunedb(ctx);
-    if (!db)
-        return;
     lj_tune_id id;
     char text[256];
     int found = 0, ok = 0;
     lj_config tuned;
     char reason[256];
-    if (lj_tune_id_make(env, f, dev, p, &id) != LAJIT_OK ||
-        lj_tunedb_winner(db, &id, text, sizeof text, NULL, &found) != LAJIT_OK)
+    if (lj_tune_id_make(env, f, dev, p, &id) != LAJIT_OK)
         goto failed;
+    if (db && lj_tunedb_winner(db, &id, text, sizeof text, NULL, &found) != LAJIT_OK) {
+        /* The shipped table may still serve; no search without a database to record it. */
+        lj_log(env, LAJIT_LOG_WARN, "autotune: %s", env->errmsg);
+        lj_clear_error(env);
+        db = NULL;
+    }
     if (found) {
         if (lj_config_parse(env, f, cfg, text, &tuned) != LAJIT_OK ||
             lj_family_valid(f, &tuned, p, &dev->info, &ok, reason, sizeof reason) != LAJIT_OK) {
@@ -102,7 +172,9 @@ static void apply_tuning(lajit_ctx *ctx, lj_family *f, lj_lua *L, lj_cache *cach
             return;
         }
     }
-    if (ctx->autotune != LAJIT_AUTOTUNE_EAGER || found)
+    if (shipped_config(ctx, f, dev, p, &id, cfg))
+        return;
+    if (!db || ctx->autotune != LAJIT_AUTOTUNE_EAGER || found)
         return;
     int got = 0;
     if (lj_tunedb_lease(db, &id, TUNE_LEASE_S, &got) != LAJIT_OK)

@@ -1,7 +1,8 @@
-/* cmd_db.c — `lajit db show | export FILE | import FILE [--force]`: the tuning database
- * (tune.db in the cache directory). show and export only read: when there is no database they
- * say so and create nothing (no directory, no empty database); import writes, so it creates
- * the database when absent. */
+/* cmd_db.c — `lajit db show | export FILE [--shipped [--device NAME]] | import FILE [--force]`:
+ * the tuning database (tune.db in the cache directory). show and export only read: when there is
+ * no database they say so and create nothing (no directory, no empty database); import writes, so
+ * it creates the database when absent. export --shipped writes a shipped tuning table
+ * (autotune/tuned.h): one device's winners, for this build's templates only. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 
 #include "cli.h"
 #include "nvrtc.h"
+#include "tuned.h"
 
 static void show_row(void *user, const lj_fingerprint *fp, const char *family,
                      const char *template_hash, const char *bucket, const char *config, double ms,
@@ -54,26 +56,124 @@ static int database_exists(const char *dir, int quiet_when_absent)
     return rc;
 }
 
+/* The filter of a shipped export: a winner is kept only when its family is one this build (or
+ * LAJIT_FAMILY_PATH) has and its template hash is that family's now; the runtime would ignore
+ * the others as stale. Hashes are computed once per family. */
+typedef struct shipped_filter {
+    lajit_ctx *ctx;
+    struct {
+        char family[64];
+        char hash[17];
+    } known[64];
+    int n_known, dropped;
+} shipped_filter;
+
+static int keep_current(void *user, const char *family, const char *template_hash)
+{
+    shipped_filter *sf = user;
+    for (int i = 0; i < sf->n_known; i++)
+        if (strcmp(sf->known[i].family, family) == 0) {
+            int keep = strcmp(sf->known[i].hash, template_hash) == 0;
+            sf->dropped += !keep;
+            return keep;
+        }
+    lj_env *env = lajit__ctx_env(sf->ctx);
+    lj_family *f;
+    char hash[17] = "";
+    if (lajit__ctx_family(sf->ctx, family, &f) != LAJIT_OK ||
+        lj_tune_template_hash(env, f, hash) != LAJIT_OK)
+        hash[0] = 0; /* a family this build does not have: nothing of it is current */
+    lj_clear_error(env);
+    if (sf->n_known < (int)(sizeof sf->known / sizeof sf->known[0])) {
+        snprintf(sf->known[sf->n_known].family, sizeof sf->known[0].family, "%s", family);
+        snprintf(sf->known[sf->n_known].hash, sizeof sf->known[0].hash, "%s", hash);
+        sf->n_known++;
+    }
+    int keep = *hash && strcmp(hash, template_hash) == 0;
+    sf->dropped += !keep;
+    return keep;
+}
+
+/* `db export FILE --shipped`: the winners of device (this machine's GPU when NULL). */
+static int export_shipped(lajit_ctx *ctx, lj_tunedb *db, const char *file, const char *device)
+{
+    lj_env *env = lajit__ctx_env(ctx);
+    lj_device *dev;
+    if (!device) {
+        lajit_status st = lajit__ctx_device(ctx, &dev);
+        if (st != LAJIT_OK) {
+            fprintf(stderr,
+                    "%s: db export --shipped: no GPU here (%s); name the device with "
+                    "--device\n",
+                    cli_prog, lajit_errmsg(ctx));
+            return 1;
+        }
+        device = dev->info.name;
+    }
+    lj_clear_error(env);
+    /* FILE may be the tables folder: the device's file is then <FILE>/<slug>.json. */
+    char slug[128], joined[4096];
+    lj_tuned_slug(device, slug, sizeof slug);
+    struct stat sb;
+    size_t len = strlen(file);
+    if ((len && file[len - 1] == '/') || (stat(file, &sb) == 0 && S_ISDIR(sb.st_mode))) {
+        if (!*slug) {
+            fprintf(stderr, "%s: db export --shipped: device name '%s' gives no file name\n",
+                    cli_prog, device);
+            return 1;
+        }
+        snprintf(joined, sizeof joined, "%s%s%s.json", file, len && file[len - 1] == '/' ? "" : "/",
+                 slug);
+        file = joined;
+    }
+    static shipped_filter sf; /* large: not on the stack */
+    memset(&sf, 0, sizeof sf);
+    sf.ctx = ctx;
+    int rows = 0;
+    lajit_status st = lj_tunedb_export_shipped(db, file, device, keep_current, &sf, &rows);
+    if (st != LAJIT_OK)
+        return cli_fail(ctx, st);
+    printf("%s: %d winners of %s written to %s", lj_tunedb_path(db), rows, device, file);
+    if (sf.dropped)
+        printf(" (%d left out: tuned on templates this build no longer has)", sf.dropped);
+    printf("\nthe runtime reads it as tuned/%s.json (installed: <datadir>/lajit/tuned/%s.json)\n",
+           slug, slug);
+    return 0;
+}
+
 int cmd_db(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"help", no_argument, NULL, 'h'}, {"force", no_argument, NULL, 'f'}, {0}};
-    int c, help = 0, force = 0, exists = 1;
+    static const struct option longopts[] = {{"help", no_argument, NULL, 'h'},
+                                             {"force", no_argument, NULL, 'f'},
+                                             {"shipped", no_argument, NULL, 's'},
+                                             {"device", required_argument, NULL, 'd'},
+                                             {0}};
+    int c, help = 0, force = 0, shipped = 0, exists = 1;
+    const char *device = NULL;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         if (c == 'h')
             help = 1;
         else if (c == 'f')
             force = 1;
+        else if (c == 's')
+            shipped = 1;
+        else if (c == 'd')
+            device = optarg;
         else
             return cli_option_error("db", c, argv);
     }
     if (help || optind >= argc) {
-        printf("usage: %s db show | export FILE | import FILE [--force]\n\n"
+        printf("usage: %s db show | export FILE [--shipped [--device NAME]] | import FILE "
+               "[--force]\n\n"
                "The tuning database (tune.db in the cache directory).\n"
                "show: every winner with its device, bucket, time and the default's time.\n"
                "export: every measurement and winner as JSON lines into FILE, to share with\n"
-               "machines of the same GPU. import: adds FILE's rows (replacing equal ones);\n"
+               "machines of the same GPU. export --shipped: a shipped tuning table, the winners\n"
+               "of one GPU (this machine's, or --device NAME as the driver names it) for this\n"
+               "build's templates, to commit as tuned/<slug>.json (README: shipped tables);\n"
+               "FILE may be that folder (tuned/): the file is then named after the device.\n"
+               "import: adds FILE's rows (replacing equal ones);\n"
                "rows for another device name or compute capability than this machine's GPU are\n"
                "refused unless --force (also needed when this machine has no GPU).\n"
                "show and export never create the database or its directory.\n",
@@ -91,6 +191,10 @@ int cmd_db(int argc, char **argv)
         return cli_usage_error("db: unexpected argument %s", file);
     if (!is_show && !file)
         return cli_usage_error("db %s: FILE is required", action);
+    if ((shipped || device) && !is_export)
+        return cli_usage_error("db %s: --shipped and --device are for export", action);
+    if (device && !shipped)
+        return cli_usage_error("db export: --device %s needs --shipped", device);
     lajit_ctx *ctx = cli_open_ctx(0, 0);
     if (!ctx)
         return 1;
@@ -110,6 +214,8 @@ int cmd_db(int argc, char **argv)
             rc = cli_fail(ctx, st);
         else
             printf("%s: %d winners\n", lj_tunedb_path(db), rows);
+    } else if (is_export && shipped) {
+        rc = export_shipped(ctx, db, file, device);
     } else if (is_export) {
         if ((st = lj_tunedb_export(db, file, &rows)) != LAJIT_OK)
             rc = cli_fail(ctx, st);

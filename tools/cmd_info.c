@@ -1,15 +1,38 @@
-/* cmd_info.c — `lajit info`: the CUDA driver, NVRTC, the devices (or "no GPU"), the cache
- * directory and the built-in families; what a bug report or a first install wants to know. */
+/* cmd_info.c — `lajit info`: the CUDA driver, NVRTC, the devices (or "no GPU") with the shipped
+ * tuning table each would use, the cache directory and the built-in families; what a bug report
+ * or a first install wants to know. */
 #include <stdio.h>
 
 #include "cli.h"
 #include "nvrtc.h"
+#include "tuned.h"
+
+/* The shipped tuning table device d would use (autotune/tuned.h), or why none. */
+static void print_table(lj_env *env, const lj_device *d, int driver, int nvrtc_major,
+                        int nvrtc_minor)
+{
+    lj_fingerprint fp;
+    lj_fingerprint_make(&d->info, driver, nvrtc_major, nvrtc_minor, &fp);
+    char slug[128], path[1024];
+    lj_tuned_slug(fp.name, slug, sizeof slug);
+    lj_tunedb *t = NULL;
+    lajit_status st = lj_tuned_load(env, &fp, &t, path, sizeof path);
+    if (st != LAJIT_OK)
+        printf("          tuned table refused: %s\n", env->errmsg);
+    else if (t)
+        printf("          tuned table %s\n", path);
+    else
+        printf("          tuned table none (%s.json)\n", slug);
+    lj_tunedb_close(t);
+    lj_clear_error(env);
+}
 
 int cmd_info(int argc, char **argv)
 {
     int rc = cli_no_arguments("info",
-                              "Prints the CUDA driver, NVRTC, the devices (or \"no GPU\"), the "
-                              "cache directory and the built-in families.\n",
+                              "Prints the CUDA driver, NVRTC, the devices (or \"no GPU\") with "
+                              "the shipped tuning table each uses, the cache directory and the "
+                              "built-in families.\n",
                               argc, argv);
     if (rc >= 0)
         return rc;
@@ -18,8 +41,10 @@ int cmd_info(int argc, char **argv)
         return 1;
     lj_env *env = lajit__ctx_env(ctx);
     printf("lajit     %s\n", lajit_version_string());
-    int major, minor;
+    int major = 0, minor = 0;
     lajit_status st = lj_nvrtc_version(env, &major, &minor);
+    if (st != LAJIT_OK)
+        major = minor = 0; /* kernels compiled elsewhere are filed under NVRTC 0 */
     if (st == LAJIT_OK)
         printf("NVRTC     %d.%d\n", major, minor);
     else
@@ -45,6 +70,7 @@ int cmd_info(int argc, char **argv)
                 printf("device %d  %s, %s, %d SMs, %d KiB shared memory per block, %d MiB L2\n", i,
                        d.info.name, d.info.arch, d.info.sms, d.info.smem_optin / 1024,
                        d.info.l2_bytes >> 20);
+                print_table(env, &d, version, major, minor);
                 lj_device_close(env, &d);
             } else {
                 printf("device %d  unusable: %s\n", i, lajit_errmsg(ctx));

@@ -110,19 +110,27 @@ end
 -- D = E = 128 one 8-warp CTA per (b, h) with all 128 columns (BLOCK = 64) beat two 4-warp
 -- CTAs with 64-column slices (0.570 vs 0.600 ms at N = 8192); at D = E = 64 BLOCK = 32 with
 -- 64-column tiles and 4 warps was best (0.275 ms, against 0.284–0.305 for the others). Two
--- stages: a third costs a CTA per SM and was never faster. Fewer (b, h) than half the SMs
--- want narrower slices so the grid still covers the GPU. Thresholds use the log2 bucket of
--- B·H, as key() does, so one bucket always gets one config.
+-- stages: a third costs a CTA per SM and was never faster. f16 takes bf16's rule (same size,
+-- same mma rate; not swept on its own). Fewer (b, h) than half the SMs want narrower slices so
+-- the grid still covers the GPU. Thresholds use the log2 bucket of B·H, as key() does, so one
+-- bucket always gets one config.
+--
+-- f32 (tf32, issue 23, docs/notes/la_fwd.md "fp32 default"): 16-token chunks over the whole E
+-- (up to 128 columns) with 8 warps. The one measurement (H200, B = 4, H = 64, D = E = 128,
+-- N = 8192): the former rule, BLOCK 64 with 32-column slices, ran 8.50 ms; the tuned BLOCK 16,
+-- TILE_V 128 ran 2.70 ms. Narrow slices make each of E/TILE_V CTAs recompute the chunk's Q Kᵀ at
+-- half the 16-bit mma rate, and at 4 bytes an element a 64-token chunk of full width does not fit
+-- (270 KB); 16 tokens do (118 KB, 160 registers at 8 warps). Awaits a device sweep over D, E,
+-- B·H and N.
 local function default(problem, device)
     local bh = 1 << log2_bucket(problem.B * problem.H)
     local cfg
-    if problem.D <= 64 then
+    if problem.dtype == "f32" then
+        cfg = { BLOCK = 16, TILE_V = 128, WARPS = 8, STAGES = 2, MINB = 1 }
+    elseif problem.D <= 64 then
         cfg = { BLOCK = 32, TILE_V = 64, WARPS = 4, STAGES = 2, MINB = 1 }
     else
         cfg = { BLOCK = 64, TILE_V = 128, WARPS = 8, STAGES = 2, MINB = 1 }
-    end
-    if problem.dtype == "f32" then -- tf32 gathers cost registers: narrower slices
-        cfg = { BLOCK = 64, TILE_V = 32, WARPS = 4, STAGES = 2, MINB = 1 }
     end
     while cfg.TILE_V > problem.E or problem.E % cfg.TILE_V ~= 0 do
         cfg.TILE_V = cfg.TILE_V // 2

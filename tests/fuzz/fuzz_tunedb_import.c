@@ -2,13 +2,17 @@
  * imported into a fresh tune.db for the local device, then forced, then forced with no local
  * device, and the database is listed (lj_tunedb_show). What an import accepts must survive a
  * round trip: its export imports into another fresh database and exports to the same bytes.
- * Seeds: corpus/tunedb_import (a real export from make_seeds.c plus hand-written near misses). */
+ * The same input is also loaded as the shipped tuning table of that device (tuned.h: found by its
+ * slug under LAJIT_TUNED_DIR) and asked for a winner: it must load exactly when the unforced
+ * import accepts it (or is refused for its size, unread) and answer without fault. Seeds: corpus/tunedb_import (a real export from make_seeds.c plus hand-written near misses). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "fuzz.h"
 #include "tunedb.h"
+#include "tuned.h"
 
 static void check_text(const char *s, size_t cap, const char *what)
 {
@@ -85,6 +89,39 @@ static void round_trip(lj_env *env, lj_tunedb *db)
     free(b);
 }
 
+/* The input as the shipped table of local: loads exactly when the unforced import took it. */
+static void shipped(lj_env *env, const uint8_t *data, size_t size, const lj_fingerprint *local,
+                    lajit_status plain)
+{
+    char slug[128], name[256], path[1024], table[1024];
+    lj_tuned_slug(local->name, slug, sizeof slug);
+    snprintf(name, sizeof name, "tuned/%s.json", slug);
+    snprintf(path, sizeof path, "%s/tuned", lj_fuzz_dir());
+    (void)mkdir(path, 0700);
+    lj_fuzz_write(name, data, size, table, sizeof table);
+    setenv("LAJIT_TUNED_DIR", path, 1);
+    lj_tunedb *t = NULL;
+    lajit_status st = lj_tuned_load(env, local, &t, table, sizeof table);
+    int want = plain == LAJIT_OK && size <= LJ_TUNED_MAX_BYTES;
+    if ((st == LAJIT_OK) != want || (st == LAJIT_OK && !t))
+        lj_fuzz_fail("shipped table: load %d, unforced import %d, %zu bytes", st, plain, size);
+    if (!t)
+        return;
+    lj_tune_id id;
+    memset(&id, 0, sizeof id);
+    id.fp = *local;
+    snprintf(id.family, sizeof id.family, "la_fwd");
+    snprintf(id.template_hash, sizeof id.template_hash, "0123456789abcdef");
+    snprintf(id.bucket, sizeof id.bucket, "bf16 D128");
+    char config[256], hash[17];
+    int found, stale;
+    if (lj_tunedb_shipped_winner(t, &id, config, sizeof config, &found, &stale, hash) != LAJIT_OK)
+        lj_fuzz_fail("shipped table: no answer from a loaded table: %s", env->errmsg);
+    if (found && (stale || !memchr(config, 0, sizeof config)))
+        lj_fuzz_fail("shipped table: found and stale at once, or an unterminated config");
+    lj_tunedb_close(t);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     lj_env env;
@@ -107,6 +144,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (forced == LAJIT_OK)
         round_trip(&env, db);
     lj_tunedb_close(db);
+    shipped(&env, data, size, &local, plain);
     if (heap.held)
         lj_fuzz_fail("%zu bytes still held after the database was closed", heap.held);
     lj_fuzz_clean();
