@@ -70,9 +70,11 @@ lajit_status lj_dense_layout_of(lj_env *env, const lj_problem *p, lj_dense_layou
     size_t el = elem_size(p->dtype), B = (size_t)p->B, H = (size_t)p->H, D = (size_t)p->D,
            E = (size_t)p->E;
     size_t steps = p->op == LJ_OP_DECODE ? (size_t)(p->T > 0 ? p->T : 1) : (size_t)p->N;
-    size_t state = B * H * D * E * 4;
+    /* States in their storage dtype, o in its own (a mixed problem's differs from q's). */
+    size_t state = B * H * D * E * elem_size(p->state_dtype);
     out->q = out->k = B * H * steps * D * el;
-    out->v = out->o = B * H * steps * E * el;
+    out->v = B * H * steps * E * el;
+    out->o = B * H * steps * E * elem_size(lj_problem_out(p));
     out->s = p->decay ? H * 4 : 0;
     if (p->op == LJ_OP_DECODE) {
         out->s0 = state; /* the pool, updated in place: sn is the same buffer */

@@ -35,6 +35,8 @@ lj_plan_key lj_plan_key_make(const lj_problem *p, int family_index)
     k.D = (unsigned short)p->D;
     k.E = (unsigned short)p->E;
     k.part = (unsigned short)p->part;
+    /* The states' storage and o's dtype: compile-time types of the kernels. */
+    k.dtypes = (unsigned short)(p->state_dtype | (lj_problem_out(p) << 8));
     if (p->op == LJ_OP_CUSTOM && p->decl) {
         k.D = 0xffff;
         k.E = k.log2_n = k.log2_bh = k.log2_b = k.steps = k.flags = 0;

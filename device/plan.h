@@ -17,7 +17,8 @@ typedef struct lj_plan_key {
     unsigned char op, family, dtype, flags;
     unsigned char log2_n, log2_bh, log2_b, steps;
     unsigned short D, E; /* op custom: D is 0xffff (a key with D == 0 marks an empty slot) */
-    unsigned short part, reserved;
+    unsigned short part;
+    unsigned short dtypes; /* the states' storage dtype | o's dtype << 8 */
     /* op custom: each symbol's value, or for a dynamic one its log2 bucket (plus 2^62 so the
      * two never meet); zero for the attention ops. Hashed only for op custom. */
     long long sym[LJ_MAX_SYMBOLS];

@@ -154,6 +154,20 @@ const char *lj_read_problem(lua_State *L, int idx, lj_op family_op, lj_problem *
                  (t != LUA_TSTRING && t != LUA_TNIL)))
         msg = "problem.dtype must be f32, f16 or bf16";
     lua_settop(L, top);
+    /* Storage of the states and the dtype of o (absent: f32 states, o of dtype). */
+    lj_dtype sdt = LJ_F32, odt = p->dtype;
+    t = msg ? LUA_TNIL : lj_rawgetfield(L, idx, "state_dtype");
+    if (!msg && ((t == LUA_TSTRING && !lj_dtype_parse(lua_tostring(L, -1), &sdt)) ||
+                 (t != LUA_TSTRING && t != LUA_TNIL)))
+        msg = "problem.state_dtype must be f32, f16 or bf16";
+    lua_settop(L, top);
+    t = msg ? LUA_TNIL : lj_rawgetfield(L, idx, "out_dtype");
+    if (!msg && ((t == LUA_TSTRING && !lj_dtype_parse(lua_tostring(L, -1), &odt)) ||
+                 (t != LUA_TSTRING && t != LUA_TNIL)))
+        msg = "problem.out_dtype must be f32, f16 or bf16";
+    lua_settop(L, top);
+    p->state_dtype = sdt;
+    p->out_dtype = odt != p->dtype ? (int)odt + 1 : 0;
     const char *name;
     for (size_t i = 0; !msg && (name = lj_problem_field_name(i)) != NULL; i++) {
         t = lj_rawgetfield(L, idx, name);

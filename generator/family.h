@@ -126,9 +126,19 @@ typedef struct lj_problem {
     int has_dsn;       /* backward: dS_N given */
     int step_states;   /* decode: per-step states written */
     int part;          /* an op of several kernels (la_bwd): which one (0 for single-kernel ops) */
+    lj_dtype state_dtype; /* storage of the states and pools (S_0, S_N, decode's pool and step
+                             states); LJ_F32 (0) by default. Accumulation is fp32 whatever it is */
+    int out_dtype;        /* o's dtype + 1 when it differs from dtype (mixed: fp32 q, k, v with a
+                             16-bit o, or the reverse); 0: o has dtype. lj_problem_out() reads it */
     const lj_args_decl *decl;      /* op custom: the family's declaration (its symbols' names) */
     long long sym[LJ_MAX_SYMBOLS]; /* op custom: each symbol's value, in decl's order */
 } lj_problem;
+
+/* The dtype of o: dtype unless out_dtype says otherwise. */
+static inline lj_dtype lj_problem_out(const lj_problem *p)
+{
+    return p->out_dtype ? (lj_dtype)(p->out_dtype - 1) : p->dtype;
+}
 
 /* The target: from the device when there is one, else from the arch table (offline compile). */
 typedef struct lj_device_info {

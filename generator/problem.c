@@ -88,6 +88,20 @@ lajit_status lj_assign(lj_env *env, lj_family *f, const char *assignment, lj_pro
         p->dtype = dt;
         return LAJIT_OK;
     }
+    /* The states' storage (f32 by default) and o's dtype (the problem's by default): attention
+     * ops only, named like dtype. */
+    int is_state = strcmp(key, "state_dtype") == 0, is_out = strcmp(key, "out_dtype") == 0;
+    if (!decl && (is_state || is_out)) {
+        lj_dtype dt;
+        if (!lj_dtype_parse(value, &dt))
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s=%s: expected f32, f16 or bf16",
+                            key, value);
+        if (is_state)
+            p->state_dtype = dt;
+        else
+            p->out_dtype = (int)dt + 1; /* kept as given: lj_problem_out compares with dtype */
+        return LAJIT_OK;
+    }
     long long v;
     if (!parse_int(value, &v))
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s=%s: expected an integer", key, value);
@@ -186,14 +200,21 @@ void lj_problem_format(const lj_problem *p, char *out, size_t cap)
         }
         return;
     }
+    /* Storage and output dtypes only when they differ from the defaults, so the summaries of
+     * every existing problem read as before. */
+    char extra[32] = "";
+    lj_dtype od = lj_problem_out(p);
+    snprintf(extra, sizeof extra, "%s%s%s%s", p->state_dtype != LJ_F32 ? " state=" : "",
+             p->state_dtype != LJ_F32 ? lj_dtype_name(p->state_dtype) : "",
+             od != p->dtype ? " out=" : "", od != p->dtype ? lj_dtype_name(od) : "");
     char steps[16] = "";
     if (p->op == LJ_OP_DECODE)
         snprintf(steps, sizeof steps, " T=%d", p->T);
     else if (p->op == LJ_OP_BWD)
         snprintf(steps, sizeof steps, " part=%d", p->part);
-    snprintf(out, cap, "%s %s B=%d H=%d N=%d D=%d E=%d%s%s%s%s%s%s%s%s%s", lj_op_name(p->op),
+    snprintf(out, cap, "%s %s B=%d H=%d N=%d D=%d E=%d%s%s%s%s%s%s%s%s%s%s", lj_op_name(p->op),
              lj_dtype_name(p->dtype), p->B, p->H, p->N, p->D, p->E, steps, p->decay ? " decay" : "",
              p->has_initial ? " initial" : "", p->has_final ? " final" : "",
              p->varlen ? " varlen" : "", p->vk ? " vk" : "", p->want_ds ? " ds" : "",
-             p->has_dsn ? " dsn" : "", p->step_states ? " step_states" : "");
+             p->has_dsn ? " dsn" : "", p->step_states ? " step_states" : "", extra);
 }

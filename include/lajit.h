@@ -22,7 +22,9 @@
  *
  * The mathematics every op computes is the reference of DESIGN.md: per batch b and head h,
  *   S_t = λ S_{t−1} + k_tᵀ v_t,   o_t = σ q_t S_t,   λ = exp(−s_h) (λ = 1 with no decay),
- * with S in fp32 and an optional initial state S_0. */
+ * with S accumulated in fp32 and an optional initial state S_0. States are stored in float32 by
+ * default; the forward's and decode's also in bfloat16 or float16 (a storage format: kernels
+ * read them into fp32, accumulate in fp32 and round to nearest on the final write). */
 #ifndef LAJIT_H
 #define LAJIT_H
 
@@ -259,17 +261,42 @@ LAJIT_API lajit_status lajit_family_param(lajit_ctx *ctx, const char *family, in
 /* Flags of the op arguments. */
 #define LAJIT_STATE_VK 0x1u /* states and pools are [.., E, D] instead of [.., D, E] ("KV") */
 
+/* Slot indices (state_slots of varlen lajit_attn_fwd and of lajit_attn_decode), int32, one per
+ * sequence or row:
+ *   s >= 0                 read the initial state from slot s, write the final state to slot s;
+ *   LAJIT_SLOT_SKIP (−1)   read nothing (start from zero) and write nothing (decode: the row is
+ *                          skipped entirely);
+ *   LAJIT_SLOT_FRESH(s)    start from zero without reading slot s, then write the final state
+ *                          to slot s: a server's new sequence needs no memset of its slot.
+ * FRESH(s) is −2 − s (every s in [0, 2^31 − 2] has one); LAJIT_SLOT_IS_FRESH(x) tells it apart
+ * and LAJIT_SLOT_FRESH_SLOT(x) gives s back. Checked mode validates the slot s of a fresh index
+ * like any other (in [0, P), no slot named twice). lajit_attn_bwd reads the same encoding: a
+ * fresh sequence's S_0 is zero, its dS_N is read from slot s, and its dS_0 is not written (the
+ * gradient of a constant). */
+#define LAJIT_SLOT_SKIP          (-1)
+#define LAJIT_SLOT_FRESH(s)      (-2 - (s))
+#define LAJIT_SLOT_IS_FRESH(x)   ((x) <= -2)
+#define LAJIT_SLOT_FRESH_SLOT(x) (-2 - (x))
+
 /* Forward (prefill / training). Tensors are DLPack views of device memory (kDLCUDA):
  * - q, k [B,H,N,D] or any strided view of that shape with a unit last stride (so [B,N,H,D]
  *   memory passes as a permuted view); v, o [B,H,N,E]. dtype float32, float16 or bfloat16, the
- *   same for q, k, v and o.
+ *   same for q, k and v. o has their dtype, or mixes one float32 side with one 16-bit side:
+ *   float32 q, k, v with a float16 or bfloat16 o (a layer computed in fp32 feeding a 16-bit
+ *   model; tf32 tensor cores, la_fwd), or 16-bit q, k, v with a float32 o. float16 with
+ *   bfloat16 is refused. (la_fwd_sm90, the sm_90a default for 16-bit inputs, takes only one
+ *   dtype: a mixed call goes to la_fwd.)
  * - varlen (cu_seqlens given): q, k [T,H,D], v, o [T,H,E] packed; cu_seqlens int32 [nseq+1]
  *   from 0, non-decreasing, ending at T.
  * - s: float32 [H], finite and >= 0; NULL selects the no-decay kernels.
- * - initial_state (read) and final_state (written): float32 [B,H,D,E] ([B,H,E,D] with
+ * - initial_state (read) and final_state (written): [B,H,D,E] ([B,H,E,D] with
  *   LAJIT_STATE_VK), strided allowed, either may be NULL, final_state may alias initial_state.
- *   With varlen they are a pool [P,H,D,E] addressed by state_slots (int32 [nseq], −1: no
- *   initial state and no final state written for that sequence).
+ *   dtype float32 (the default), bfloat16 or float16, whatever q's is; when both are given they
+ *   share one dtype (one pool). A 16-bit state is read into fp32, carried in fp32 through the
+ *   whole sequence and rounded to nearest once when written.
+ *   With varlen they are a pool [P,H,D,E] addressed by state_slots (int32 [nseq]; −1: no
+ *   initial state and no final state written for that sequence; LAJIT_SLOT_FRESH(s): start
+ *   from zero, write slot s).
  * - scale: σ, finite and nonzero (1 for the lightning convention).
  * family: NULL for the default forward family, or a family name ("la_recurrent").
  * stream: a CUstream (NULL: the legacy default stream). The call is asynchronous; a cached
@@ -300,8 +327,10 @@ LAJIT_API lajit_status lajit_attn_fwd(lajit_ctx *ctx, const lajit_attn_fwd_args 
  *   NULL when not wanted (then nothing is paid for it). Needs s.
  * - initial_state: S_0 as in the forward (NULL: zero). d_initial_state: dS_0 (written; NULL
  *   when not wanted). d_final_state: dS_N, the gradient arriving at the final state (read; NULL:
- *   zero). All float32, [B,H,D,E] (or [B,H,E,D] with LAJIT_STATE_VK), strided allowed; with
- *   varlen they are pools addressed by state_slots (−1: no S_0, dS_N = 0, dS_0 not written).
+ *   zero). All float32, [B,H,D,E] (or [B,H,E,D] with LAJIT_STATE_VK), strided allowed (a 16-bit
+ *   state is refused: gradients of states are kept in fp32); with varlen they are pools
+ *   addressed by state_slots (−1: no S_0, dS_N = 0, dS_0 not written; LAJIT_SLOT_FRESH(s):
+ *   S_0 = 0, dS_N from slot s, dS_0 not written).
  * - workspace: device scratch for ds, at least lajit_attn_bwd_workspace_size() bytes, 16-byte
  *   aligned (uint8 [bytes]); NULL: the context keeps one, allocated on the first call that needs
  *   it (make that call before capturing a graph; calls that share it must share a stream).
@@ -335,17 +364,21 @@ LAJIT_API lajit_status lajit_attn_bwd(lajit_ctx *ctx, const lajit_attn_bwd_args 
 LAJIT_API size_t lajit_attn_bwd_workspace_size(int64_t nseq, int64_t H, int64_t E);
 
 /* Decode (inference serving): T (1..8, the same for every row) steps of the recurrence per row,
- * updating the fp32 state in place.
+ * updating the state in place (accumulated in fp32 whatever its storage).
  * - q, k [B,H,D] (T = 1) or [B,T,H,D]; v, o [B,H,E] or [B,T,H,E]; strided views with a unit
  *   last stride (e.g. slices of one packed qkv buffer). dtype float32, float16 or bfloat16, the
- *   same for all four.
- * - state: float32 pool [P,H,D,E] ([P,H,E,D] with LAJIT_STATE_VK), updated in place.
+ *   same for q, k and v; o as in lajit_attn_fwd (their dtype, or float32 inputs with a 16-bit o,
+ *   or 16-bit inputs with a float32 o).
+ * - state: pool [P,H,D,E] ([P,H,E,D] with LAJIT_STATE_VK), updated in place; float32 (the
+ *   default), bfloat16 or float16 (half the bytes: each call reads it into fp32, runs its T
+ *   steps in fp32 and rounds to nearest once when writing it back).
  * - state_slots: int32 [B], the pool slot of each row; −1 skips the row (its output, its state
- *   and its step_states untouched). NULL: row b uses slot b (P >= B). Two rows must not name
- *   the same slot (checked in checked mode, undefined otherwise); slots >= P are caught in
- *   checked mode and are undefined behaviour otherwise.
- * - step_states: optional compact float32 [B,T,H,D,E] (or [.., E, D] with LAJIT_STATE_VK)
- *   receiving the state after each step (verify/commit of drafted tokens).
+ *   and its step_states untouched); LAJIT_SLOT_FRESH(s) starts the row from a zero state and
+ *   writes slot s (a new sequence's first tokens). NULL: row b uses slot b (P >= B). Two rows
+ *   must not name the same slot (checked in checked mode, undefined otherwise); slots >= P are
+ *   caught in checked mode and are undefined behaviour otherwise.
+ * - step_states: optional compact [B,T,H,D,E] (or [.., E, D] with LAJIT_STATE_VK) of the
+ *   state's dtype, receiving the state after each step (verify/commit of drafted tokens).
  * - s, scale, family, stream: as for lajit_attn_fwd. */
 typedef struct lajit_attn_decode_args {
     size_t struct_size; /* sizeof(lajit_attn_decode_args) */

@@ -21,8 +21,8 @@ static lajit_status read_back(lajit_ctx *ctx, unsigned long long ptr, size_t byt
     return r == CUDA_SUCCESS ? LAJIT_OK : lj_driver_error(env, drv, r, "checked mode read-back");
 }
 
-/* Checks s (finite, >= 0), cu_seqlens (0, non-decreasing, ending at T) and slots (-1 or in
- * [0, P), no slot twice). */
+/* Checks s (finite, >= 0), cu_seqlens (0, non-decreasing, ending at T) and slots (-1, or in
+ * [0, P) as itself or LAJIT_SLOT_FRESH, no slot twice). */
 lajit_status lj_check_device_values(lajit_ctx *ctx, const la_params *lp, int n_slots,
                                     long long total_tokens, void *stream)
 {
@@ -67,13 +67,16 @@ lajit_status lj_check_device_values(lajit_ctx *ctx, const la_params *lp, int n_s
         (st = read_back(ctx, lp->slots, (size_t)n_slots * 4, buf, stream)) == LAJIT_OK) {
         memset(seen, 0, (size_t)(lp->P > 0 ? lp->P : 1));
         for (int i = 0; st == LAJIT_OK && i < n_slots; i++) {
-            if (buf[i] == -1)
+            if (buf[i] == LAJIT_SLOT_SKIP)
                 continue;
-            if (buf[i] < 0 || buf[i] >= lp->P)
-                st = lj_error(env, LAJIT_ERR_CHECK_FAILED, "slot %d of row %d is outside [0, %d)",
-                              buf[i], i, lp->P);
-            else if (seen[buf[i]]++)
-                st = lj_error(env, LAJIT_ERR_CHECK_FAILED, "slot %d is used by two rows", buf[i]);
+            /* A fresh index names its slot as -2 - slot: INT_MIN is slot 2^31 - 2, no overflow. */
+            int fresh = LAJIT_SLOT_IS_FRESH(buf[i]);
+            int slot = fresh ? LAJIT_SLOT_FRESH_SLOT(buf[i]) : buf[i];
+            if (slot >= lp->P)
+                st = lj_error(env, LAJIT_ERR_CHECK_FAILED, "slot %d of row %d%s is outside [0, %d)",
+                              slot, i, fresh ? " (a fresh index, LAJIT_SLOT_FRESH)" : "", lp->P);
+            else if (seen[slot]++)
+                st = lj_error(env, LAJIT_ERR_CHECK_FAILED, "slot %d is used by two rows", slot);
         }
     }
     lj_free(env, buf);
@@ -174,23 +177,39 @@ lajit_status lj_view_decay(lj_env *env, const DLTensor *s, long long H, unsigned
     return st;
 }
 
-/* A state or pool: float32 [P, H, D, E] (KV) or [P, H, E, D] (VK), expressed to kernels as
- * logical (slot, h, d, e) strides. P < 0: any (returned in *P). */
+/* A state or pool: [P, H, D, E] (KV) or [P, H, E, D] (VK), expressed to kernels as logical
+ * (slot, h, d, e) strides. P < 0: any (returned in *P). Its alignment (address and strides in
+ * multiples of 16 bytes) is checked by lj_tensor_view in bytes of its own element size, which
+ * is what decode's 16-byte state vectors need for 4 floats or 8 16-bit values. */
 lajit_status lj_view_state(lj_env *env, const char *name, const DLTensor *t, long long *P,
-                           long long H, long long D, long long E, int vk, la_tensor4 *out)
+                           long long H, long long D, long long E, int vk, unsigned dtype_mask,
+                           lj_dtype *dtype, la_tensor4 *out)
 {
     int64_t shape[4] = {*P, H, vk ? E : D, vk ? D : E};
     la_tensor4 v;
-    lajit_status st = lj_tensor_view(env, name, t, 4, shape, LJ_TENSOR_F32, &v, NULL);
+    lj_dtype dt = LJ_F32;
+    lajit_status st = lj_tensor_view(env, name, t, 4, shape, dtype_mask, &v, &dt);
     if (st != LAJIT_OK)
         return st;
     *P = shape[0];
     *out = v;
+    if (dtype)
+        *dtype = dt;
     if (vk) { /* logical (d, e) = memory (e, d): swap the last two strides */
         out->s2 = v.s3;
         out->s3 = v.s2;
     }
     return LAJIT_OK;
+}
+
+lajit_status lj_check_out_dtype(lj_env *env, const char *name, lj_dtype in, lj_dtype out)
+{
+    if (out == in || in == LJ_F32 || out == LJ_F32)
+        return LAJIT_OK;
+    return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                    "%s is %s with %s inputs: o has the inputs' dtype, or one of the two is "
+                    "float32 (fp32 q, k, v with a 16-bit o, or the reverse)",
+                    name, lj_dtype_name(out), lj_dtype_name(in));
 }
 
 static int same_view(const la_tensor4 *a, const la_tensor4 *b)
@@ -203,15 +222,18 @@ static int same_view(const la_tensor4 *a, const la_tensor4 *b)
  * first v-like one fixes E. Kernels index (b, h, t, d), so packed views get their token stride
  * in s2 and their head stride in s1. */
 static lajit_status view_sequences(lj_env *env, const DLTensor *cu_seqlens, const lj_seq_tensor *t,
-                                   int n, lj_seq_shape *sh, unsigned long long *cu_ptr)
+                                   int n, const char *mixed, lj_seq_shape *sh,
+                                   unsigned long long *cu_ptr)
 {
     const int varlen = cu_seqlens != NULL, nd = varlen ? 3 : 4;
     int64_t qs[4] = {-1, -1, -1, -1}, vs[4] = {-1, -1, -1, -1};
     int have_v = 0;
     lj_dtype dt = LJ_BF16, dt2;
     lajit_status st;
+    sh->out_dtype = (lj_dtype)-1;
     for (int i = 0; i < n; i++) {
-        unsigned mask = i == 0 ? LJ_TENSOR_FLOATS : 1u << dt;
+        const int mix = i > 0 && mixed && strcmp(t[i].name, mixed) == 0;
+        unsigned mask = i == 0 || mix ? LJ_TENSOR_FLOATS : 1u << dt;
         if (t[i].v_like && !have_v) {
             for (int d = 0; d < nd - 1; d++)
                 vs[d] = qs[d];
@@ -220,6 +242,11 @@ static lajit_status view_sequences(lj_env *env, const DLTensor *cu_seqlens, cons
         if ((st = lj_tensor_view(env, t[i].name, t[i].t, nd, t[i].v_like ? vs : qs, mask, t[i].out,
                                  i == 0 ? &dt : &dt2)) != LAJIT_OK)
             return st;
+        if (mix) {
+            if ((st = lj_check_out_dtype(env, t[i].name, dt, dt2)) != LAJIT_OK)
+                return st;
+            sh->out_dtype = dt2;
+        }
         if (varlen) {
             la_tensor4 *v = t[i].out;
             long long token = v->s1, head = v->s2;
@@ -229,6 +256,8 @@ static lajit_status view_sequences(lj_env *env, const DLTensor *cu_seqlens, cons
         }
     }
     sh->dtype = dt;
+    if ((int)sh->out_dtype < 0)
+        sh->out_dtype = dt;
     sh->D = qs[nd - 1];
     sh->E = vs[nd - 1];
     *cu_ptr = 0;
@@ -265,26 +294,44 @@ lajit_status lj_seq_begin(lj_env *env, const lj_seq_call *c, lj_problem *p, la_p
     p->op = c->op;
     p->varlen = c->cu_seqlens != NULL;
     p->vk = (c->flags & LAJIT_STATE_VK) != 0;
-    lajit_status st = view_sequences(env, c->cu_seqlens, c->seqs, c->n_seqs, sh, &lp->cu_seqlens);
+    lajit_status st =
+        view_sequences(env, c->cu_seqlens, c->seqs, c->n_seqs, c->mixed, sh, &lp->cu_seqlens);
     if (st != LAJIT_OK)
         return st;
     p->dtype = sh->dtype;
+    p->out_dtype = sh->out_dtype != sh->dtype ? (int)sh->out_dtype + 1 : 0;
     if ((st = lj_check_head_dims(env, sh->D, sh->E)) != LAJIT_OK)
         return st;
     if ((st = lj_view_decay(env, c->s, sh->H, &lp->decay)) != LAJIT_OK)
         return st;
     p->decay = c->s != NULL;
 
-    /* States: [B,H,D,E] each, or pools of one size P with varlen. */
+    /* States: [B,H,D,E] each, or pools of one size P with varlen; one dtype for all of them (a
+     * kernel bakes one storage type), float32 unless the op stores 16-bit states. */
     *P = p->varlen ? -1 : sh->B;
     int any_state = 0;
+    const char *first = NULL;
     for (int i = 0; i < c->n_states; i++) {
         const lj_state_arg *s = &c->states[i];
         if (!s->t)
             continue;
-        if ((st = lj_view_state(env, s->name, s->t, P, sh->H, sh->D, sh->E, p->vk, s->out)) !=
-            LAJIT_OK)
+        lj_dtype sdt;
+        if ((st = lj_view_state(env, s->name, s->t, P, sh->H, sh->D, sh->E, p->vk, LJ_TENSOR_FLOATS,
+                                &sdt, s->out)) != LAJIT_OK)
             return st;
+        if (sdt != LJ_F32 && !c->states16)
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                            "%s: %s is %s; the backward's states (initial_state, d_final_state, "
+                            "d_initial_state) must be float32 (16-bit state storage is served by "
+                            "lajit_attn_fwd and lajit_attn_decode only)",
+                            c->fn, s->name, lj_dtype_name(sdt));
+        if (first && sdt != p->state_dtype)
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                            "%s: %s is %s but %s is %s: the states of one call share a dtype",
+                            c->fn, s->name, lj_dtype_name(sdt), first,
+                            lj_dtype_name(p->state_dtype));
+        p->state_dtype = sdt;
+        first = s->name;
         *s->flag = 1;
         any_state = 1;
     }

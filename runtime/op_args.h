@@ -39,6 +39,7 @@ typedef struct lj_io_tensor {
 
 typedef struct lj_seq_shape {
     lj_dtype dtype;
+    lj_dtype out_dtype;      /* the dtype of the call's `mixed` tensor (dtype when there is none) */
     long long B, H, N, D, E; /* varlen: B = sequences, N = total tokens */
 } lj_seq_shape;
 
@@ -51,8 +52,13 @@ typedef struct lj_seq_call {
     const DLTensor *cu_seqlens, *s, *state_slots;
     const lj_seq_tensor *seqs; /* the first fixes shape and dtype, the first v-like one E */
     int n_seqs;
-    const lj_state_arg *states; /* all of one pool size P */
+    const lj_state_arg *states; /* all of one pool size P, and of one dtype */
     int n_states;
+    /* What LJ_SEQ_CALL leaves at 0 / NULL, for the forward to set: */
+    int states16;      /* 16-bit states accepted (the forward); 0 (the backward): float32 only */
+    const char *mixed; /* the seqs[] tensor that may pair a float32 side with a 16-bit one (the
+                          forward's "o": fp32 q, k, v with a 16-bit o, or the reverse); every
+                          other tensor has the first one's dtype */
 } lj_seq_call;
 
 /* The lj_seq_call of an entry point's arguments a (lajit_attn_fwd_args or lajit_attn_bwd_args:
@@ -62,7 +68,7 @@ typedef struct lj_seq_call {
     {                                                                                          \
         (fn), (required), (op), (a)->flags, (a)->cu_seqlens, (a)->s, (a)->state_slots, (seqs), \
             (int)(sizeof(seqs) / sizeof((seqs)[0])), (states),                                 \
-            (int)(sizeof(states) / sizeof((states)[0]))                                        \
+            (int)(sizeof(states) / sizeof((states)[0])), 0, NULL                               \
     }
 
 /* What every op checks first: arguments given, a struct_size this build knows, known flags, a
@@ -73,10 +79,16 @@ lajit_status lj_check_args(lj_env *env, const char *fn, const size_t *struct_siz
 lajit_status lj_check_head_dims(lj_env *env, long long D, long long E);
 /* The decay rates s: float32 [H], or absent (*ptr = 0). */
 lajit_status lj_view_decay(lj_env *env, const DLTensor *s, long long H, unsigned long long *ptr);
-/* A state or pool: float32 [P,H,D,E] (KV) or [P,H,E,D] (VK) as logical (slot, h, d, e)
- * strides. *P < 0 accepts any pool size and returns it. */
+/* A state or pool: [P,H,D,E] (KV) or [P,H,E,D] (VK) as logical (slot, h, d, e) strides, of a
+ * dtype of dtype_mask (LJ_TENSOR_F32 where only float32 is stored, LJ_TENSOR_FLOATS where a
+ * 16-bit storage is served); its dtype into *dtype (may be NULL). *P < 0 accepts any pool size
+ * and returns it. */
 lajit_status lj_view_state(lj_env *env, const char *name, const DLTensor *t, long long *P,
-                           long long H, long long D, long long E, int vk, la_tensor4 *out);
+                           long long H, long long D, long long E, int vk, unsigned dtype_mask,
+                           lj_dtype *dtype, la_tensor4 *out);
+/* Whether o's dtype may go with the inputs' (the same, or one float32 side); else an error naming
+ * the tensor. */
+lajit_status lj_check_out_dtype(lj_env *env, const char *name, lj_dtype in, lj_dtype out);
 
 /* Every tensor on the context's device; outputs with distinct elements, sharing no element with
  * any other tensor of the call, except the pair (same_a, same_b) which may be the same view (an
@@ -86,7 +98,8 @@ lajit_status lj_check_io(lajit_ctx *ctx, const lj_io_tensor *io, int n, const ch
                          const char *same_b);
 
 /* Checked mode: s (finite, >= 0), cu_seqlens (0, non-decreasing, ending at total_tokens) and the
- * first n_slots slots (-1 or in [0, P), no slot twice), read back from the device. */
+ * first n_slots slots (-1, or a slot in [0, P) given as itself or as LAJIT_SLOT_FRESH(slot); no
+ * slot named twice), read back from the device. */
 lajit_status lj_check_device_values(lajit_ctx *ctx, const la_params *lp, int n_slots,
                                     long long total_tokens, void *stream);
 

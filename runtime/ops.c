@@ -27,12 +27,15 @@ LAJIT_API lajit_status lajit_attn_fwd(lajit_ctx *ctx, const lajit_attn_fwd_args 
     lj_problem p;
     lj_seq_shape sh;
     long long P;
+    /* o may mix (fp32 inputs with a 16-bit o, or the reverse) and the states may be 16-bit
+     * storage (one dtype for both): the problem's out_dtype and state_dtype. */
     const lj_seq_tensor seqs[] = {
         {"q", a->q, 0, &lp.q}, {"k", a->k, 0, &lp.k}, {"v", a->v, 1, &lp.v}, {"o", a->o, 1, &lp.o}};
     const lj_state_arg states[] = {{"initial_state", a->initial_state, &lp.s0, &p.has_initial},
                                    {"final_state", a->final_state, &lp.sn, &p.has_final}};
-    const lj_seq_call call =
-        LJ_SEQ_CALL("lajit_attn_fwd", "q, k, v and o", LJ_OP_FWD, a, seqs, states);
+    lj_seq_call call = LJ_SEQ_CALL("lajit_attn_fwd", "q, k, v and o", LJ_OP_FWD, a, seqs, states);
+    call.states16 = 1;
+    call.mixed = "o";
     if ((st = lj_seq_begin(env, &call, &p, &lp, &sh, &P)) != LAJIT_OK)
         return st;
     const lj_io_tensor io[] = {
@@ -239,9 +242,12 @@ LAJIT_API lajit_status lajit_attn_decode(lajit_ctx *ctx, const lajit_attn_decode
         vs[2] = -1;
     if ((st = lj_tensor_view(env, "v", a->v, nd, vs, 1u << dt, &v, &dt2)) != LAJIT_OK)
         return st;
-    if ((st = lj_tensor_view(env, "o", a->o, nd, vs, 1u << dt, &o, &dt2)) != LAJIT_OK)
+    lj_dtype odt;
+    if ((st = lj_tensor_view(env, "o", a->o, nd, vs, LJ_TENSOR_FLOATS, &o, &odt)) != LAJIT_OK ||
+        (st = lj_check_out_dtype(env, "o", dt, odt)) != LAJIT_OK)
         return st;
     p.dtype = dt;
+    p.out_dtype = odt != dt ? (int)odt + 1 : 0;
     long long B = qs[0], T = nd == 4 ? qs[1] : 1, H = qs[nd - 2], D = qs[nd - 1], E = vs[nd - 1];
     if (T > 8)
         return lj_error(env, LAJIT_ERR_UNSUPPORTED, "decode: T = %lld steps, at most 8", T);
@@ -268,7 +274,9 @@ LAJIT_API lajit_status lajit_attn_decode(lajit_ctx *ctx, const lajit_attn_decode
         return st;
     p.decay = a->s != NULL;
     long long P = -1;
-    if ((st = lj_view_state(env, "state", a->state, &P, H, D, E, p.vk, &lp.s0)) != LAJIT_OK)
+    /* The pool: float32, or 16-bit storage accumulated in fp32 (the problem's state_dtype). */
+    if ((st = lj_view_state(env, "state", a->state, &P, H, D, E, p.vk, LJ_TENSOR_FLOATS,
+                            &p.state_dtype, &lp.s0)) != LAJIT_OK)
         return st;
     lp.sn = lp.s0;
     if (a->state_slots) {
@@ -311,7 +319,9 @@ LAJIT_API lajit_status lajit_attn_decode(lajit_ctx *ctx, const lajit_attn_decode
         flat.shape = fshape;
         flat.strides = NULL;
         long long rowsP = rows;
-        if ((st = lj_view_state(env, "step_states", &flat, &rowsP, H, D, E, p.vk, &ss)) != LAJIT_OK)
+        /* The kernel writes the step states as it writes the pool: the pool's dtype. */
+        if ((st = lj_view_state(env, "step_states", &flat, &rowsP, H, D, E, p.vk,
+                                1u << p.state_dtype, NULL, &ss)) != LAJIT_OK)
             return st;
         lp.step_states = ss;
         p.step_states = 1;

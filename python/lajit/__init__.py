@@ -10,15 +10,15 @@ nvidia-cuda-nvrtc wheel (LAJIT_NVRTC_PATH overrides). Importing it registers the
 torch.ops.lajit.{fwd, bwd, prefill_, decode_}; nothing touches the GPU before the first call."""
 from ._native import LajitArgumentError, LajitError, find_wheel_nvrtc, library
 from .api import (bind_decode, chunk_simple_gla, decay_alibi, decay_from_log, decay_tnl, decode,
-                  fused_recurrent_simple_gla, g_gamma_from_decay, launch, lightning_attn,
-                  prefill)
+                  fresh_slot, fused_recurrent_simple_gla, g_gamma_from_decay, launch,
+                  lightning_attn, prefill)
 from .tools import LajitCliError, gen_bundle, tune
 from . import _torch as ops  # noqa: F401  (registers the custom ops)
 
 __version__ = "0.1.0"
 
 __all__ = ["lightning_attn", "chunk_simple_gla", "fused_recurrent_simple_gla", "prefill",
-           "decode", "bind_decode", "decay_alibi", "decay_tnl", "decay_from_log",
+           "decode", "bind_decode", "fresh_slot", "decay_alibi", "decay_tnl", "decay_from_log",
            "g_gamma_from_decay", "launch", "tune", "gen_bundle", "LajitError", "LajitArgumentError",
            "LajitCliError",
            "version", "families", "expand", "set_bundle", "configure", "find_wheel_nvrtc"]

@@ -114,6 +114,12 @@ def _fwd_shapes(q, v, head_first, cu_seqlens):
 
 # ---- Forward ---------------------------------------------------------------------------------
 
+def _state_dtype(initial_state):
+    """The dtype of a forward's final state: initial_state's (float32, bfloat16 or float16 storage)
+    or float32."""
+    return torch.float32 if initial_state is None else initial_state.dtype
+
+
 @torch.library.custom_op("lajit::fwd", mutates_args=())
 def fwd(q: Tensor, k: Tensor, v: Tensor, s: Optional[Tensor], scale: float,
         initial_state: Optional[Tensor], cu_seqlens: Optional[Tensor],
@@ -129,8 +135,10 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, s: Optional[Tensor], scale: float,
         if cu_seqlens is not None and initial_state is not None and state_slots is not None:
             final = initial_state.clone()  # a pool: slots not named keep their states
         else:
-            final = torch.empty(_state_shape(nseq, H, D, E, state_vk), dtype=torch.float32,
-                                device=v.device)
+            # The states of one call share a dtype: float32, or the 16-bit storage of
+            # initial_state (the C API accumulates in fp32 and rounds once on the write).
+            final = torch.empty(_state_shape(nseq, H, D, E, state_vk),
+                                dtype=_state_dtype(initial_state), device=v.device)
     if (cu_seqlens is not None and slots is None
             and (initial_state is not None or final is not None)):
         slots = torch.arange(nseq, dtype=torch.int32, device=v.device)
@@ -159,7 +167,7 @@ def _(q, k, v, s, scale, initial_state, cu_seqlens, state_slots, output_final_st
         return o, v.new_empty(0, dtype=torch.float32)
     if cu_seqlens is not None and initial_state is not None and state_slots is not None:
         return o, torch.empty_like(initial_state)
-    return o, v.new_empty(_state_shape(nseq, H, D, E, state_vk), dtype=torch.float32)
+    return o, v.new_empty(_state_shape(nseq, H, D, E, state_vk), dtype=_state_dtype(initial_state))
 
 
 # ---- Backward --------------------------------------------------------------------------------
@@ -172,6 +180,13 @@ def bwd(q: Tensor, k: Tensor, v: Tensor, dout: Tensor, s: Optional[Tensor], scal
         ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     lib = N.library()
     q, k, v, dout = _unit_last(q), _unit_last(k), _unit_last(v), _unit_last(dout)
+    # The C backward keeps the states' gradients in fp32 and takes float32 states only: a 16-bit
+    # S_0 (or dS_N) is widened here, and dS_0 is returned in S_0's dtype.
+    h0_dtype = None if initial_state is None else initial_state.dtype
+    if initial_state is not None and initial_state.dtype != torch.float32:
+        initial_state = initial_state.float()
+    if d_final_state is not None and d_final_state.dtype != torch.float32:
+        d_final_state = d_final_state.float()
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
@@ -202,6 +217,8 @@ def bwd(q: Tensor, k: Tensor, v: Tensor, dout: Tensor, s: Optional[Tensor], scal
     a.stream = _stream(q.get_device())
     ctx = lib.ctx(dev)
     lib.check("lajit_attn_bwd", ctx, lib.bwd(ctx, sc.bwd_ptr))
+    if dh0 is not None and dh0.dtype != h0_dtype:
+        dh0 = dh0.to(h0_dtype)
     return (dq, dk, dv, ds if ds is not None else _empty(q),
             dh0 if dh0 is not None else _empty(q))
 

@@ -36,9 +36,11 @@ def lightning_attn(q, k, v, s=None, *, scale=1.0, initial_state=None, output_fin
     q, k [B, H, N, D] and v [B, H, N, E] (head_first=False: [B, N, H, D], FLA's layout), or packed
     [T, H, D] with cu_seqlens (int32 or int64 [nseq+1]); float32, float16 or bfloat16 on one CUDA
     device. s: per-head decay rate [H] (>= 0, λ = exp(−s); None: no decay); learnable (its
-    gradient comes from the kernel). scale: σ (1 by default). initial_state: float32
+    gradient comes from the kernel). scale: σ (1 by default). initial_state: float32, bfloat16
+    or float16 (a storage format: accumulation is fp32; the final state takes its dtype)
     [B, H, D, E] ([.., E, D] with state_vk), or with cu_seqlens a pool addressed by state_slots
-    (int32 [nseq], −1: none). Differentiable in q, k, v, s and initial_state.
+    (int32 [nseq], −1: none; LAJIT_SLOT_FRESH(s) = −2 − s: start from zero, write slot s).
+    Differentiable in q, k, v, s and initial_state.
 
     Returns o (shaped like v), or (o, final_state) when output_final_state."""
     o, final = _ops.fwd(q, k, v, _decay(s), float(scale), initial_state, _i32(cu_seqlens),
@@ -122,21 +124,31 @@ def fused_recurrent_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initia
 
 # ---- Serving -----------------------------------------------------------------------------------
 
+def fresh_slot(slot):
+    """The slot index (LAJIT_SLOT_FRESH of lajit.h, −2 − slot) that starts a sequence from a
+    zero state without reading its slot and writes its final state there: a new request's slot
+    needs no zeroing. Works on ints and on int tensors."""
+    return -2 - slot
+
+
 def prefill(q, k, v, cu_seqlens, state_pool, state_slots, s=None, *, scale=1.0, state_vk=False):
     """Varlen prefill for serving: q, k [T, H, D], v [T, H, E] packed, cu_seqlens [nseq+1];
-    state_pool float32 [P, H, D, E] read as each sequence's initial state and overwritten with
-    its final state, at state_slots[i] (int32 [nseq]; −1: the sequence has no state). A new
-    request's slot must hold zeros (pool[slot].zero_()). Returns o [T, H, E]."""
+    state_pool [P, H, D, E] (float32, bfloat16 or float16 storage, fp32 accumulation) read as each
+    sequence's initial state and overwritten with its final state, at state_slots[i] (int32
+    [nseq]; −1: the sequence has no state; fresh_slot(s): a new request, started from zero and
+    written to slot s with no memset). Returns o [T, H, E]."""
     return _ops.prefill_(q, k, v, _i32(cu_seqlens), state_pool, _i32(state_slots), _decay(s),
                          float(scale), bool(state_vk))
 
 
 def decode(q, k, v, state_pool, state_slots=None, s=None, *, scale=1.0, out=None,
            state_vk=False):
-    """One (q [B, H, D]) or T <= 8 (q [B, T, H, D]) decode steps per row, the state pool float32
-    [P, H, D, E] updated in place at state_slots (int32 [B]; −1: row skipped, its output left
-    as it was; None: row b uses slot b). v [B, (T,) H, E]. Returns o (out when given), shaped
-    like v. Under torch.compile this is the custom op lajit::decode_; in eager mode it calls the
+    """One (q [B, H, D]) or T <= 8 (q [B, T, H, D]) decode steps per row, the state pool
+    [P, H, D, E] (float32, bfloat16 or float16 storage, fp32 accumulation) updated in place at
+    state_slots (int32 [B]; −1: row skipped, its output left as it was; fresh_slot(s): start from
+    zero, write slot s; None: row b uses slot b). v [B, (T,) H, E]. Returns o (out when given,
+    which may be 16-bit with float32 inputs or float32 with 16-bit inputs), shaped like v.
+    Under torch.compile this is the custom op lajit::decode_; in eager mode it calls the
     C API directly (the lean path: no dispatcher, views refilled in place), which is what a
     serving loop or a CUDA graph capture wants. s must be float32, state_slots int32."""
     if _compiling():

@@ -54,6 +54,7 @@ end
 
 local function valid(cfg, problem, device)
     local ok, why = spec.check_dtype(problem)
+    if ok then ok, why = spec.check_io_dtypes(problem) end
     if ok then ok, why = spec.check_dims(problem) end
     if ok then ok, why = spec.check_tile(cfg.TILE_V, problem.E) end
     if not ok then return false, why end

@@ -7,13 +7,26 @@
 
 #include "la_params.h"
 
-// Sequence b of a launch: n tokens from token tok0 (the last token when walked in REVERSE), state
-// slot `slot` (−1: no initial state read, no final state written), batch index bq of the tensors
-// (0 for varlen: one packed batch).
+// Sequence b of a launch: n tokens from token tok0 (the last token when walked in REVERSE), batch
+// index bq of the tensors (0 for varlen: one packed batch), and its state slots: `slot` is read as
+// the initial state (−1: none, start from zero) and `slot_out` receives the final state (−1: not
+// written). A varlen slot index x (include/lajit.h) is decoded here, once for every family:
+//     x >= 0   read slot x, write slot x
+//     x == −1  read nothing, write nothing                       (LAJIT_SLOT_SKIP)
+//     x <= −2  read nothing (zero state), write slot −2 − x      (LAJIT_SLOT_FRESH(s))
+// Kernels that read a state use `slot` and kernels that write one use `slot_out`, so a kernel that
+// knows only `slot` (it existed first) treats a fresh slot as −1: never reads or writes garbage.
 struct lj_seq {
-    int n, slot;
+    int n, slot, slot_out;
     long long tok0, bq;
 };
+
+// The slot decoding of lj_seq_of, for kernels that do not walk sequences (la_decode's rows).
+__device__ __forceinline__ void lj_slot_decode(int x, int &slot, int &slot_out)
+{
+    slot = x >= 0 ? x : -1;
+    slot_out = x >= -1 ? x : -2 - x;
+}
 
 // The fields are taken by value rather than through a reference to the kernel's argument.
 template <bool VARLEN, bool REVERSE>
@@ -25,10 +38,10 @@ __device__ __forceinline__ lj_seq lj_seq_of(unsigned long long cu_seqlens, unsig
         const int *cu = reinterpret_cast<const int *>(cu_seqlens);
         s.tok0 = cu[b];
         s.n = cu[b + 1] - cu[b];
-        s.slot = slots ? reinterpret_cast<const int *>(slots)[b] : b;
+        lj_slot_decode(slots ? reinterpret_cast<const int *>(slots)[b] : b, s.slot, s.slot_out);
     } else {
         s.n = N;
-        s.slot = b;
+        s.slot = s.slot_out = b;
     }
     s.bq = VARLEN ? 0 : (long long)b;
     // Walking backwards is walking forwards over a view that starts at the last token with

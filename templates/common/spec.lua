@@ -70,14 +70,39 @@ function M.reg_cap(device, threads, minb)
     return math.min(255, device.regs_per_sm // (threads * (minb or 1)))
 end
 
+-- The states' storage type (STATE_T of the kernels) and o's element type (OUT_ELEM): f32 states
+-- and an o of the problem's dtype unless the problem says otherwise.
+function M.state_dtype(problem) return problem.state_dtype or "f32" end
+function M.out_dtype(problem) return problem.out_dtype or problem.dtype end
+
+-- What a key appends for a 16-bit state storage and a mixed output ("_sbf16", "_obf16"): nothing
+-- for the defaults, so the buckets (and tuned winners) of every existing problem are unchanged.
+function M.dtype_suffix(problem)
+    local s, o = M.state_dtype(problem), M.out_dtype(problem)
+    return (s ~= "f32" and "_s" .. s or "") .. (o ~= problem.dtype and "_o" .. o or "")
+end
+
+-- valid()'s check of the storage and output dtypes: any state storage; o of the problem's dtype,
+-- or one fp32 side with one 16-bit side (f16 with bf16 is refused).
+function M.check_io_dtypes(problem)
+    local s, o = M.state_dtype(problem), M.out_dtype(problem)
+    if M.ELEM[s] == nil then return false, "state_dtype must be f32, f16 or bf16" end
+    if M.ELEM[o] == nil then return false, "out_dtype must be f32, f16 or bf16" end
+    if o ~= problem.dtype and o ~= "f32" and problem.dtype ~= "f32" then
+        return false, string.format("o of %s with %s inputs (a mixed call has one f32 side)", o,
+                                    problem.dtype)
+    end
+    return true
+end
+
 -- The tuning bucket of a forward scan (la_fwd, la_fwd_sm90): dtype, head widths, flags, and the
 -- log2 buckets of N and B·H.
 function M.fwd_key(problem)
-    return string.format("%s_D%d_E%d_%s%s%s%s%s_n%d_bh%d", problem.dtype, problem.D, problem.E,
+    return string.format("%s_D%d_E%d_%s%s%s%s%s%s_n%d_bh%d", problem.dtype, problem.D, problem.E,
                          problem.decay and "decay" or "nodecay",
                          problem.has_initial and "_s0" or "", problem.has_final and "_sn" or "",
                          problem.varlen and "_varlen" or "", problem.vk and "_vk" or "",
-                         M.log2_bucket(math.max(problem.N, 1)),
+                         M.dtype_suffix(problem), M.log2_bucket(math.max(problem.N, 1)),
                          M.log2_bucket(problem.B * problem.H))
 end
 
@@ -87,6 +112,8 @@ end
 function M.scan_consts(problem, elem)
     return {
         ELEM = (elem or M.ELEM)[problem.dtype],
+        STATE_T = M.ELEM[M.state_dtype(problem)], -- storage of S_0 / S_N (fp32 accumulation)
+        OUT_ELEM = M.ELEM[M.out_dtype(problem)],  -- o's element type
         D = problem.D,
         E = problem.E,
         DECAY = M.b(problem.decay),

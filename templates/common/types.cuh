@@ -37,6 +37,13 @@ template <> __device__ __forceinline__ lj_bf16 lj_from_float<lj_bf16>(float x)
     return r;
 }
 
+// States (S_0, S_N, pools, decode's per-step states) are stored as float (the default), lj_bf16
+// or lj_f16 (the STATE_T constant of a kernel) and always accumulated in fp32: every kernel
+// reads a state element through lj_state_load and writes one through lj_state_store (rounding
+// to nearest even), so one substitution in each kernel gives it 16-bit state storage.
+template <typename S> __device__ __forceinline__ float lj_state_load(const S *p) { return lj_to_float(*p); }
+template <typename S> __device__ __forceinline__ void lj_state_store(S *p, float x) { *p = lj_from_float<S>(x); }
+
 // Two fp32 values packed into one 32-bit register of two 16-bit values (low half = a), the
 // operand format of mma.sync / wgmma for f16 and bf16.
 template <typename T> __device__ __forceinline__ unsigned lj_pack2(float a, float b);

@@ -3,21 +3,30 @@
 -- measurements behind every choice below).
 --
 -- A tile is TILE_V columns of E by all D rows of one (row, head) state; one CTA per tile, grid
--- {E / TILE_V, H, B}. The state slice of a thread lives in registers for all T steps.
+-- {E / TILE_V, H, B}. The state slice of a thread lives in registers for all T steps. A state
+-- stored in 16 bits (problem.state_dtype) keeps 16-byte accesses: a vector holds 8 elements
+-- instead of 4, so a row needs half the threads and each thread holds 8 columns per vector.
 
 local spec = import("common/spec.lua")
 local ELEM, pow2ceil, log2_bucket = spec.ELEM, spec.pow2ceil, spec.log2_bucket
 
 -- Geometry of a config: computed here once and handed to decode.cu as constants (LPR, RS, NR,
 -- NSLOT, SMEM), which the kernel checks with static_asserts instead of recomputing.
+-- State elements per 16-byte vector: 4 floats or 8 16-bit values.
+local function vec_elems(problem)
+    return 16 // spec.ESIZE[spec.state_dtype(problem)]
+end
+
 local function geometry(cfg, problem)
     local nt = cfg.WARPS * 32
+    local sv = vec_elems(problem)
     local cw = problem.vk and problem.D or cfg.TILE_V -- contiguous width of the tile
     local rd = problem.vk and cfg.TILE_V or problem.D -- rows of the tile
-    local lpr = pow2ceil(cw // 4)
+    local lpr = pow2ceil(cw // sv)
     local rs = nt // lpr
     if rs == 0 then -- a row needs more threads than the CTA has: valid() rejects this first
-        return { nt = nt, cw = cw, rd = rd, lpr = lpr, rs = 0, nr = 0, nslot = 0, data_regs = 0 }
+        return { nt = nt, sv = sv, cw = cw, rd = rd, lpr = lpr, rs = 0, nr = 0, nslot = 0,
+                 data_regs = 0 }
     end
     local nr = (rd + rs - 1) // rs
     local nslot
@@ -28,10 +37,10 @@ local function geometry(cfg, problem)
     end
     -- Registers a thread needs for data (decode.cu's Regs and acc): the state slice, q and k for
     -- its d, v for its e, each for all T steps, and T output partial sums.
-    local nq = problem.vk and 4 or nr
-    local nv = problem.vk and nr or 4
-    local data_regs = 4 * nr + problem.T * (2 * nq + 2 * nv)
-    return { nt = nt, cw = cw, rd = rd, lpr = lpr, rs = rs, nr = nr, nslot = nslot,
+    local nq = problem.vk and sv or nr
+    local nv = problem.vk and nr or sv
+    local data_regs = sv * nr + problem.T * (2 * nq + 2 * nv)
+    return { nt = nt, sv = sv, cw = cw, rd = rd, lpr = lpr, rs = rs, nr = nr, nslot = nslot,
              data_regs = data_regs }
 end
 
@@ -63,10 +72,16 @@ return {
           decay = true, vk = false, step_states = false },
         { op = "decode", dtype = "bf16", B = 3, H = 8, N = 8, D = 96, E = 48, T = 8,
           decay = false, vk = true, step_states = true },
+        -- 16-bit pools and a mixed output (issue 23): fp32 inputs, a bf16 o, a bf16 pool.
+        { op = "decode", dtype = "f32", B = 64, H = 64, N = 1, D = 128, E = 128, T = 1,
+          decay = true, vk = false, step_states = false, state_dtype = "bf16", out_dtype = "bf16" },
+        { op = "decode", dtype = "bf16", B = 8, H = 16, N = 4, D = 64, E = 128, T = 4,
+          decay = true, vk = true, step_states = true, state_dtype = "f16" },
     },
 
     valid = function(cfg, problem, device)
         local ok, why = spec.check_dtype(problem)
+        if ok then ok, why = spec.check_io_dtypes(problem) end
         if ok then ok, why = spec.check_dims(problem) end
         if not ok then return false, why end
         if problem.T < 1 or problem.T > 8 then return false, "T must be 1..8" end
@@ -74,11 +89,11 @@ return {
         if not ok then return false, why end
         local g = geometry(cfg, problem)
         if g.lpr > g.nt then
-            return false, string.format("a row of %d floats needs %d threads, the CTA has %d",
+            return false, string.format("a row of %d state elements needs %d threads, the CTA has %d",
                                         g.cw, g.lpr, g.nt)
         end
-        if g.nr * 4 > 128 then
-            return false, string.format("%d state floats per thread (over 128 registers)", g.nr * 4)
+        if g.nr * g.sv > 128 then
+            return false, string.format("%d state floats per thread (over 128 registers)", g.nr * g.sv)
         end
         if g.data_regs > 160 then -- measured: 256 data registers spill ~900 bytes
             return false, string.format("%d data registers per thread (state, q, k, v, sums; limit 160)",
@@ -137,11 +152,11 @@ return {
         -- state (at most 64 floats of it) and a row fits in the CTA.
         while problem.E % cfg.TILE_V ~= 0 or cfg.TILE_V > problem.E do cfg.TILE_V = cfg.TILE_V // 2 end
         local g = geometry(cfg, problem)
-        while g.nr * 4 > 64 and cfg.WARPS < 16 do
+        while g.nr * g.sv > 64 and cfg.WARPS < 16 do
             cfg.WARPS = cfg.WARPS * 2
             g = geometry(cfg, problem)
         end
-        while (g.lpr > g.nt or g.nr * 4 > 128 or g.data_regs > 128) and cfg.WARPS < 16 do
+        while (g.lpr > g.nt or g.nr * g.sv > 128 or g.data_regs > 128) and cfg.WARPS < 16 do
             cfg.WARPS = cfg.WARPS * 2
             g = geometry(cfg, problem)
         end
@@ -153,10 +168,10 @@ return {
     end,
 
     key = function(problem)
-        return string.format("%s_D%d_E%d_T%d_%s_%s%s_bh%d", problem.dtype, problem.D, problem.E,
+        return string.format("%s_D%d_E%d_T%d_%s_%s%s%s_bh%d", problem.dtype, problem.D, problem.E,
                              problem.T, problem.decay and "decay" or "nodecay",
                              problem.vk and "vk" or "kv", problem.step_states and "_steps" or "",
-                             log2_bucket(problem.B * problem.H))
+                             spec.dtype_suffix(problem), log2_bucket(problem.B * problem.H))
     end,
 
     launch = function(cfg, problem, device)
@@ -180,6 +195,8 @@ return {
             template = "la_decode/decode.cu",
             consts = {
                 ELEM = ELEM[problem.dtype],
+                OUT_ELEM = ELEM[spec.out_dtype(problem)],
+                STATE_T = ELEM[spec.state_dtype(problem)],
                 D = problem.D,
                 E = problem.E,
                 T = problem.T,

@@ -61,6 +61,12 @@ local function valid(cfg, problem, device)
     if ELEM[problem.dtype] == nil then
         return false, "f16 and bf16 only (fp32 goes to la_fwd: tf32 wgmma has no transposed operands)"
     end
+    if spec.out_dtype(problem) ~= problem.dtype then
+        return false, "o must have the inputs' dtype (a mixed call goes to la_fwd)"
+    end
+    if spec.ELEM[spec.state_dtype(problem)] == nil then
+        return false, "state_dtype must be f32, f16 or bf16"
+    end
     local D, E = problem.D, problem.E
     if D % 64 ~= 0 or D > 256 then return false, "D must be 64, 128, 192 or 256 (the m64 blocks of the state)" end
     if E % 16 ~= 0 or E < 16 or E > 256 then return false, "E must be a multiple of 16 from 16 to 256" end

@@ -46,6 +46,7 @@ return {
 
     valid = function(cfg, problem, device)
         local ok, why = spec.check_dtype(problem)
+        if ok then ok, why = spec.check_io_dtypes(problem) end
         if ok then ok, why = spec.check_dims(problem) end
         if ok then ok, why = spec.check_tile(cfg.TILE_V, problem.E) end
         if not ok then return false, why end
@@ -84,10 +85,11 @@ return {
     end,
 
     key = function(problem)
-        return string.format("%s_D%d_E%d_%s%s%s%s%s", problem.dtype, problem.D, problem.E,
+        return string.format("%s_D%d_E%d_%s%s%s%s%s%s", problem.dtype, problem.D, problem.E,
                              problem.decay and "decay" or "nodecay",
                              problem.has_initial and "_s0" or "", problem.has_final and "_sn" or "",
-                             problem.varlen and "_varlen" or "", problem.vk and "_vk" or "")
+                             problem.varlen and "_varlen" or "", problem.vk and "_vk" or "",
+                             spec.dtype_suffix(problem))
     end,
 
     launch = function(cfg, problem, device)
@@ -109,7 +111,8 @@ return {
         local _, rows = split(cfg, problem)
         return {
             template = "la_recurrent/recurrent.cu",
-            consts = { ELEM = ELEM[problem.dtype], R = rows, SMEM = smem(cfg, problem),
+            consts = { ELEM = ELEM[problem.dtype], STATE_T = ELEM[spec.state_dtype(problem)],
+                       OUT_ELEM = ELEM[spec.out_dtype(problem)], R = rows, SMEM = smem(cfg, problem),
                        MIN_CTAS = min_ctas(cfg, problem, device) },
         }
     end,

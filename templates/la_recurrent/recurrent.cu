@@ -11,10 +11,13 @@
 // accuracy (fp32 FMA throughout) and clarity are the point.
 #include "common/la_params.h"
 #include "common/types.cuh"
+#include "common/seq.cuh"
 
 namespace {
 
-using elem_t = ${ELEM};                 // storage type of q, k, v, o
+using elem_t = ${ELEM};                 // storage type of q, k, v
+using out_t = ${OUT_ELEM};              // storage type of o (elem_t, or a mixed fp32/16-bit pair)
+using state_t = ${STATE_T};             // storage type of S_0 and S_N (accumulated in fp32)
 constexpr int D = ${problem.D};         // key width
 constexpr int E = ${problem.E};         // value width
 constexpr int TILE_V = ${TILE_V};       // E columns per CTA: more CTAs for small B*H
@@ -32,9 +35,9 @@ static_assert(THREADS % TILE_V == 0 && R * TILE_V == THREADS && D % R == 0,
 static_assert((2 * D + TILE_V + R * TILE_V) * sizeof(float) <= SMEM,
               "shared memory: q_s, k_s, v_s and partial exceed the spec's SMEM");
 
-__device__ __forceinline__ const float *state_at(const la_tensor4 &s, long long slot, int h, int d, int e)
+__device__ __forceinline__ state_t *state_at(const la_tensor4 &s, long long slot, int h, int d, int e)
 {
-    return reinterpret_cast<const float *>(s.ptr) + slot * s.s0 + h * s.s1 + d * s.s2 + e * s.s3;
+    return reinterpret_cast<state_t *>(s.ptr) + slot * s.s0 + h * s.s1 + d * s.s2 + e * s.s3;
 }
 
 } // namespace
@@ -52,12 +55,13 @@ extern "C" __global__ void __launch_bounds__(THREADS${MIN_CTAS}) la_recurrent_fw
     const int h = blockIdx.y;
     const int b = blockIdx.z;
 
-    // The sequence: its token range and its state slot (-1: no initial state, no final write).
+    // The sequence: its token range and its state slots (common/seq.cuh's decoding: slot is read,
+    // slot_out written; -1 for none).
     long long begin = 0, end = p.N, base_q = (long long)b * p.q.s0 + (long long)h * p.q.s1;
     long long base_k = (long long)b * p.k.s0 + (long long)h * p.k.s1;
     long long base_v = (long long)b * p.v.s0 + (long long)h * p.v.s1;
     long long base_o = (long long)b * p.o.s0 + (long long)h * p.o.s1;
-    int slot = b;
+    int slot = b, slot_out = b;
     if (VARLEN) {
         const int *cu = reinterpret_cast<const int *>(p.cu_seqlens);
         begin = cu[b];
@@ -66,7 +70,7 @@ extern "C" __global__ void __launch_bounds__(THREADS${MIN_CTAS}) la_recurrent_fw
         base_k = (long long)h * p.k.s1;
         base_v = (long long)h * p.v.s1;
         base_o = (long long)h * p.o.s1;
-        slot = p.slots ? reinterpret_cast<const int *>(p.slots)[b] : -1;
+        lj_slot_decode(p.slots ? reinterpret_cast<const int *>(p.slots)[b] : -1, slot, slot_out);
     }
 
     float S[SPT];
@@ -76,7 +80,7 @@ extern "C" __global__ void __launch_bounds__(THREADS${MIN_CTAS}) la_recurrent_fw
     if (HAS_INITIAL && slot >= 0) {
 #pragma unroll
         for (int i = 0; i < SPT; i++)
-            S[i] = *state_at(p.s0, slot, h, r + R * i, e0 + c);
+            S[i] = lj_state_load(state_at(p.s0, slot, h, r + R * i, e0 + c));
     }
     float lambda = 1.0f;
     if (DECAY)
@@ -85,7 +89,7 @@ extern "C" __global__ void __launch_bounds__(THREADS${MIN_CTAS}) la_recurrent_fw
     const elem_t *q = reinterpret_cast<const elem_t *>(p.q.ptr);
     const elem_t *k = reinterpret_cast<const elem_t *>(p.k.ptr);
     const elem_t *v = reinterpret_cast<const elem_t *>(p.v.ptr);
-    elem_t *o = reinterpret_cast<elem_t *>(p.o.ptr);
+    out_t *o = reinterpret_cast<out_t *>(p.o.ptr);
 
     for (long long t = begin; t < end; t++) {
         for (int d = tid; d < D; d += THREADS) {
@@ -109,15 +113,15 @@ extern "C" __global__ void __launch_bounds__(THREADS${MIN_CTAS}) la_recurrent_fw
             float sum = 0.0f;
             for (int j = 0; j < R; j++)
                 sum += partial[j][c];
-            o[base_o + t * p.o.s2 + e0 + c] = lj_from_float<elem_t>(p.scale * sum);
+            o[base_o + t * p.o.s2 + e0 + c] = lj_from_float<out_t>(p.scale * sum);
         }
         // The next step overwrites q_s, k_s, v_s and partial: everyone must be done reading.
         __syncthreads();
     }
 
-    if (HAS_FINAL && slot >= 0) {
+    if (HAS_FINAL && slot_out >= 0) {
 #pragma unroll
         for (int i = 0; i < SPT; i++)
-            *const_cast<float *>(state_at(p.sn, slot, h, r + R * i, e0 + c)) = S[i];
+            lj_state_store(state_at(p.sn, slot_out, h, r + R * i, e0 + c), S[i]);
     }
 }

@@ -256,7 +256,7 @@ LJ_TEST(fwd_state_wrong_dtype_and_shape)
     fwd_valid(&s);
     fake_tensor st;
     int64_t shape[4] = {2, 4, 128, 128};
-    fake(&st, 0x500000, 4, shape, kDLBfloat, 16); /* states must be float32 */
+    fake(&st, 0x500000, 4, shape, kDLInt, 32); /* states are float32, bfloat16 or float16 */
     s.args.initial_state = &st.t;
     lajit_ctx *ctx = make_ctx();
     ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);

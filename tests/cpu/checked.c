@@ -194,10 +194,16 @@ static void check_varlen(lajit_ctx *ctx, op_fn op, const void *args, tensor *cu,
 
     set_ints(slots, (const int32_t[]){0, P, 1}, NSEQ);
     REFUSED(ctx, op, args, "slot 4 of row 1 is outside [0, 4)");
-    set_ints(slots, (const int32_t[]){0, -2, 1}, NSEQ);
-    REFUSED(ctx, op, args, "slot -2 of row 1 is outside [0, 4)");
+    /* Fresh indices (LAJIT_SLOT_FRESH(s) = -2 - s) name their slot: the same range and
+     * uniqueness rules; INT32_MIN is slot 2^31 - 2 (no overflow in the decoding). */
+    set_ints(slots, (const int32_t[]){0, LAJIT_SLOT_FRESH(P), 1}, NSEQ);
+    REFUSED(ctx, op, args, "slot 4 of row 1 (a fresh index, LAJIT_SLOT_FRESH) is outside [0, 4)");
     set_ints(slots, (const int32_t[]){INT32_MIN, 0, 1}, NSEQ);
-    REFUSED(ctx, op, args, "of row 0 is outside");
+    REFUSED(ctx, op, args, "slot 2147483646 of row 0 (a fresh index");
+    set_ints(slots, (const int32_t[]){0, LAJIT_SLOT_FRESH(0), 1}, NSEQ);
+    REFUSED(ctx, op, args, "slot 0 is used by two rows");
+    set_ints(slots, (const int32_t[]){LAJIT_SLOT_FRESH(2), 0, LAJIT_SLOT_FRESH(3)}, NSEQ);
+    LAUNCHED(ctx, op, args);
     set_ints(slots, (const int32_t[]){3, 1, 3}, NSEQ);
     REFUSED(ctx, op, args, "slot 3 is used by two rows");
     /* -1 (no state) may repeat. */
@@ -369,8 +375,12 @@ LJ_TEST(decode_pool_slots_and_decay)
     lajit_ctx *ctx = fake_ctx(LAJIT_CTX_CHECKED);
     set_ints(&slots, (const int32_t[]){0, P, 1}, ROWS);
     REFUSED(ctx, call_decode, &a, "slot 4 of row 1 is outside [0, 4)");
-    set_ints(&slots, (const int32_t[]){0, 1, -3}, ROWS);
-    REFUSED(ctx, call_decode, &a, "slot -3 of row 2 is outside [0, 4)");
+    set_ints(&slots, (const int32_t[]){0, 1, LAJIT_SLOT_FRESH(P)}, ROWS);
+    REFUSED(ctx, call_decode, &a, "slot 4 of row 2 (a fresh index, LAJIT_SLOT_FRESH) is outside");
+    set_ints(&slots, (const int32_t[]){0, 1, LAJIT_SLOT_FRESH(1)}, ROWS);
+    REFUSED(ctx, call_decode, &a, "slot 1 is used by two rows");
+    set_ints(&slots, (const int32_t[]){LAJIT_SLOT_FRESH(0), 1, -1}, ROWS);
+    LAUNCHED(ctx, call_decode, &a);
     set_ints(&slots, (const int32_t[]){2, 2, -1}, ROWS);
     REFUSED(ctx, call_decode, &a, "slot 2 is used by two rows");
     set_ints(&slots, (const int32_t[]){-1, 3, -1}, ROWS);

@@ -116,8 +116,9 @@ extern "C" __global__ void __launch_bounds__(NT) la_bwd_ds(const __grid_constant
 
     float part = p.scale * acc;
     if constexpr (HAS_DSN) { // ⟨dS_N, Y_{N−1}⟩
-        if (slot >= 0) {
-            const float *dsn = reinterpret_cast<const float *>(p.dsn.ptr) + (long long)slot * p.dsn.s0 + h * p.dsn.s1;
+        // dS_N belongs to the final state's slot (a fresh sequence's too: common/seq.cuh).
+        if (seq.slot_out >= 0) {
+            const float *dsn = reinterpret_cast<const float *>(p.dsn.ptr) + (long long)seq.slot_out * p.dsn.s0 + h * p.dsn.s1;
             float a2 = 0.f;
 #pragma unroll
             for (int a = 0; a < RD; a++)

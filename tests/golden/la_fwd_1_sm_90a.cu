@@ -31,6 +31,10 @@
 #include "common/mma.cuh"
 
 using T = lj_bf16;
+// o's element type (T, or one fp32 side with one 16-bit side) and the storage of S_0 / S_N (float,
+// or 16-bit read into and rounded from the fp32 registers). la_bwd's passes bake neither: T, float.
+using OT = lj_bf16;
+using ST = float;
 constexpr int D = 64;             // key width
 constexpr int E = 64;             // value width
 constexpr int BLOCK = 32;     // tokens per chunk: larger amortises the state work, costs smem
@@ -203,12 +207,17 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
 
     // Sequence extent and the per-(b, h) bases of q, k, v, o.
     const lj_seq seq = lj_seq_of<VARLEN, REVERSE>(p.cu_seqlens, p.slots, p.N, b);
-    const int n = seq.n, slot = seq.slot;
+    // The slot read and the slot written (common/seq.cuh). GRAD_STATE reads dS_N, which belongs to
+    // the final state (a fresh sequence's dS_N is in its slot), and writes dS_0, which belongs to
+    // the initial state (a fresh sequence's is the gradient of a constant: not written).
+    const int n = seq.n;
+    const int slot_in = GRAD_STATE ? seq.slot_out : seq.slot;
+    const int slot_out = GRAD_STATE ? seq.slot : seq.slot_out;
     const long long dir = REVERSE ? -1 : 1;
     const T *q = reinterpret_cast<const T *>(p.q.ptr) + seq.bq * p.q.s0 + h * p.q.s1 + seq.tok0 * p.q.s2;
     const T *k = reinterpret_cast<const T *>(p.k.ptr) + seq.bq * p.k.s0 + h * p.k.s1 + seq.tok0 * p.k.s2;
     const T *v = reinterpret_cast<const T *>(p.v.ptr) + seq.bq * p.v.s0 + h * p.v.s1 + seq.tok0 * p.v.s2 + e0;
-    T *o = reinterpret_cast<T *>(p.o.ptr) + seq.bq * p.o.s0 + h * p.o.s1 + seq.tok0 * p.o.s2 + e0;
+    OT *o = reinterpret_cast<OT *>(p.o.ptr) + seq.bq * p.o.s0 + h * p.o.s1 + seq.tok0 * p.o.s2 + e0;
     const long long qs = dir * p.q.s2, ks = dir * p.k.s2, vs = dir * p.v.s2, os = dir * p.o.s2;
     const int nchunks = (n + BLOCK - 1) / BLOCK;
 
@@ -238,8 +247,8 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
 #pragma unroll
             for (int r = 0; r < 4; r++) st[i][j][r] = 0.f;
     if constexpr (HAS_INITIAL) {
-        if (slot >= 0) {
-            const float *s0 = reinterpret_cast<const float *>(p.s0.ptr) + (long long)slot * p.s0.s0 + h * p.s0.s1;
+        if (slot_in >= 0) {
+            const ST *s0 = reinterpret_cast<const ST *>(p.s0.ptr) + (long long)slot_in * p.s0.s0 + h * p.s0.s1;
             const float in = GRAD_STATE ? 1.f / p.scale : 1.f;
 #pragma unroll
             for (int i = 0; i < SMT; i++) {
@@ -251,7 +260,7 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
                         for (int r = 0; r < 4; r++) {
                             const int d = mt * 16 + g + (r >> 1) * 8;
                             const int e = e0 + (wsn * SNT + j) * 8 + 2 * t4 + (r & 1);
-                            st[i][j][r] = in * s0[d * p.s0.s2 + e * p.s0.s3];
+                            st[i][j][r] = in * lj_state_load(s0 + d * p.s0.s2 + e * p.s0.s3);
                         }
                 }
             }
@@ -416,8 +425,8 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
 
             // Store σ·o for the rows inside the sequence.
             {
-                T *o0 = o + (long long)(c * BLOCK + i0) * os + won * ONT * 8 + 2 * t4;
-                T *o1 = o0 + 8 * os;
+                OT *o0 = o + (long long)(c * BLOCK + i0) * os + won * ONT * 8 + 2 * t4;
+                OT *o1 = o0 + 8 * os;
                 const bool w0 = i0 < L, w1 = i1 < L;
 #pragma unroll
                 for (int j = 0; j < ONT; j++) {
@@ -433,8 +442,8 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
     lj_cp_async_wait<0>();
 
     if constexpr (HAS_FINAL) {
-        if (slot >= 0) {
-            float *sn = reinterpret_cast<float *>(p.sn.ptr) + (long long)slot * p.sn.s0 + h * p.sn.s1;
+        if (slot_out >= 0) {
+            ST *sn = reinterpret_cast<ST *>(p.sn.ptr) + (long long)slot_out * p.sn.s0 + h * p.sn.s1;
             // GRAD_STATE: dS_0 = λ G_0 = σλ·state (σ alone for an empty sequence: dS_0 = dS_N).
             const float out = GRAD_STATE ? p.scale * (DECAY && n > 0 ? sPow[1] : 1.f) : 1.f;
 #pragma unroll
@@ -447,7 +456,7 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
                         for (int r = 0; r < 4; r++) {
                             const int d = mt * 16 + g + (r >> 1) * 8;
                             const int e = e0 + (wsn * SNT + j) * 8 + 2 * t4 + (r & 1);
-                            sn[d * p.sn.s2 + e * p.sn.s3] = out * st[i][j][r];
+                            lj_state_store(sn + d * p.sn.s2 + e * p.sn.s3, out * st[i][j][r]);
                         }
                 }
             }
