@@ -283,8 +283,12 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
 #pragma unroll
         for (int x = 0; x < NACC; x++) st[mb][x] = 0.f;
     if constexpr (HAS_INITIAL) {
-        if (slot >= 0) {
-            const float *s0 = reinterpret_cast<const float *>(p.s0.ptr) + (long long)slot * p.s0.s0 + h * p.s0.s1;
+        // S_0's storage (float, or 16-bit read into fp32) and its slot: GRAD_STATE reads dS_N,
+        // which belongs to the final state's slot (common/seq.cuh: slot_out), the forward S_0.
+        using ST0 = float;
+        const int rslot = GRAD_STATE ? seq.slot_out : slot;
+        if (rslot >= 0) {
+            const ST0 *s0 = reinterpret_cast<const ST0 *>(p.s0.ptr) + (long long)rslot * p.s0.s0 + h * p.s0.s1;
             const float in = GRAD_STATE ? 1.f / p.scale : 1.f;
 #pragma unroll
             for (int mb = 0; mb < MB; mb++)
@@ -292,7 +296,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
                 for (int x = 0; x < NACC; x++) {
                     const int d = 64 * mb + 16 * warp + g + 8 * ((x & 3) >> 1);
                     const int e = e0 + 8 * (x >> 2) + 2 * t4 + (x & 1);
-                    st[mb][x] = in * s0[d * p.s0.s2 + e * p.s0.s3];
+                    st[mb][x] = in * lj_state_load(s0 + d * p.s0.s2 + e * p.s0.s3);
                 }
         }
     }
@@ -673,8 +677,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     if constexpr (DS) {
         float part = sigma * ds_acc;
         if constexpr (HAS_DSN) {
-            if (slot >= 0) {
-                const float *dsn = reinterpret_cast<const float *>(p.dsn.ptr) + (long long)slot * p.dsn.s0 + h * p.dsn.s1;
+            if (seq.slot_out >= 0) { // dS_N belongs to the final state's slot (common/seq.cuh)
+                const float *dsn = reinterpret_cast<const float *>(p.dsn.ptr) + (long long)seq.slot_out * p.dsn.s0 + h * p.dsn.s1;
 #pragma unroll
                 for (int mb = 0; mb < MB; mb++)
 #pragma unroll
@@ -717,8 +721,12 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     }
 
     if constexpr (HAS_FINAL) {
-        if (slot >= 0) {
-            float *sn = reinterpret_cast<float *>(p.sn.ptr) + (long long)slot * p.sn.s0 + h * p.sn.s1;
+        // S_N's storage and slot (a fresh sequence's: slot_out); GRAD_STATE writes dS_0, which
+        // belongs to the initial state's slot (none for a fresh sequence).
+        using STN = float;
+        const int wslot = GRAD_STATE ? slot : seq.slot_out;
+        if (wslot >= 0) {
+            STN *sn = reinterpret_cast<STN *>(p.sn.ptr) + (long long)wslot * p.sn.s0 + h * p.sn.s1;
             const float out = GRAD_STATE ? p.scale * (DECAY && n > 0 ? sPow[1] : 1.f) : 1.f;
 #pragma unroll
             for (int mb = 0; mb < MB; mb++)
@@ -726,7 +734,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
                 for (int x = 0; x < NACC; x++) {
                     const int d = 64 * mb + 16 * warp + g + 8 * ((x & 3) >> 1);
                     const int e = e0 + 8 * (x >> 2) + 2 * t4 + (x & 1);
-                    sn[d * p.sn.s2 + e * p.sn.s3] = out * st[mb][x];
+                    lj_state_store(sn + d * p.sn.s2 + e * p.sn.s3, out * st[mb][x]);
                 }
         }
     }

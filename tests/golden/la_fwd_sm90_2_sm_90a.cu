@@ -677,8 +677,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     if constexpr (DS) {
         float part = sigma * ds_acc;
         if constexpr (HAS_DSN) {
-            if (slot >= 0) {
-                const float *dsn = reinterpret_cast<const float *>(p.dsn.ptr) + (long long)slot * p.dsn.s0 + h * p.dsn.s1;
+            if (seq.slot_out >= 0) { // dS_N belongs to the final state's slot (common/seq.cuh)
+                const float *dsn = reinterpret_cast<const float *>(p.dsn.ptr) + (long long)seq.slot_out * p.dsn.s0 + h * p.dsn.s1;
 #pragma unroll
                 for (int mb = 0; mb < MB; mb++)
 #pragma unroll
