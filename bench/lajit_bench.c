@@ -424,14 +424,17 @@ static void run_scale(void *user, CUstream s)
     c->next = (c->next + 1) % c->nbuf;
 }
 
-static void bench_decode(lajit_ctx *ctx, CUstream s, const int *Bs, int nB, int H, int D, int T)
+/* state_bits: 32 (a float32 pool) or 16 (a bfloat16 pool: half the bytes; its ceiling is the
+ * in-place update of a buffer of that size). */
+static void bench_decode(lajit_ctx *ctx, CUstream s, const int *Bs, int nB, int H, int D, int T,
+                         int state_bits)
 {
     for (int bi = 0; bi < nB; bi++) {
         int B = Bs[bi], E = D;
         decode_case c;
         memset(&c, 0, sizeof c);
         c.ctx = ctx;
-        c.state_bytes = (size_t)B * H * D * E * 4;
+        c.state_bytes = (size_t)B * H * D * E * (size_t)(state_bits / 8);
         size_t want = 256u << 20;
         c.nbuf = (int)((want + c.state_bytes - 1) / c.state_bytes);
         if (c.nbuf > 64)
@@ -445,8 +448,10 @@ static void bench_decode(lajit_ctx *ctx, CUstream s, const int *Bs, int nB, int 
         c.state_shape[3] = E;
         for (int i = 0; i < c.nbuf; i++) {
             c.state_ptr[i] = dalloc(c.state_bytes);
-            fill_random(c.state_ptr[i], c.state_bytes / 4, 32, 1.0f, 100 + (unsigned)i);
-            c.states[i] = tensor(c.state_ptr[i], 4, c.state_shape, 32, kDLFloat);
+            fill_random(c.state_ptr[i], c.state_bytes / (size_t)(state_bits / 8), state_bits, 1.0f,
+                        100 + (unsigned)i);
+            c.states[i] = tensor(c.state_ptr[i], 4, c.state_shape, state_bits,
+                                 state_bits == 32 ? kDLFloat : kDLBfloat);
         }
         size_t nq = (size_t)B * T * H * D;
         CUdeviceptr q = dalloc(nq * 2), k = dalloc(nq * 2), v = dalloc(nq * 2), o = dalloc(nq * 2),
@@ -477,12 +482,15 @@ static void bench_decode(lajit_ctx *ctx, CUstream s, const int *Bs, int nB, int 
         double tb = 2.0 * (double)c.state_bytes / (us * 1e-6) / 1e12;
         double ctb = 2.0 * (double)c.state_bytes / (ceil_us * 1e-6) / 1e12;
         printf(
-            "{\"op\": \"decode\", \"impl\": \"lajit\", \"dtype\": \"bf16\", \"B\": %d, \"H\": %d, "
+            "{\"op\": \"decode\", \"impl\": \"lajit\", \"dtype\": \"bf16\", \"state_dtype\": "
+            "\"%s\", "
+            "\"B\": %d, \"H\": %d, "
             "\"D\": %d, \"E\": %d, \"T\": %d, \"us\": %.3f, \"TBps\": %.4f, \"ceiling_us\": %.3f, "
             "\"ceiling_TBps\": %.4f, \"l2\": \"cold\", \"nbuf\": %d, "
             "\"how\": \"CUDA graph of %d steps over %d rotating states; ceiling: x *= c on the "
             "same states, same graph shape\"}\n",
-            B, H, D, E, T, us, tb, ceil_us, ctb, c.nbuf, steps, c.nbuf);
+            state_bits == 32 ? "f32" : "bf16", B, H, D, E, T, us, tb, ceil_us, ctb, c.nbuf, steps,
+            c.nbuf);
         fflush(stdout);
         for (int i = 0; i < c.nbuf; i++)
             CU(cuMemFree(c.state_ptr[i]));
@@ -618,7 +626,7 @@ int main(int argc, char **argv)
     const char *mode = "all", *family = NULL, *jit_what = "first_call";
     int Ds[8] = {64, 128}, nD = 2, Ns[16] = {1024, 2048, 4096, 8192, 16384, 32768}, nN = 6;
     int Bs[16] = {1, 4, 16, 32, 64, 128, 256}, nB = 7, Ts[4] = {1, 4}, nT = 2;
-    int B = 4, H = 32, dH = 64, dD = 128;
+    int B = 4, H = 32, dH = 64, dD = 128, Sbits[2] = {32}, nS = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
         if (strcmp(a, "--help") == 0) {
@@ -626,7 +634,7 @@ int main(int argc, char **argv)
                    "NAME]\n"
                    "  [--jit-what first_call_cold|first_call_warm_disk|first_call_bundle]\n"
                    "  [--B 4] [--H 32] [--D 64,128] [--N 1024,...] [--decode-B 1,4,...]\n"
-                   "  [--decode-H 64] [--decode-D 128] [--T 1,4]\n"
+                   "  [--decode-H 64] [--decode-D 128] [--T 1,4] [--state 32,16]\n"
                    "Prints one JSON row per measurement (DESIGN.md's report rows).\n");
             return 0;
         }
@@ -652,6 +660,8 @@ int main(int argc, char **argv)
             dD = atoi(v);
         else if (strcmp(a, "--T") == 0)
             nT = parse_list(v, Ts, 4);
+        else if (strcmp(a, "--state") == 0) /* decode pools: 32 (float32), 16 (bfloat16) */
+            nS = parse_list(v, Sbits, 2);
         else {
             fprintf(stderr, "lajit_bench: unknown argument %s\n", a);
             return 2;
@@ -691,7 +701,8 @@ int main(int argc, char **argv)
     }
     if (all || strcmp(mode, "decode") == 0)
         for (int t = 0; t < nT; t++)
-            bench_decode(ctx, s, Bs, nB, dH, dD, Ts[t]);
+            for (int si = 0; si < nS; si++)
+                bench_decode(ctx, s, Bs, nB, dH, dD, Ts[t], Sbits[si] == 16 ? 16 : 32);
     if (all || strcmp(mode, "prefill") == 0 || strcmp(mode, "fwdbwd") == 0)
         bench_prefill(ctx, s, B, H, Ds, nD, Ns, nN, family, all || strcmp(mode, "fwdbwd") == 0);
     CU(cuMemFree(flush_buf));

@@ -33,8 +33,12 @@ local function geometry(cfg, problem)
     -- count of one spilled la_bwd's dv pass at D = E = 64 at 255 registers), plus addressing and
     -- fragments (64, 96 for tf32, from ptxas reports: f16 D = 256 with 128 state floats per thread
     -- spilled at 255 registers).
+    -- Varlen with 128 state floats per thread holds the slot decoding and packed-token
+    -- addressing on top (f16, D = 256, VK, states, BLOCK = 32, TILE_V = 64, 4 warps: modelled
+    -- 224, spilled 8 bytes at 255 on sm_100a after fresh slots added a decode).
     g.regs = 4 * g.smt * g.snt + g.ort * (4 * g.ont + 4 * (cfg.BLOCK // 8))
         + (problem.dtype == "f32" and 96 or 64)
+        + ((problem.varlen and 4 * g.smt * g.snt >= 128) and 32 or 0)
     return g
 end
 

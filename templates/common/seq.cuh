@@ -28,6 +28,18 @@ __device__ __forceinline__ void lj_slot_decode(int x, int &slot, int &slot_out)
     slot_out = x >= -1 ? x : -2 - x;
 }
 
+// Sequence b's slots again (lj_seq_of's decoding): for a kernel that needs the written slot only
+// at its end, where reading it again costs less than a register held over the whole walk.
+template <bool VARLEN>
+__device__ __forceinline__ void lj_seq_slots(unsigned long long slots, int b, int &slot, int &slot_out)
+{
+    if constexpr (VARLEN) {
+        lj_slot_decode(slots ? reinterpret_cast<const int *>(slots)[b] : b, slot, slot_out);
+    } else {
+        slot = slot_out = b;
+    }
+}
+
 // The fields are taken by value rather than through a reference to the kernel's argument.
 template <bool VARLEN, bool REVERSE>
 __device__ __forceinline__ lj_seq lj_seq_of(unsigned long long cu_seqlens, unsigned long long slots, int N, int b)

@@ -211,8 +211,9 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
     // the final state (a fresh sequence's dS_N is in its slot), and writes dS_0, which belongs to
     // the initial state (a fresh sequence's is the gradient of a constant: not written).
     const int n = seq.n;
+    // (The written slot is decoded again at the end: held over the walk it cost a register that
+    // made D = 256 varlen configurations spill.)
     const int slot_in = GRAD_STATE ? seq.slot_out : seq.slot;
-    const int slot_out = GRAD_STATE ? seq.slot : seq.slot_out;
     const long long dir = REVERSE ? -1 : 1;
     const T *q = reinterpret_cast<const T *>(p.q.ptr) + seq.bq * p.q.s0 + h * p.q.s1 + seq.tok0 * p.q.s2;
     const T *k = reinterpret_cast<const T *>(p.k.ptr) + seq.bq * p.k.s0 + h * p.k.s1 + seq.tok0 * p.k.s2;
@@ -442,6 +443,9 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
     lj_cp_async_wait<0>();
 
     if constexpr (HAS_FINAL) {
+        int slot_r, slot_w;
+        lj_seq_slots<VARLEN>(p.slots, b, slot_r, slot_w);
+        const int slot_out = GRAD_STATE ? slot_r : slot_w;
         if (slot_out >= 0) {
             ST *sn = reinterpret_cast<ST *>(p.sn.ptr) + (long long)slot_out * p.sn.s0 + h * p.sn.s1;
             // GRAD_STATE: dS_0 = λ G_0 = σλ·state (σ alone for an empty sequence: dS_0 = dS_N).
