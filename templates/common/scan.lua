@@ -121,17 +121,17 @@ end
 -- bucket always gets one config.
 --
 -- f32 (tf32, issue 23, docs/notes/la_fwd.md "fp32 default"): 16-token chunks over the whole E
--- (up to 128 columns) with 8 warps. The one measurement (H200, B = 4, H = 64, D = E = 128,
--- N = 8192): the former rule, BLOCK 64 with 32-column slices, ran 8.50 ms; the tuned BLOCK 16,
--- TILE_V 128 ran 2.70 ms. Narrow slices make each of E/TILE_V CTAs recompute the chunk's Q Kᵀ at
--- half the 16-bit mma rate, and at 4 bytes an element a 64-token chunk of full width does not fit
--- (270 KB); 16 tokens do (118 KB, 160 registers at 8 warps). Awaits a device sweep over D, E,
--- B·H and N.
+-- (up to 128 columns) with 4 warps. Measured (H200, B = 4, H = 64, D = E = 128): the former rule,
+-- BLOCK 64 with 32-column slices, ran 8.50 ms at N = 8192; BLOCK 16, TILE_V 128 with 8 warps
+-- 3.13 ms, with 4 warps 2.72 ms (`lajit tune`'s winner at N = 1024 and 8192, 0.36 and 2.72 ms).
+-- Narrow slices make each of E/TILE_V CTAs recompute the chunk's Q Kᵀ at half the 16-bit mma
+-- rate, and at 4 bytes an element a 64-token chunk of full width does not fit (270 KB); 16
+-- tokens do (118 KB, 232 registers at 4 warps). Not swept over other D, E, B·H.
 local function default(problem, device)
     local bh = 1 << log2_bucket(problem.B * problem.H)
     local cfg
     if problem.dtype == "f32" then
-        cfg = { BLOCK = 16, TILE_V = 128, WARPS = 8, STAGES = 2, MINB = 1 }
+        cfg = { BLOCK = 16, TILE_V = 128, WARPS = 4, STAGES = 2, MINB = 1 }
     elseif problem.D <= 64 then
         cfg = { BLOCK = 32, TILE_V = 64, WARPS = 4, STAGES = 2, MINB = 1 }
     else

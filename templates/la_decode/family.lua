@@ -158,6 +158,10 @@ return {
             end
         end
         if device.cc < 80 then cfg.CACHE = 0 end
+        -- A 16-bit pool: twice the columns per tile, so a CTA keeps the bytes in flight of the
+        -- fp32 choice above (H200, bf16 pool, T = 1, H = 64, D = E = 128: `lajit tune` chose
+        -- TILE_V 32 / 128 / 128 where this table has 16 / 64 / 64 at B = 1 / 16 / 256, 1.04-1.25x).
+        if vec_elems(problem) == 8 and problem.T == 1 then cfg.TILE_V = cfg.TILE_V * 2 end
         -- Other shapes: the widest tile that divides E, then warps so that every thread holds
         -- state (at most 64 floats of it) and a row fits in the CTA.
         while problem.E % cfg.TILE_V ~= 0 or cfg.TILE_V > problem.E do cfg.TILE_V = cfg.TILE_V // 2 end

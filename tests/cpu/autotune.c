@@ -14,6 +14,7 @@
 #include "fake_driver.h"
 #include "params.h"
 #include "search.h"
+#include "toy_call.h"
 
 static void require_nvrtc(void)
 {
@@ -65,22 +66,6 @@ static int toy_faults(const lj_fake_launch *l, void *user)
 {
     (void)user;
     return l->block[0] == 64 && l->smem == 4096;
-}
-
-static lj_problem toy_problem(void)
-{
-    lj_problem p;
-    memset(&p, 0, sizeof p);
-    p.op = LJ_OP_FWD;
-    p.dtype = LJ_BF16;
-    p.B = 2;
-    p.H = 3;
-    p.N = 100;
-    p.D = 32;
-    p.E = 16;
-    p.T = 1;
-    p.decay = 1;
-    return p;
 }
 
 LJ_TEST(search_survives_a_faulting_candidate)
@@ -240,94 +225,7 @@ LJ_TEST(config_text_round_trip)
     lajit_ctx_destroy(ctx);
 }
 
-/* ---- The policies through lajit_attn_fwd on family "toy" ---------------------------------- */
-
-typedef struct toy_call {
-    CUcontext cuctx;
-    CUdeviceptr q, k, v, o, s;
-    int64_t qshape[4], vshape[4], sshape[1];
-    DLTensor tq, tk, tv, to, ts;
-    lajit_attn_fwd_args args;
-} toy_call;
-
-static DLTensor make(CUdeviceptr p, int ndim, int64_t *shape, uint8_t code, uint8_t bits)
-{
-    DLTensor t;
-    memset(&t, 0, sizeof t);
-    t.data = (void *)(uintptr_t)p;
-    t.device.device_type = kDLCUDA;
-    t.ndim = ndim;
-    t.dtype.code = code;
-    t.dtype.bits = bits;
-    t.dtype.lanes = 1;
-    t.shape = shape;
-    return t;
-}
-
-static void toy_open(toy_call *u)
-{
-    const lj_driver *drv = lj_fake_driver();
-    memset(u, 0, sizeof *u);
-    ASSERT_EQ(drv->cuInit(0), CUDA_SUCCESS);
-    ASSERT_EQ(drv->cuDevicePrimaryCtxRetain(&u->cuctx, 0), CUDA_SUCCESS);
-    ASSERT_EQ(drv->cuCtxSetCurrent(u->cuctx), CUDA_SUCCESS);
-    lj_problem p = toy_problem();
-    size_t nq = (size_t)p.B * p.H * p.N * p.D * 2, nv = (size_t)p.B * p.H * p.N * p.E * 2;
-    ASSERT_EQ(drv->cuMemAlloc(&u->q, nq), CUDA_SUCCESS);
-    ASSERT_EQ(drv->cuMemAlloc(&u->k, nq), CUDA_SUCCESS);
-    ASSERT_EQ(drv->cuMemAlloc(&u->v, nv), CUDA_SUCCESS);
-    ASSERT_EQ(drv->cuMemAlloc(&u->o, nv), CUDA_SUCCESS);
-    ASSERT_EQ(drv->cuMemAlloc(&u->s, (size_t)p.H * 4), CUDA_SUCCESS);
-    int64_t qs[4] = {p.B, p.H, p.N, p.D}, vs[4] = {p.B, p.H, p.N, p.E};
-    memcpy(u->qshape, qs, sizeof qs);
-    memcpy(u->vshape, vs, sizeof vs);
-    u->sshape[0] = p.H;
-    u->tq = make(u->q, 4, u->qshape, kDLBfloat, 16);
-    u->tk = make(u->k, 4, u->qshape, kDLBfloat, 16);
-    u->tv = make(u->v, 4, u->vshape, kDLBfloat, 16);
-    u->to = make(u->o, 4, u->vshape, kDLBfloat, 16);
-    u->ts = make(u->s, 1, u->sshape, kDLFloat, 32);
-    u->args.struct_size = sizeof u->args;
-    u->args.q = &u->tq;
-    u->args.k = &u->tk;
-    u->args.v = &u->tv;
-    u->args.o = &u->to;
-    u->args.s = &u->ts;
-    u->args.scale = 1.0f;
-    u->args.family = "toy";
-}
-
-static void toy_close(toy_call *u)
-{
-    const lj_driver *drv = lj_fake_driver();
-    ASSERT_EQ(drv->cuCtxSetCurrent(u->cuctx), CUDA_SUCCESS);
-    CUdeviceptr all[] = {u->q, u->k, u->v, u->o, u->s};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        ASSERT_EQ(drv->cuMemFree(all[i]), CUDA_SUCCESS);
-    ASSERT_EQ(drv->cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
-}
-
-/* Block and shared memory of the last launch: the configuration the plan used. */
-static void last_launch(unsigned *block, unsigned *smem)
-{
-    const lj_fake_launch *l = lj_fake_launch_get(lj_fake_launch_count() - 1);
-    ASSERT_TRUE(l != NULL);
-    *block = l->block[0];
-    *smem = l->smem;
-}
-
-/* The tuning identity of the toy problem on the fake device, as the op path computes it. */
-static lj_tune_id toy_id(lajit_ctx *ctx)
-{
-    lj_family *f;
-    lj_device *dev;
-    ASSERT_OK(lajit__ctx_family(ctx, "toy", &f));
-    ASSERT_OK(lajit__ctx_device(ctx, &dev));
-    lj_problem p = toy_problem();
-    lj_tune_id id;
-    ASSERT_OK(lj_tune_id_make(lajit__ctx_env(ctx), f, dev, &p, &id));
-    return id;
-}
+/* ---- The policies through lajit_attn_fwd on family "toy" (tests/support/toy_call.h) ------- */
 
 LJ_TEST(policy_off_uses_the_database_winner)
 {
@@ -340,7 +238,7 @@ LJ_TEST(policy_off_uses_the_database_winner)
     lajit_ctx *ctx = fake_ctx(LAJIT_AUTOTUNE_OFF);
     ASSERT_OK(lajit_attn_fwd(ctx, &u.args));
     unsigned block, smem;
-    last_launch(&block, &smem);
+    toy_last_launch(&block, &smem);
     ASSERT_EQ(block, 64);
     ASSERT_EQ(smem, 4096);
     lj_tune_id id = toy_id(ctx);
@@ -359,7 +257,7 @@ LJ_TEST(policy_off_uses_the_database_winner)
     ASSERT_OK(lj_tunedb_record(db, &id, &r, 1, "UNROLL=4 WARPS=2", 1.0));
     ctx = fake_ctx(LAJIT_AUTOTUNE_OFF);
     ASSERT_OK(lajit_attn_fwd(ctx, &u.args));
-    last_launch(&block, &smem);
+    toy_last_launch(&block, &smem);
     ASSERT_EQ(block, 32);
     ASSERT_EQ(smem, 2048);
     lajit_ctx_destroy(ctx);
@@ -370,7 +268,7 @@ LJ_TEST(policy_off_uses_the_database_winner)
     warnings = 0;
     ctx = fake_ctx(LAJIT_AUTOTUNE_OFF);
     ASSERT_OK(lajit_attn_fwd(ctx, &u.args));
-    last_launch(&block, &smem);
+    toy_last_launch(&block, &smem);
     ASSERT_EQ(block, 64);
     ASSERT_TRUE(warnings >= 1);
     lajit_ctx_destroy(ctx);
@@ -397,7 +295,7 @@ LJ_TEST(policy_off_with_a_corrupt_database)
     lajit_ctx *ctx = fake_ctx(LAJIT_AUTOTUNE_OFF);
     ASSERT_OK(lajit_attn_fwd(ctx, &u.args));
     unsigned block, smem;
-    last_launch(&block, &smem);
+    toy_last_launch(&block, &smem);
     ASSERT_EQ(block, 64);       /* the default */
     ASSERT_TRUE(warnings >= 1); /* set aside, said once */
     lajit_ctx_destroy(ctx);
@@ -429,7 +327,7 @@ LJ_TEST(policy_eager_tunes_once_and_records)
     ASSERT_EQ(ctx->autotune, LAJIT_AUTOTUNE_EAGER);
     ASSERT_OK(lajit_attn_fwd(ctx, &u.args));
     unsigned block, smem;
-    last_launch(&block, &smem);
+    toy_last_launch(&block, &smem);
     ASSERT_EQ(block, 32); /* UNROLL=4 WARPS=1: the fastest that did not fault */
     ASSERT_EQ(smem, 4096);
     /* The application's primary context was never poisoned: its calls go on. */
@@ -458,7 +356,7 @@ LJ_TEST(policy_eager_tunes_once_and_records)
     /* A second eager context finds the winner: no tuning again. */
     ctx = fake_ctx(LAJIT_AUTOTUNE_ENV);
     ASSERT_OK(lajit_attn_fwd(ctx, &u.args));
-    last_launch(&block, &smem);
+    toy_last_launch(&block, &smem);
     ASSERT_EQ(block, 32);
     ASSERT_EQ(lj_fake_driver_counts()->contexts_created, 2);
     lajit_ctx_destroy(ctx);
@@ -499,7 +397,7 @@ LJ_TEST(policy_eager_defers_to_the_lease_holder)
     ASSERT_EQ(read(ready[0], &c, 1), 1);
     ASSERT_OK(lajit_attn_fwd(ctx, &u.args));
     unsigned block, smem;
-    last_launch(&block, &smem);
+    toy_last_launch(&block, &smem);
     ASSERT_EQ(block, 64); /* the default, untuned */
     ASSERT_EQ(lj_fake_driver_counts()->contexts_created, 0);
     ASSERT_EQ(write(done[1], "x", 1), 1);
@@ -582,7 +480,8 @@ LJ_TEST(dense_params_match_fwd)
     ASSERT_EQ(drv->cuMemAlloc(&sn, state), CUDA_SUCCESS);
     for (int vk = 0; vk < 2; vk++) {
         int64_t sshape[4] = {p.B, p.H, vk ? p.E : p.D, vk ? p.D : p.E};
-        DLTensor t0 = make(s0, 4, sshape, kDLFloat, 32), tn = make(sn, 4, sshape, kDLFloat, 32);
+        DLTensor t0 = toy_tensor(s0, 4, sshape, kDLFloat, 32),
+                 tn = toy_tensor(sn, 4, sshape, kDLFloat, 32);
         u.args.family = "la_recurrent";
         u.args.initial_state = &t0;
         u.args.final_state = &tn;
@@ -650,12 +549,13 @@ LJ_TEST(dense_params_match_decode)
             int64_t sh[1] = {H}, pool[4] = {B, H, vk ? E : D, vk ? D : E};
             int64_t steps[5] = {B, T, H, vk ? E : D, vk ? D : E};
             int nd = T == 1 ? 3 : 4;
-            DLTensor tq = make(q, nd, nd == 4 ? q4 : q3, kDLFloat, 16),
-                     tk = make(k, nd, nd == 4 ? q4 : q3, kDLFloat, 16),
-                     tv = make(v, nd, nd == 4 ? v4 : v3, kDLFloat, 16),
-                     to = make(o, nd, nd == 4 ? v4 : v3, kDLFloat, 16),
-                     ts = make(s, 1, sh, kDLFloat, 32), tst = make(st, 4, pool, kDLFloat, 32),
-                     tss = make(ss, 5, steps, kDLFloat, 32);
+            DLTensor tq = toy_tensor(q, nd, nd == 4 ? q4 : q3, kDLFloat, 16),
+                     tk = toy_tensor(k, nd, nd == 4 ? q4 : q3, kDLFloat, 16),
+                     tv = toy_tensor(v, nd, nd == 4 ? v4 : v3, kDLFloat, 16),
+                     to = toy_tensor(o, nd, nd == 4 ? v4 : v3, kDLFloat, 16),
+                     ts = toy_tensor(s, 1, sh, kDLFloat, 32),
+                     tst = toy_tensor(st, 4, pool, kDLFloat, 32),
+                     tss = toy_tensor(ss, 5, steps, kDLFloat, 32);
             lajit_attn_decode_args a;
             memset(&a, 0, sizeof a);
             a.struct_size = sizeof a;

@@ -93,6 +93,7 @@ static lj_problem problem_of(lajit_ctx *ctx, lj_family *f, const char *const *as
     int count;
     ASSERT_OK(lj_family_problems(f, &list, &count));
     lj_problem p = list[0];
+    lj_free(&ctx->env, list);
     lj_config cfg;
     lj_device_info dev;
     ASSERT_EQ(lj_device_info_for_arch("sm_90a", &dev), 1);

@@ -14,6 +14,7 @@
 #include "context.h"
 #include "fake_driver.h"
 #include "search.h"
+#include "toy_call.h"
 #include "tuned.h"
 
 static void require_nvrtc(void)
@@ -51,111 +52,6 @@ static lajit_ctx *fake_ctx(uint32_t autotune)
     logbuf[0] = 0;
     warnings = 0;
     return ctx;
-}
-
-/* ---- A toy call (as tests/cpu/autotune.c makes it) ------------------------------------------ */
-
-typedef struct toy_call {
-    CUcontext cuctx;
-    CUdeviceptr q, k, v, o, s;
-    int64_t qshape[4], vshape[4], sshape[1];
-    DLTensor tq, tk, tv, to, ts;
-    lajit_attn_fwd_args args;
-} toy_call;
-
-static lj_problem toy_problem(void)
-{
-    lj_problem p;
-    memset(&p, 0, sizeof p);
-    p.op = LJ_OP_FWD;
-    p.dtype = LJ_BF16;
-    p.B = 2;
-    p.H = 3;
-    p.N = 100;
-    p.D = 32;
-    p.E = 16;
-    p.T = 1;
-    p.decay = 1;
-    return p;
-}
-
-static DLTensor make(CUdeviceptr p, int ndim, int64_t *shape, uint8_t code, uint8_t bits)
-{
-    DLTensor t;
-    memset(&t, 0, sizeof t);
-    t.data = (void *)(uintptr_t)p;
-    t.device.device_type = kDLCUDA;
-    t.ndim = ndim;
-    t.dtype.code = code;
-    t.dtype.bits = bits;
-    t.dtype.lanes = 1;
-    t.shape = shape;
-    return t;
-}
-
-static void toy_open(toy_call *u)
-{
-    const lj_driver *drv = lj_fake_driver();
-    memset(u, 0, sizeof *u);
-    ASSERT_EQ(drv->cuInit(0), CUDA_SUCCESS);
-    ASSERT_EQ(drv->cuDevicePrimaryCtxRetain(&u->cuctx, 0), CUDA_SUCCESS);
-    ASSERT_EQ(drv->cuCtxSetCurrent(u->cuctx), CUDA_SUCCESS);
-    lj_problem p = toy_problem();
-    size_t nq = (size_t)p.B * p.H * p.N * p.D * 2, nv = (size_t)p.B * p.H * p.N * p.E * 2;
-    ASSERT_EQ(drv->cuMemAlloc(&u->q, nq), CUDA_SUCCESS);
-    ASSERT_EQ(drv->cuMemAlloc(&u->k, nq), CUDA_SUCCESS);
-    ASSERT_EQ(drv->cuMemAlloc(&u->v, nv), CUDA_SUCCESS);
-    ASSERT_EQ(drv->cuMemAlloc(&u->o, nv), CUDA_SUCCESS);
-    ASSERT_EQ(drv->cuMemAlloc(&u->s, (size_t)p.H * 4), CUDA_SUCCESS);
-    int64_t qs[4] = {p.B, p.H, p.N, p.D}, vs[4] = {p.B, p.H, p.N, p.E};
-    memcpy(u->qshape, qs, sizeof qs);
-    memcpy(u->vshape, vs, sizeof vs);
-    u->sshape[0] = p.H;
-    u->tq = make(u->q, 4, u->qshape, kDLBfloat, 16);
-    u->tk = make(u->k, 4, u->qshape, kDLBfloat, 16);
-    u->tv = make(u->v, 4, u->vshape, kDLBfloat, 16);
-    u->to = make(u->o, 4, u->vshape, kDLBfloat, 16);
-    u->ts = make(u->s, 1, u->sshape, kDLFloat, 32);
-    u->args.struct_size = sizeof u->args;
-    u->args.q = &u->tq;
-    u->args.k = &u->tk;
-    u->args.v = &u->tv;
-    u->args.o = &u->to;
-    u->args.s = &u->ts;
-    u->args.scale = 1.0f;
-    u->args.family = "toy";
-}
-
-static void toy_close(toy_call *u)
-{
-    const lj_driver *drv = lj_fake_driver();
-    ASSERT_EQ(drv->cuCtxSetCurrent(u->cuctx), CUDA_SUCCESS);
-    CUdeviceptr all[] = {u->q, u->k, u->v, u->o, u->s};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        ASSERT_EQ(drv->cuMemFree(all[i]), CUDA_SUCCESS);
-    ASSERT_EQ(drv->cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
-}
-
-/* Block size and shared memory of the last launch: the toy configuration the plan ran
- * (block = 32 WARPS, smem = 1 KiB UNROLL). */
-static void last_launch(unsigned *block, unsigned *smem)
-{
-    const lj_fake_launch *l = lj_fake_launch_get(lj_fake_launch_count() - 1);
-    ASSERT_TRUE(l != NULL);
-    *block = l->block[0];
-    *smem = l->smem;
-}
-
-static lj_tune_id toy_id(lajit_ctx *ctx)
-{
-    lj_family *f;
-    lj_device *dev;
-    ASSERT_OK(lajit__ctx_family(ctx, "toy", &f));
-    ASSERT_OK(lajit__ctx_device(ctx, &dev));
-    lj_problem p = toy_problem();
-    lj_tune_id id;
-    ASSERT_OK(lj_tune_id_make(lajit__ctx_env(ctx), f, dev, &p, &id));
-    return id;
 }
 
 /* ---- Tables --------------------------------------------------------------------------------- */
@@ -227,7 +123,7 @@ static void run_toy(toy_call *u, uint32_t autotune, unsigned *block, unsigned *s
 {
     lajit_ctx *ctx = fake_ctx(autotune);
     ASSERT_OK(lajit_attn_fwd(ctx, &u->args));
-    last_launch(block, smem);
+    toy_last_launch(block, smem);
     lajit_ctx_destroy(ctx);
 }
 
