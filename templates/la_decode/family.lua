@@ -158,10 +158,12 @@ return {
             end
         end
         if device.cc < 80 then cfg.CACHE = 0 end
-        -- A 16-bit pool: twice the columns per tile, so a CTA keeps the bytes in flight of the
-        -- fp32 choice above (H200, bf16 pool, T = 1, H = 64, D = E = 128: `lajit tune` chose
-        -- TILE_V 32 / 128 / 128 where this table has 16 / 64 / 64 at B = 1 / 16 / 256, 1.04-1.25x).
-        if vec_elems(problem) == 8 and problem.T == 1 then cfg.TILE_V = cfg.TILE_V * 2 end
+        -- A 16-bit pool with fewer states than SMs: twice the columns per tile, so a CTA keeps
+        -- the bytes in flight of the fp32 choice (H200, bf16 pool, T = 1, H = 64, D = E = 128,
+        -- B = 1: 3.33 -> 2.85 us in lajit_bench, `lajit tune` 1.25x). Doubling at B = 2..256 too
+        -- (the tuner's 1.04-1.12x at B = 16 and 256) measured slower in lajit_bench's cold-L2
+        -- graph at B = 2..16 (docs/notes/la_decode.md), so it stops here.
+        if vec_elems(problem) == 8 and problem.T == 1 and lb < ls then cfg.TILE_V = cfg.TILE_V * 2 end
         -- Other shapes: the widest tile that divides E, then warps so that every thread holds
         -- state (at most 64 floats of it) and a row fits in the CTA.
         while problem.E % cfg.TILE_V ~= 0 or cfg.TILE_V > problem.E do cfg.TILE_V = cfg.TILE_V // 2 end
