@@ -410,3 +410,46 @@ LJ_TEST(cli_export_shipped)
     toy_close(&u);
     ASSERT_TRUE(lj_fake_driver_balanced());
 }
+
+/* The tables the tree ships (tuned/<slug>.json) were made for this tree's templates: every entry's
+ * template hash is its family's here. A template change (any file of the family's folder or of
+ * templates/common) retires them; then this fails until the tables are made again on their GPUs
+ * (scripts/make_tuned_table.sh) or removed, instead of shipping tables that serve nothing. */
+LJ_TEST(shipped_tables_match_this_trees_templates)
+{
+    lajit_ctx_desc desc;
+    lajit_ctx_desc_init(&desc);
+    desc.flags = LAJIT_CTX_NO_DISK_CACHE | LAJIT_CTX_NO_DEVICE;
+    lajit_ctx *ctx;
+    ASSERT_OK(lajit_ctx_create(&desc, &ctx));
+    const char *names[] = {"nvidia-h200.json", "nvidia-h100-80gb-hbm3.json"};
+    int entries = 0;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/tuned/%s", lj_test_source_dir(), names[i]);
+        FILE *fp = fopen(path, "r");
+        ASSERT_TRUE(fp != NULL);
+        char line[4096];
+        while (fgets(line, sizeof line, fp)) {
+            char family[64] = "", hash[17] = "";
+            const char *f = strstr(line, "\"family\":\""),
+                       *h = strstr(line, "\"template_hash\":\"");
+            ASSERT_TRUE(f && h);
+            ASSERT_EQ(sscanf(f + 10, "%63[^\"]", family), 1);
+            ASSERT_EQ(sscanf(h + 17, "%16[^\"]", hash), 1);
+            lj_family *fam;
+            ASSERT_OK(lajit__ctx_family(ctx, family, &fam));
+            char want[17];
+            ASSERT_OK(lj_tune_template_hash(lajit__ctx_env(ctx), fam, want));
+            if (strcmp(hash, want) != 0)
+                lj_test_fail(__FILE__, __LINE__,
+                             "%s: %s entries have template hash %s, this tree's is %s: make the "
+                             "table again (scripts/make_tuned_table.sh on that GPU) or remove it",
+                             names[i], family, hash, want);
+            entries++;
+        }
+        fclose(fp);
+    }
+    ASSERT_TRUE(entries > 0);
+    lajit_ctx_destroy(ctx);
+}
