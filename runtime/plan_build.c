@@ -72,6 +72,32 @@ static lj_tunedb *context_tunedb(lajit_ctx *ctx)
     return ctx->tunedb;
 }
 
+/* Takes `text` (a configuration some file named: the user's tuning database, the shipped table,
+ * a bundle) for f's problem p into *cfg when it parses and passes the family's valid() here;
+ * else says why in one log line naming `from` and keeps *cfg. Returns 1 when taken. */
+static int take_config(lajit_ctx *ctx, lj_family *f, const lj_device *dev, const lj_problem *p,
+                       const char *text, const char *from, const char *bucket, lj_config *cfg)
+{
+    lj_env *env = &ctx->env;
+    char reason[256];
+    int ok = 0;
+    lj_config parsed;
+    if (lj_config_parse(env, f, cfg, text, &parsed) != LAJIT_OK ||
+        lj_family_valid(f, &parsed, p, &dev->info, &ok, reason, sizeof reason) != LAJIT_OK) {
+        lj_log(env, LAJIT_LOG_WARN, "%s: [%s] for %s %s is unusable (%s): default", from, text,
+               lj_family_name(f), bucket, env->errmsg);
+        lj_clear_error(env);
+        return 0;
+    }
+    if (!ok) {
+        lj_log(env, LAJIT_LOG_WARN, "%s: [%s] for %s %s is not valid here (%s): default", from,
+               text, lj_family_name(f), bucket, reason);
+        return 0;
+    }
+    *cfg = parsed;
+    return 1;
+}
+
 /* The shipped tuning table of the context's device (autotune/tuned.h), loaded on first need;
  * NULL when there is none (LAJIT_TUNED_DIR off, no table for this GPU) or it was refused, which
  * is said once in the log: a refused table is never partly trusted. */
@@ -99,9 +125,8 @@ static int shipped_config(lajit_ctx *ctx, lj_family *f, const lj_device *dev, co
     lj_tunedb *t = context_shipped(ctx, &id->fp);
     if (!t)
         return 0;
-    char text[256], hash[17], reason[256];
-    int found = 0, stale = 0, ok = 0;
-    lj_config parsed;
+    char text[256], hash[17], from[1100];
+    int found = 0, stale = 0;
     if (lj_tunedb_shipped_winner(t, id, text, sizeof text, &found, &stale, hash) != LAJIT_OK) {
         lj_log(env, LAJIT_LOG_WARN, "shipped tuning table: %s; default", env->errmsg);
         lj_clear_error(env);
@@ -116,23 +141,8 @@ static int shipped_config(lajit_ctx *ctx, lj_family *f, const lj_device *dev, co
     }
     if (!found)
         return 0;
-    if (lj_config_parse(env, f, cfg, text, &parsed) != LAJIT_OK ||
-        lj_family_valid(f, &parsed, p, &dev->info, &ok, reason, sizeof reason) != LAJIT_OK) {
-        lj_log(env, LAJIT_LOG_WARN,
-               "shipped tuning table %s: [%s] for %s %s is unusable (%s): "
-               "default",
-               ctx->shipped_path, text, id->family, id->bucket, env->errmsg);
-        lj_clear_error(env);
-        return 0;
-    }
-    if (!ok) {
-        lj_log(env, LAJIT_LOG_WARN,
-               "shipped tuning table %s: [%s] for %s %s is not valid here (%s): default",
-               ctx->shipped_path, text, id->family, id->bucket, reason);
-        return 0;
-    }
-    *cfg = parsed;
-    return 1;
+    snprintf(from, sizeof from, "shipped tuning table %s", ctx->shipped_path);
+    return take_config(ctx, f, dev, p, text, from, id->bucket, cfg);
 }
 
 /* Replaces *cfg (f's default for p, valid) by a tuned configuration. In order: the user's tuning
@@ -147,9 +157,7 @@ static void apply_tuning(lajit_ctx *ctx, lj_family *f, lj_lua *L, lj_cache *cach
     lj_tunedb *db = context_tunedb(ctx);
     lj_tune_id id;
     char text[256];
-    int found = 0, ok = 0;
-    lj_config tuned;
-    char reason[256];
+    int found = 0;
     if (lj_tune_id_make(env, f, dev, p, &id) != LAJIT_OK)
         goto failed;
     if (db && lj_tunedb_winner(db, &id, text, sizeof text, NULL, &found) != LAJIT_OK) {
@@ -158,20 +166,8 @@ static void apply_tuning(lajit_ctx *ctx, lj_family *f, lj_lua *L, lj_cache *cach
         lj_clear_error(env);
         db = NULL;
     }
-    if (found) {
-        if (lj_config_parse(env, f, cfg, text, &tuned) != LAJIT_OK ||
-            lj_family_valid(f, &tuned, p, &dev->info, &ok, reason, sizeof reason) != LAJIT_OK) {
-            lj_log(env, LAJIT_LOG_WARN, "tuned [%s] for %s is unusable (%s): default", text,
-                   id.bucket, env->errmsg);
-            lj_clear_error(env);
-        } else if (!ok) {
-            lj_log(env, LAJIT_LOG_WARN, "tuned [%s] for %s is not valid here (%s): default", text,
-                   id.bucket, reason);
-        } else {
-            *cfg = tuned;
-            return;
-        }
-    }
+    if (found && take_config(ctx, f, dev, p, text, "tuning database", id.bucket, cfg))
+        return;
     if (shipped_config(ctx, f, dev, p, &id, cfg))
         return;
     if (!db || ctx->autotune != LAJIT_AUTOTUNE_EAGER || found)
@@ -213,9 +209,8 @@ static void bundle_config(lajit_ctx *ctx, lj_family *f, const lj_device *dev, co
                           lj_config *cfg, int *from_bundle)
 {
     lj_env *env = &ctx->env;
-    char bucket[256], text[256], reason[256];
-    int found = 0, ok = 0;
-    lj_config parsed;
+    char bucket[256], text[256], from[1100];
+    int found = 0;
     if (lj_family_key(f, p, bucket, sizeof bucket) != LAJIT_OK ||
         lj_bundle_config(ctx->bundle, lj_family_name(f), bucket, dev->info.arch, text, sizeof text,
                          &found) != LAJIT_OK ||
@@ -223,20 +218,8 @@ static void bundle_config(lajit_ctx *ctx, lj_family *f, const lj_device *dev, co
         lj_clear_error(env);
         return;
     }
-    if (lj_config_parse(env, f, cfg, text, &parsed) != LAJIT_OK ||
-        lj_family_valid(f, &parsed, p, &dev->info, &ok, reason, sizeof reason) != LAJIT_OK) {
-        lj_log(env, LAJIT_LOG_WARN, "bundle %s: [%s] for %s %s is unusable (%s): default",
-               lj_bundle_path(ctx->bundle), text, lj_family_name(f), bucket, env->errmsg);
-        lj_clear_error(env);
-        return;
-    }
-    if (!ok) {
-        lj_log(env, LAJIT_LOG_WARN, "bundle %s: [%s] for %s %s is not valid here (%s): default",
-               lj_bundle_path(ctx->bundle), text, lj_family_name(f), bucket, reason);
-        return;
-    }
-    *cfg = parsed;
-    *from_bundle = 1;
+    snprintf(from, sizeof from, "bundle %s", lj_bundle_path(ctx->bundle));
+    *from_bundle = take_config(ctx, f, dev, p, text, from, bucket, cfg);
 }
 
 static lajit_status build_plan(lajit_ctx *ctx, const char *requested, const lj_problem *p,

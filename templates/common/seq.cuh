@@ -50,11 +50,10 @@ __device__ __forceinline__ lj_seq lj_seq_of(unsigned long long cu_seqlens, unsig
         const int *cu = reinterpret_cast<const int *>(cu_seqlens);
         s.tok0 = cu[b];
         s.n = cu[b + 1] - cu[b];
-        lj_slot_decode(slots ? reinterpret_cast<const int *>(slots)[b] : b, s.slot, s.slot_out);
     } else {
         s.n = N;
-        s.slot = s.slot_out = b;
     }
+    lj_seq_slots<VARLEN>(slots, b, s.slot, s.slot_out);
     s.bq = VARLEN ? 0 : (long long)b;
     // Walking backwards is walking forwards over a view that starts at the last token with
     // negated token strides.

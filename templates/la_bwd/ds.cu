@@ -10,16 +10,13 @@
 //
 // Each CTA owns a D × TILE_V slice of S and of Y in fp32 registers (a thread holds RD rows × 4
 // columns of both) and sums its share of the two terms; q, k, v and dO are staged BLOCK tokens at
-// a time in shared memory as fp32. Every CTA writes its partial to the workspace; the last one to
-// finish (an integer ticket) adds them up in a fixed order and writes ds. No floating-point
-// atomics: the same inputs give the same bits. This is a CUDA-core recurrence (about four FMAs
-// per state element and token), paid only when ds is requested.
-//
-// Workspace: an unsigned ticket counter (zeroed by the host before the launch) at byte 0, the
-// partials from byte 16, indexed ((sequence · H) + h) · (E / TILE_V) + slice.
+// a time in shared memory as fp32. The shares meet in the workspace (common/ds_share.cuh: the last
+// CTA adds them in a fixed order; no floating-point atomics). This is a CUDA-core recurrence
+// (about four FMAs per state element and token), paid only when ds is requested.
 #include "common/la_params.h"
 #include "common/types.cuh"
 #include "common/seq.cuh"
+#include "common/ds_share.cuh"
 
 using T = ${ELEM};
 constexpr int D = ${D};
@@ -44,8 +41,6 @@ extern "C" __global__ void __launch_bounds__(NT) la_bwd_ds(const __grid_constant
 {
     extern __shared__ __align__(16) float sm[];
     float *sq = sm, *sk = sq + BLOCK * D, *sv = sk + BLOCK * D, *sd = sv + BLOCK * TILE_V;
-    __shared__ float warp_sum[NT / 32 > 0 ? NT / 32 : 1];
-    __shared__ int is_last;
 
     const int tid = threadIdx.x;
     const int cx = tid % CG, ry = tid / CG;
@@ -128,34 +123,5 @@ extern "C" __global__ void __launch_bounds__(NT) la_bwd_ds(const __grid_constant
         }
     }
 
-    // Block sum in a fixed order: a shuffle tree per warp, then the warps in order.
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) part += __shfl_xor_sync(0xffffffffu, part, off);
-    if ((tid & 31) == 0) warp_sum[tid >> 5] = part;
-    __syncthreads();
-
-    unsigned *ticket = reinterpret_cast<unsigned *>(p.workspace);
-    float *partials = reinterpret_cast<float *>(p.workspace + 16);
-    const unsigned total = gridDim.x * gridDim.y * gridDim.z;
-    if (tid == 0) {
-        float s = 0.f;
-        for (int w = 0; w < NT / 32; w++) s += warp_sum[w];
-        partials[((long long)b * p.H + h) * NSLICE + blockIdx.x] = s;
-        __threadfence(); // the partial is visible before the ticket is taken
-        is_last = atomicAdd(ticket, 1u) == total - 1;
-    }
-    __syncthreads();
-    if (!is_last) return;
-
-    // The last CTA: every partial is written. Sum per head over sequences and slices, in order.
-    __threadfence();
-    const float *sh = reinterpret_cast<const float *>(p.decay);
-    float *ds = reinterpret_cast<float *>(p.dsdecay);
-    for (int hh = tid; hh < p.H; hh += NT) {
-        float s = 0.f;
-        for (int bb = 0; bb < p.nseq; bb++)
-            for (int sl = 0; sl < NSLICE; sl++) s += __ldcg(partials + ((long long)bb * p.H + hh) * NSLICE + sl);
-        ds[hh] = -expf(-sh[hh]) * s;
-    }
-    if (tid == 0) *ticket = 0u;
+    lj_ds_share<NT>(part, p, b, h);
 }

@@ -53,6 +53,7 @@
 #include "common/seq.cuh"
 #include "common/mma.cuh"
 #include "common/wgmma.cuh"
+#include "common/ds_share.cuh"
 
 using T = lj_bf16;
 constexpr int D = 64;             // key width: 64, 128, 192 or 256 (one wgmma M block per 64 rows of S)
@@ -107,7 +108,7 @@ static_assert(1024 + STAGES * (2 * Q_BYTES + V_BYTES) + V_BYTES + WGS * S_BYTES 
                       DS_BYTES + (BLOCK + 1) * sizeof(float) <= SMEM,
               "shared memory: the layout exceeds the spec's SMEM");
 
-#line 111 "la_fwd_sm90/fwd.cu"
+#line 112 "la_fwd_sm90/fwd.cu"
 // m64n64k16, A and B from shared memory: d (+)= A·B. TA/TB: 1 = MN-major (transposed).
 template <int TA, int TB>
 __device__ __forceinline__ void wg_ss64(float (&d)[32], unsigned long long da, unsigned long long db, int acc)
@@ -638,11 +639,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     }
     lj_cp_async_wait<0>();
 
-    // DS: the CTA's share σ Σ x·Z + ⟨dS_N, Y⟩ over its columns, summed in a fixed order (a
-    // shuffle tree per warp, then the warps in order) into the workspace; the last CTA adds
-    // every share per head, over sequences and slices in order, and writes ds = −λ · sum.
-    // Workspace: a ticket at byte 0 (zeroed before the launch), shares from byte 16 at
-    // ((sequence · H) + h) · gridDim.x + blockIdx.x.
+    // DS: the CTA's share σ Σ x·Z + ⟨dS_N, Y⟩ over its columns, added to the others' by
+    // common/ds_share.cuh (fixed order, ticket, ds = −λ · sum).
     if constexpr (DS) {
         float part = sigma * ds_acc;
         if constexpr (HAS_DSN) {
@@ -658,35 +656,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
                     }
             }
         }
-        __shared__ float warp_part[NT / 32];
-        __shared__ int is_last;
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) part += __shfl_xor_sync(0xffffffffu, part, off);
-        if (lane == 0) warp_part[tid >> 5] = part;
-        __syncthreads();
-        unsigned *ticket = reinterpret_cast<unsigned *>(p.workspace);
-        float *shares = reinterpret_cast<float *>(p.workspace + 16);
-        if (tid == 0) {
-            float sum = 0.f;
-            for (int w = 0; w < NT / 32; w++) sum += warp_part[w];
-            shares[((long long)b * p.H + h) * gridDim.x + blockIdx.x] = sum;
-            __threadfence(); // the share is visible before the ticket is taken
-            is_last = atomicAdd(ticket, 1u) == gridDim.x * gridDim.y * gridDim.z - 1;
-        }
-        __syncthreads();
-        if (is_last) {
-            __threadfence();
-            const float *sh = reinterpret_cast<const float *>(p.decay);
-            float *ds = reinterpret_cast<float *>(p.dsdecay);
-            for (int hh = tid; hh < p.H; hh += NT) {
-                float sum = 0.f;
-                for (int bb = 0; bb < p.nseq; bb++)
-                    for (int sl = 0; sl < (int)gridDim.x; sl++)
-                        sum += __ldcg(shares + ((long long)bb * p.H + hh) * gridDim.x + sl);
-                ds[hh] = -expf(-sh[hh]) * sum;
-            }
-            if (tid == 0) *ticket = 0u;
-        }
+        lj_ds_share<NT>(part, p, b, h);
     }
 
     if constexpr (HAS_FINAL) {
