@@ -396,6 +396,74 @@ typedef struct lajit_attn_decode_args {
 
 LAJIT_API lajit_status lajit_attn_decode(lajit_ctx *ctx, const lajit_attn_decode_args *args);
 
+/* State scan: the exchange of context parallelism (one sequence split into P spans processed
+ * apart: on the GPUs of a group over NCCL, or in pieces of one GPU), in DESIGN.md's terms. Span j
+ * holds the tokens t = a_j + 1 .. a_j + n_j (a_0 = 0, a_{j+1} = a_j + n_j, N = a_P); per batch row
+ * b and head h, λ = exp(−s_h) (1 without s).
+ *
+ * Forward. Span j's local state is its final state from a zero start,
+ *     M_j = Σ_{t in span j} λ^{a_j + n_j − t} k_tᵀ v_t,
+ * and the state entering it is S_{a_j} = λ^{n_{j−1}} S_{a_{j−1}} + M_{j−1}, from S_{a_0} = S_0 (or
+ * 0). The scan writes incoming_states[j] = S_{a_j} for every span and, when asked, final_state =
+ * S_N = λ^{n_{P−1}} S_{a_{P−1}} + M_{P−1}. With initial_state = S_{a_j}, lajit_attn_fwd over span
+ * j alone gives that span's exact outputs.
+ *
+ * Reverse (LAJIT_SCAN_REVERSE), for the backward. What is exchanged is, for span j, the gradient
+ * reaching its final state S_{a_j + n_j} from everything after the span (later tokens and dS_N):
+ *     H_j = λ G_{a_j + n_j + 1}  when a token follows the span,   H_j = dS_N (or 0) otherwise,
+ * with G_t DESIGN's gradient of S_t (dS_N entering G_N undecayed), so that H_j is exactly the
+ * d_final_state of span j's own lajit_attn_bwd. Span j's local gradient state is the d_initial_state its lajit_attn_bwd returns
+ * without a d_final_state,
+ *     Mg_j = σ Σ_{t in span j} λ^{t − a_j} q_tᵀ dO_t,
+ * and DESIGN's G_t = λ G_{t+1} + σ q_tᵀ dO_t walked through span j gives H_{j−1} = λ^{n_j} H_j +
+ * Mg_j. The scan walks from the last span: incoming_states[j] = H_j and, when asked, final_state
+ * = λ^{n_0} H_0 + Mg_0 = dS_0 (DESIGN's λ G_1).
+ *
+ * Both are one walk: X = initial_state (or 0); for j = 0 .. P−1 (reverse: P−1 .. 0)
+ * incoming_states[j] = X, X = λ^{n_j} X + local_states[j]; then final_state = X. X is carried in
+ * fp32 and λ^{n} is exp(−s_h·n) evaluated in fp32 (n up to 2^63).
+ * - local_states: M_j (reverse: Mg_j), float32 [P,B,H,D,E] ([P,B,H,E,D] with LAJIT_STATE_VK),
+ *   span first as an all-gather of every rank's [B,H,D,E] lays it out; a strided view with a
+ *   unit last stride, address and other strides multiples of 16 bytes ([B,P,H,D,E] memory passes
+ *   as a permuted view).
+ * - lengths: n_j, int32 or int64, [P] (one length per span) or [P,B] (per batch row), any
+ *   non-negative strides (a [B,P] buffer passes as its transposed view); device memory, read on
+ *   the device (no host synchronisation); every n_j >= 0 (checked in checked mode). A span may
+ *   be empty (n_j = 0: its M_j is then zero and X passes through). Not read without s.
+ * - s: float32 [H] (contiguous), finite and >= 0, or NULL (no decay, λ = 1).
+ * - initial_state: the carry entering the walk, S_0 (reverse: dS_N); [B,H,D,E] (or VK) like the
+ *   states above; NULL: zero.
+ * - incoming_states: written, shaped like local_states.
+ * - final_state: written, [B,H,D,E] (or VK): S_N (reverse: dS_0); NULL when not wanted.
+ * - flags: LAJIT_STATE_VK (every state of the call is [.., E, D]; the scan is elementwise, so the
+ *   layout changes nothing but the shapes expected), LAJIT_SCAN_REVERSE.
+ * - family: NULL for "la_state_scan" (a custom family, also reachable through lajit_launch), or
+ *   a family declaring the same arguments. stream: as for lajit_attn_fwd.
+ * No output may share an element with another tensor of the call (incoming_states does not
+ * overwrite local_states in place; final_state does not alias initial_state). Deterministic:
+ * every element is walked by one thread in a fixed order. Asynchronous; a cached kernel launches
+ * with no allocation, Lua or synchronisation (graph-capturable). Bad arguments are
+ * LAJIT_ERR_INVALID_ARGUMENT with a message naming the tensor; checked mode adds
+ * LAJIT_ERR_CHECK_FAILED for a negative length or a bad s. */
+/* lajit_attn_state_scan's flag: walk the spans from the last (gradient states). */
+#define LAJIT_SCAN_REVERSE 0x2u
+
+typedef struct lajit_attn_state_scan_args {
+    size_t struct_size; /* sizeof(lajit_attn_state_scan_args) */
+    const DLTensor *local_states;
+    const DLTensor *lengths;
+    const DLTensor *s;
+    const DLTensor *initial_state;
+    DLTensor *incoming_states;
+    DLTensor *final_state;
+    uint32_t flags; /* LAJIT_STATE_VK, LAJIT_SCAN_REVERSE */
+    const char *family;
+    void *stream;
+} lajit_attn_state_scan_args;
+
+LAJIT_API lajit_status lajit_attn_state_scan(lajit_ctx *ctx,
+                                             const lajit_attn_state_scan_args *args);
+
 /* ---- Families that declare their own arguments ------------------------------------------ */
 /* A family with op "custom" in its spec (one of the family path's, or a built-in) declares its
  * kernel's arguments (`args`: tensors with a dtype and a shape of named symbols, scalars) and is
