@@ -41,6 +41,16 @@ size_t lj_ds_workspace_bytes(long long nseq, long long H, long long E)
     return 16 + ((bytes - 16) & ~(size_t)15);
 }
 
+size_t lj_split_ws_bytes(long long nseq, long long H, unsigned long long per)
+{
+    size_t n, bytes;
+    if (nseq < 0 || H < 0 || __builtin_mul_overflow((uint64_t)nseq, (uint64_t)H, &n) ||
+        __builtin_mul_overflow(n, (uint64_t)per, &bytes) ||
+        __builtin_add_overflow(bytes, (size_t)16, &bytes))
+        return SIZE_MAX;
+    return bytes;
+}
+
 /* The dq pass that also computes ds (la_bwd_sm90's part 0 with want_ds). */
 static int dq_with_ds(const lj_problem *p)
 {

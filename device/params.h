@@ -33,6 +33,12 @@ typedef struct lj_dense_buffers {
  * this rule (lajit_attn_bwd_workspace_size returns it). */
 size_t lj_ds_workspace_bytes(long long nseq, long long H, long long E);
 
+/* Bytes of a split scan's buffer (templates/common/split.cuh) for nseq sequences of H heads and
+ * per bytes per (sequence, head) (the launch's split_ws or split_flags): 16 (the flags buffer's
+ * counters) + nseq·H·per; SIZE_MAX when that overflows. The one copy of this rule (the ops and
+ * the tuner). */
+size_t lj_split_ws_bytes(long long nseq, long long H, unsigned long long per);
+
 /* The sizes for p; LAJIT_ERR_UNSUPPORTED for varlen problems and the ds pass. */
 lajit_status lj_dense_layout_of(lj_env *env, const lj_problem *p, lj_dense_layout *out);
 

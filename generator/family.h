@@ -204,6 +204,11 @@ typedef struct lj_launch {
     unsigned smem;   /* dynamic shared memory bytes */
     char entry[64];  /* extern "C" kernel name */
     unsigned covers; /* bit per part of a multi-pass op that this kernel also computes */
+    /* A split scan's chain (templates/common/split.cuh), per (sequence, head): split_ws bytes of
+     * states and split_flags bytes of flags; 0 when the kernel walks whole sequences. The flags
+     * buffer (16 more bytes of counters) is zeroed once: the kernels leave it zero. Sizes by
+     * lj_split_ws_bytes. */
+    unsigned long long split_ws, split_flags;
 } lj_launch;
 
 typedef struct lj_family lj_family;

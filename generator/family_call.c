@@ -469,6 +469,29 @@ static int read_launch(lua_State *L, int r, call_rec *rec)
         return 0;
     }
     lua_settop(L, top);
+    /* split_ws, split_flags: bytes per (sequence, head) of a split scan's states and flags (1 TiB
+     * at most); both or neither. */
+    const char *names[2] = {"split_ws", "split_flags"};
+    unsigned long long *dst[2] = {&l->split_ws, &l->split_flags};
+    for (int i = 0; i < 2; i++) {
+        *dst[i] = 0;
+        t = lj_rawgetfield(L, r, names[i]);
+        if (t != LUA_TNIL) {
+            long long ws = 0;
+            if (!get_int(L, -1, 1, 1LL << 40, &ws) || ws % 16) {
+                snprintf(rec->err, sizeof rec->err,
+                         "%s must be a multiple of 16 bytes from 16 to 2^40", names[i]);
+                lua_settop(L, top);
+                return 0;
+            }
+            *dst[i] = (unsigned long long)ws;
+        }
+        lua_settop(L, top);
+    }
+    if (!l->split_ws != !l->split_flags) {
+        snprintf(rec->err, sizeof rec->err, "split_ws and split_flags go together");
+        return 0;
+    }
     return 0;
 }
 

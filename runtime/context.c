@@ -119,6 +119,13 @@ LAJIT_API void lajit_ctx_destroy(lajit_ctx *ctx)
         const lj_driver *drv = ctx->device.drv;
         if (ctx->scratch && lj_device_make_current(env, &ctx->device) == LAJIT_OK)
             LJ_CU(env, drv, cuMemFree, ctx->scratch);
+        if ((ctx->split_flags || ctx->split_states) &&
+            lj_device_make_current(env, &ctx->device) == LAJIT_OK) {
+            if (ctx->split_flags)
+                LJ_CU(env, drv, cuMemFree, ctx->split_flags);
+            if (ctx->split_states)
+                LJ_CU(env, drv, cuMemFree, ctx->split_states);
+        }
         for (unsigned i = 0; i < ctx->plans.cap; i++)
             if (ctx->plans.slots[i].key.D != 0 && ctx->plans.slots[i].module)
                 LJ_CU(env, drv, cuModuleUnload, ctx->plans.slots[i].module);

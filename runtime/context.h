@@ -33,6 +33,10 @@ struct lajit_ctx {
     lj_bundle *bundle;   /* the offline kernel set, NULL when none */
     CUdeviceptr scratch; /* the backward's ds workspace when the caller gives none (grow-only) */
     size_t scratch_bytes;
+    /* A split scan's flags (grow-only, zeroed when allocated; the kernels leave them zero) and
+     * states (grow-only): plan_build.c's split_buffer. */
+    CUdeviceptr split_flags, split_states;
+    size_t split_flags_bytes, split_states_bytes;
     uint32_t autotune; /* LAJIT_AUTOTUNE_OFF or _EAGER (resolved at creation) */
     lj_tunedb *tunedb; /* opened on the first plan built; NULL until then or if unusable */
     int tunedb_failed; /* 1: opening failed once; not retried for this context */

@@ -6,6 +6,7 @@
  * order: lj_kernel_fetch, generator/levels.h), and the module load that makes a plan.
  * lj_op_launch is the hot path's entry: a plan-table probe and one cuLaunchKernel once the
  * bucket has its plan (see ops.c for the argument checks before it). */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -13,6 +14,7 @@
 #include "config.h"
 #include "context.h"
 #include "levels.h"
+#include "params.h"
 #include "plan_build.h"
 #include "problem.h"
 #include "search.h"
@@ -338,6 +340,39 @@ lajit_status lj_plan_get(lajit_ctx *ctx, const char *family, const lj_problem *p
     return build_plan(ctx, family, p, out);
 }
 
+/* One of the context's split buffers (*buf of *have bytes), at least bytes (lj_split_ws_bytes):
+ * grown on the first call of a larger shape (an allocation, and for the flags a memset on the
+ * stream: make that call before capturing a graph); the flags stay zero as the kernels leave
+ * them. */
+static lajit_status split_buffer(lajit_ctx *ctx, size_t bytes, int zero, void *stream,
+                                 CUdeviceptr *buf, size_t *have)
+{
+    lj_env *env = &ctx->env;
+    if (bytes == SIZE_MAX)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "the split workspace of this call does not fit in size_t");
+    if (*have >= bytes)
+        return LAJIT_OK;
+    const lj_driver *drv = ctx->device.drv;
+    if (*buf) {
+        LJ_CU(env, drv, cuMemFree, *buf); /* waits for the work using it */
+        *buf = 0;
+        *have = 0;
+    }
+    CUdeviceptr d;
+    CUresult r = LJ_CU(env, drv, cuMemAlloc, &d, bytes);
+    if (r != CUDA_SUCCESS)
+        return lj_driver_error(env, drv, r, "cuMemAlloc of the split workspace");
+    if (zero && (r = LJ_CU(env, drv, cuMemsetD32Async, d, 0u, bytes / 4, (CUstream)stream)) !=
+                    CUDA_SUCCESS) {
+        LJ_CU(env, drv, cuMemFree, d);
+        return lj_driver_error(env, drv, r, "cuMemsetD32Async (split workspace)");
+    }
+    *buf = d;
+    *have = bytes;
+    return LAJIT_OK;
+}
+
 lajit_status lj_op_launch(lajit_ctx *ctx, const char *family, const lj_problem *p,
                           const la_params *lp, void *stream, unsigned *covers)
 {
@@ -356,6 +391,18 @@ lajit_status lj_op_launch(lajit_ctx *ctx, const char *family, const lj_problem *
                         lp->H);
     if ((st = lj_device_make_current(env, &ctx->device)) != LAJIT_OK)
         return st;
+    la_params split_lp;
+    if (plan->launch.split_ws) {
+        split_lp = *lp;
+        if ((st = split_buffer(ctx, lj_split_ws_bytes(lp->nseq, lp->H, plan->launch.split_flags), 1,
+                               stream, &ctx->split_flags, &ctx->split_flags_bytes)) != LAJIT_OK ||
+            (st = split_buffer(ctx, lj_split_ws_bytes(lp->nseq, lp->H, plan->launch.split_ws), 0,
+                               stream, &ctx->split_states, &ctx->split_states_bytes)) != LAJIT_OK)
+            return st;
+        split_lp.splitws = (unsigned long long)ctx->split_flags;
+        split_lp.splitst = (unsigned long long)ctx->split_states;
+        lp = &split_lp;
+    }
     void *kernel_args[] = {(void *)lp};
     CUresult r = LJ_CU(env, ctx->device.drv, cuLaunchKernel, plan->fn, grid[0], grid[1], grid[2],
                        plan->launch.block[0], plan->launch.block[1], plan->launch.block[2],

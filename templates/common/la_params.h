@@ -36,6 +36,8 @@ typedef struct la_params {
     unsigned long long cu_seqlens; /* int [nseq + 1], 0 when not varlen */
     unsigned long long slots;      /* int [nseq or B]: state slot per sequence/row, -1 skips */
     unsigned long long workspace;  /* caller-provided scratch, 0 when none */
+    unsigned long long splitws;    /* a split scan's counters and flags (common/split.cuh) */
+    unsigned long long splitst;    /* ... and its chained states; both 0 when not split */
     int B, H, N, D, E, T;          /* T: decode steps per row */
     int nseq;                      /* varlen: number of sequences; else B */
     int P;                         /* pool slots (states' first dimension) */

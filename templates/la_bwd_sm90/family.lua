@@ -50,6 +50,11 @@ return {
           decay = true, has_initial = true, has_final = true, has_dsn = true },
         { op = "bwd", part = 2, dtype = "f16", B = 2, H = 8, N = 2048, D = 64, E = 192,
           decay = false, has_dsn = true, varlen = true, vk = true },
+        -- Few heads, long sequences: the scans split (SPLIT > 1), reversed and forward.
+        { op = "bwd", part = 1, dtype = "bf16", B = 1, H = 2, N = 65536, D = 128, E = 128,
+          decay = true, has_initial = true, has_final = true, has_dsn = true },
+        { op = "bwd", part = 0, dtype = "f16", B = 2, H = 1, N = 32768, D = 64, E = 128,
+          decay = true, has_initial = true, varlen = true, vk = true },
     },
 
     valid = function(cfg, problem, device)

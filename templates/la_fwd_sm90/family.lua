@@ -19,6 +19,22 @@ local ELEM = { f16 = "lj_f16", bf16 = "lj_bf16" }
 -- (problem.ds, set by la_bwd_sm90) adds the x ring, Y's weighted values and Y's copies; its
 -- reduction slots are static shared memory (DS_STATIC bytes at most: a float per warp, a flag).
 local DS_STATIC = 64
+
+-- SPLIT > 1 (common/split.cuh): each sequence cut into up to SPLIT segments of at least SEG_MIN
+-- tokens, walked by their own CTAs; the arrival ticket is static shared memory (SPLIT_STATIC).
+-- The chain's buffers per (sequence, head): SPLIT − 1 incoming states (fp32 D x E), and apart
+-- from them a flag per 16 columns of each (the kernel's layout; plan_build.c allocates
+-- sequences·H·split_ws bytes of states and 16 + sequences·H·split_flags of flags).
+local SEG_MIN, SPLIT_STATIC = 1024, 16
+local function split_ws(cfg, problem)
+    return (cfg.SPLIT - 1) * problem.D * problem.E * 4
+end
+local function split_flags(cfg, problem)
+    return ((cfg.SPLIT - 1) * (problem.E // 16) * 4 + 15) // 16 * 16
+end
+local function static_smem(cfg, problem)
+    return (problem.ds and DS_STATIC or 0) + (cfg.SPLIT > 1 and SPLIT_STATIC or 0)
+end
 local function smem(cfg, problem)
     local q = cfg.BLOCK * problem.D * 2
     local v = cfg.BLOCK * cfg.WGS * cfg.TILE_V * 2
@@ -54,6 +70,15 @@ local function regs(cfg, problem)
              + ((problem.varlen or problem.vk) and 8 or 0)
     end
     return problem.D * cfg.TILE_V // 128 + cfg.TILE_V // 2 + 120 + extra + ds
+end
+
+-- SPLIT > 1 holds what the second walk needs across the first (the segment's bounds, addresses)
+-- and forms S_in: ~20 more registers by ptxas -v (sm_90a, CUDA 13.0, bf16, D = 128, TILE_V = 64,
+-- SPLIT_QK: 170 -> 191); more with two warpgroups keeping whole scores (128 x 64 spills 16-24
+-- bytes) and at D = 256 (256 x 32 spills with SPLIT_QK too): the compile sweep's findings.
+local function split_regs(cfg, problem)
+    if cfg.SPLIT == 1 then return 0 end
+    return 24 + ((cfg.WGS == 2 and cfg.SPLIT_QK == 0) and 24 or 0) + (problem.D >= 256 and 32 or 0)
 end
 
 local function valid(cfg, problem, device)
@@ -93,11 +118,25 @@ local function valid(cfg, problem, device)
     end
     local ok, why = spec.check_tile(cfg.WGS * cfg.TILE_V, E, "WGS*TILE_V")
     if not ok then return false, why end
-    local r = regs(cfg, problem)
+    local r = regs(cfg, problem) + split_regs(cfg, problem)
     if r > 255 then
         return false, string.format("about %d registers per thread needed (255 allowed)", r)
     end
-    return spec.check_smem(smem(cfg, problem) + (problem.ds and DS_STATIC or 0), device)
+    if cfg.SPLIT > 1 then
+        if problem.ds then return false, "ds walks whole sequences (SPLIT = 1)" end
+        -- A sequence long enough for SPLIT segments of SEG_MIN tokens (varlen: N is the packed
+        -- length, the longest a sequence can be), and no more CTAs than it takes to fill the
+        -- SMs twice (beyond that a split only adds the chain's cost).
+        if problem.N < cfg.SPLIT * SEG_MIN then
+            return false, string.format("SPLIT=%d: segments under %d tokens", cfg.SPLIT, SEG_MIN)
+        end
+        local ctas = problem.B * problem.H * (problem.E // (cfg.WGS * cfg.TILE_V))
+        if ctas * (cfg.SPLIT // 2) >= 2 * device.sms then
+            return false, string.format("SPLIT=%d: %d CTAs fill the GPU with fewer segments",
+                                        cfg.SPLIT, ctas * cfg.SPLIT)
+        end
+    end
+    return spec.check_smem(smem(cfg, problem) + static_smem(cfg, problem), device)
 end
 
 -- How many CTAs of this configuration an SM holds at once (shared memory, and no more than the
@@ -106,35 +145,34 @@ local function resident(cfg, problem, device, per_sm)
     return math.min(per_sm, device.smem_per_sm // (smem(cfg, problem) + 1024))
 end
 
--- The widest slice (64 columns) whose state and accumulators fit the registers, while the grid
--- still covers half the SMs; narrower slices when B·H is small (and 32 at D = 256). Two
--- warpgroups over the same Q/K tiles when E holds two slices and the grid still covers the SMs;
--- a third stage and PREFETCH when that costs no CTA its place on the SM (one CTA per SM either
--- way at D >= 128); SPLIT_QK with two warpgroups when PREFETCH hides its barrier, and at D = 256
--- where Q Kᵀ is the largest product. H200, bf16, B = 4, H = 32, N = 8192, `lajit tune` over the
--- whole space (docs/notes/la_fwd.md): the defaults are the winners at D = 256 (1.440 ms), 192
--- (0.665) and 128 (0.296); D = 64 (one warpgroup: E = 64 holds one slice) 0.153 against the
--- winner's 0.148 (no PREFETCH).
 -- The backward's dq pass with ds holds a second state, so the widest slice that fits is
 -- narrower; two warpgroups splitting Q Kᵀ keep the scores (and P') out of the registers.
 local function ds_default(problem, device)
     for _, tv in ipairs({ 64, 32, 16 }) do
         for _, deep in ipairs({ { STAGES = 3, PREFETCH = 1 }, { STAGES = 2, PREFETCH = 0 } }) do
-            local cfg = with({ BLOCK = 64, TILE_V = tv, WGS = 2, SPLIT_QK = 1 }, deep)
+            local cfg = with({ BLOCK = 64, TILE_V = tv, WGS = 2, SPLIT_QK = 1, SPLIT = 1 }, deep)
             if valid(cfg, problem, device) then return cfg end
         end
     end
     for _, tv in ipairs({ 32, 16 }) do
-        local cfg = { BLOCK = 64, TILE_V = tv, WGS = 1, STAGES = 2, PREFETCH = 0, SPLIT_QK = 0 }
+        local cfg = { BLOCK = 64, TILE_V = tv, WGS = 1, STAGES = 2, PREFETCH = 0, SPLIT_QK = 0, SPLIT = 1 }
         if valid(cfg, problem, device) then return cfg end
     end
-    return { BLOCK = 64, TILE_V = 16, WGS = 1, STAGES = 2, PREFETCH = 0, SPLIT_QK = 0 }
+    return { BLOCK = 64, TILE_V = 16, WGS = 1, STAGES = 2, PREFETCH = 0, SPLIT_QK = 0, SPLIT = 1 }
 end
 
-local function default(problem, device)
-    if problem.ds then return ds_default(problem, device) end
+-- The whole-sequence configuration (SPLIT = 1): the widest slice (64 columns) whose state and
+-- accumulators fit the registers, while the grid still covers half the SMs; narrower slices when
+-- B·H is small (and 32 at D = 256). Two warpgroups over the same Q/K tiles when E holds two slices
+-- and the grid still covers the SMs; a third stage and PREFETCH when that costs no CTA its place
+-- on the SM (one CTA per SM either way at D >= 128); SPLIT_QK with two warpgroups when PREFETCH
+-- hides its barrier, and at D = 256 where Q Kᵀ is the largest product. H200, bf16, B = 4, H = 32,
+-- N = 8192, `lajit tune` over the whole space (docs/notes/la_fwd.md): the defaults are the
+-- winners at D = 256 (1.440 ms), 192 (0.665) and 128 (0.296); D = 64 (one warpgroup: E = 64
+-- holds one slice) 0.153 against the winner's 0.148 (no PREFETCH).
+local function whole_default(problem, device)
     local bh = 1 << log2_bucket(problem.B * problem.H)
-    local cfg = { BLOCK = 64, TILE_V = 64, WGS = 1, STAGES = 2, PREFETCH = 0, SPLIT_QK = 0 }
+    local cfg = { BLOCK = 64, TILE_V = 64, WGS = 1, STAGES = 2, PREFETCH = 0, SPLIT_QK = 0, SPLIT = 1 }
     while cfg.TILE_V > 16 and (cfg.TILE_V > problem.E or problem.E % cfg.TILE_V ~= 0) do
         cfg.TILE_V = cfg.TILE_V // 2
     end
@@ -153,10 +191,56 @@ local function default(problem, device)
         cfg = deep
     end
     if cfg.WGS == 2 and (cfg.PREFETCH == 1 or problem.D >= 256) then
-        local split = with(cfg, { SPLIT_QK = 1 })
-        if smem(split, problem) <= device.smem_optin then cfg = split end
+        local halves = with(cfg, { SPLIT_QK = 1 })
+        if smem(halves, problem) <= device.smem_optin then cfg = halves end
     end
     return cfg
+end
+
+-- Segments per sequence for a configuration: when the whole-sequence grid of wide slices leaves
+-- three quarters of the SMs idle or more (H200, B = 1, H = 64, D = 128, 64 such CTAs: two
+-- segments measured 1.63 ms against 1.38 whole) and the sequences are long enough (SEG_MIN tokens per segment, N / B on average
+-- in a varlen batch), the fewest (a power of two) that give ~every SM a CTA. With fewer idle SMs
+-- the second read of K and V costs more than the SMs bring (docs/notes/split.md).
+local function split_default(cfg, problem, device)
+    local per_seq = problem.N // math.max(problem.varlen and problem.B or 1, 1)
+    local ctas = problem.B * problem.H * (problem.E // (cfg.WGS * cfg.TILE_V))
+    if 4 * ctas > device.sms then return 1 end
+    local split = 1
+    while split < 128 and 10 * ctas * split < 9 * device.sms and per_seq >= 2 * split * SEG_MIN do
+        split = split * 2
+    end
+    return split
+end
+
+-- A split configuration keeps the widest slices (K and V are read once per slice, twice with a
+-- split): 64 columns per warpgroup, two warpgroups sharing Q/K and splitting Q Kᵀ when E holds
+-- them (SPLIT_QK keeps the scores out of the registers the split's second walk needs), three
+-- stages with PREFETCH when they fit; nil when the problem is not worth splitting.
+local function split_config(problem, device)
+    for _, tv in ipairs({ 64, 32, 16 }) do
+        if tv <= problem.E and problem.E % tv == 0 then
+            local two = problem.E % (2 * tv) == 0
+            local cfg = { BLOCK = 64, TILE_V = tv, WGS = two and 2 or 1, SPLIT_QK = two and 1 or 0,
+                          STAGES = 3, PREFETCH = 1, SPLIT = 1 }
+            cfg.SPLIT = split_default(cfg, problem, device)
+            if cfg.SPLIT == 1 then return nil end
+            -- Each segment reads the local states before it: beyond 32 segments narrower
+            -- slices (smaller states) fill the SMs for less.
+            if cfg.SPLIT > 32 and tv > 16 and problem.E % (tv // 2) == 0 then goto narrower end
+            for _, deep in ipairs({ { STAGES = 3, PREFETCH = 1 }, { STAGES = 2, PREFETCH = 0 } }) do
+                local c = with(cfg, deep)
+                if valid(c, problem, device) then return c end
+            end
+        end
+        ::narrower::
+    end
+    return nil
+end
+
+local function default(problem, device)
+    if problem.ds then return ds_default(problem, device) end
+    return split_config(problem, device) or whole_default(problem, device)
 end
 
 return {
@@ -171,6 +255,7 @@ return {
         STAGES = { 2, 3 },               -- chunks in flight in the cp.async ring
         PREFETCH = { 0, 1 },             -- Q Kᵀ of the next chunk issued during this chunk's tail
         SPLIT_QK = { 0, 1 },             -- two warpgroups compute half of Q Kᵀ each, P shared
+        SPLIT = { 1, 2, 4, 8, 16, 32, 64, 128 }, -- segments per sequence (common/split.cuh)
     },
 
     problems = {
@@ -184,6 +269,11 @@ return {
           has_initial = true, has_final = true, varlen = false, vk = false },
         { op = "fwd", dtype = "f16", B = 8, H = 16, N = 4096, D = 192, E = 256, decay = true,
           has_initial = true, has_final = true, varlen = true, vk = true },
+        -- Few heads, long sequences: the SPLIT configurations (with states, varlen, VK).
+        { op = "fwd", dtype = "bf16", B = 1, H = 2, N = 65536, D = 128, E = 128, decay = true,
+          has_initial = true, has_final = true, varlen = false, vk = false },
+        { op = "fwd", dtype = "f16", B = 2, H = 1, N = 32768, D = 256, E = 64, decay = true,
+          has_initial = true, has_final = true, varlen = true, vk = true },
     },
 
     valid = valid,
@@ -193,10 +283,12 @@ return {
 
     launch = function(cfg, problem, device)
         return {
-            grid = { problem.E // (cfg.WGS * cfg.TILE_V), "H", problem.varlen and "nseq" or "B" },
+            grid = { problem.E // (cfg.WGS * cfg.TILE_V) * cfg.SPLIT, "H", problem.varlen and "nseq" or "B" },
             block = { 128 * cfg.WGS, 1, 1 },
             smem = smem(cfg, problem),
             entry = "la_fwd_sm90",
+            split_ws = cfg.SPLIT > 1 and split_ws(cfg, problem) or nil, -- bytes per (sequence, head)
+            split_flags = cfg.SPLIT > 1 and split_flags(cfg, problem) or nil,
             covers = problem.ds and { 3 } or nil,  -- the backward's ds (part 3) computed here
         }
     end,
@@ -204,7 +296,7 @@ return {
     -- What a compile may use (the compile sweep checks it): 255 registers (one CTA of at most
     -- 256 threads per SM), and the dynamic shared memory launch() asks for (no static).
     resources = function(cfg, problem, device)
-        return { regs = 255, smem = smem(cfg, problem) + (problem.ds and DS_STATIC or 0) }
+        return { regs = 255, smem = smem(cfg, problem) + static_smem(cfg, problem) }
     end,
 
     source = function(cfg, problem, device)
@@ -213,6 +305,10 @@ return {
         consts.DS = spec.b(problem.ds)
         consts.HAS_DSN = spec.b(problem.ds and problem.has_dsn)
         consts.SMEM = smem(cfg, problem)
+        consts.SPLIT = cfg.SPLIT
+        consts.SEG_MIN = SEG_MIN
+        consts.WS_PER = split_ws(cfg, problem)
+        consts.FLAGS_PER = split_flags(cfg, problem)
         return { template = "la_fwd_sm90/fwd.cu", consts = consts }
     end,
 }

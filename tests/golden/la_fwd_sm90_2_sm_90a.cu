@@ -35,6 +35,12 @@
 // REVERSE and GRAD_STATE mean what they mean in la_fwd/fwd.cu: the backward's reversed scans,
 // which la_bwd_sm90 runs on this kernel (its dv and dk passes).
 //
+// SPLIT > 1: each sequence is cut into up to SPLIT segments walked by different CTAs at once
+// (common/split.cuh): a CTA first walks its segment without outputs (K and V only, the state
+// update only) to form the segment's local state, passes the state on to the next segment's CTA
+// through the workspace, and walks the segment again from its incoming state with outputs. For
+// B·H too small to fill the GPU with whole sequences (docs/notes/split.md).
+//
 // DS: the backward's dq pass (q ← dO, k ← v, v ← k, state Sᵀ) that also computes the decay
 // gradient, ds_h = −λ [σ Σ_t x_t Y_t dO_tᵀ + ⟨dS_N, Y_{N−1}⟩] with Y_t = λ Y_{t−1} + S_{t−1} (Y
 // transposed here like S, x the op's q; la_bwd/ds.cu derives it). In chunks, for row i of a chunk
@@ -54,6 +60,7 @@
 #include "common/mma.cuh"
 #include "common/wgmma.cuh"
 #include "common/ds_share.cuh"
+#include "common/split.cuh"
 
 using T = lj_bf16;
 constexpr int D = 256;             // key width: 64, 128, 192 or 256 (one wgmma M block per 64 rows of S)
@@ -72,6 +79,10 @@ constexpr bool REVERSE = false;
 constexpr bool GRAD_STATE = false;
 constexpr bool DS = false;                 // also the decay gradient (the backward's dq pass)
 constexpr bool HAS_DSN = false;       // DS: dS_N given (the last term of ds)
+constexpr int SPLIT = 1;     // segments per sequence, each walked by its own CTAs (1: whole)
+constexpr int SEG_MIN = 1024; // SPLIT: no segment shorter than this (short sequences stay whole)
+constexpr unsigned long long WS_PER = 0ull;       // SPLIT: state bytes per (sequence, head)
+constexpr unsigned long long FLAGS_PER = 0ull; // SPLIT: flag bytes per (sequence, head)
 constexpr unsigned SMEM = 197892;  // dynamic shared memory the launch provides (family.lua's smem())
 
 constexpr int NT = 128 * WGS;           // threads of the CTA
@@ -89,6 +100,8 @@ static_assert(STAGES >= 2, "ring");
 static_assert(WGS == 1 || WGS == 2, "WGS");
 static_assert(!SPLIT_QK || WGS == 2, "SPLIT_QK shares the scores between two warpgroups");
 static_assert(!DS || (DECAY && !REVERSE && !GRAD_STATE), "DS: the forward dq pass with decay");
+static_assert(!DS || SPLIT == 1, "DS walks whole sequences (its second state is not chained)");
+static_assert(SPLIT >= 1 && SPLIT <= 128 && SEG_MIN % BLOCK == 0, "SPLIT");
 
 // Swizzled tile geometry: column blocks of BW elements, rows SW bytes apart.
 constexpr int BWQ = 64, SWQ = 128;                         // Q and K (D % 64 == 0)
@@ -108,7 +121,7 @@ static_assert(1024 + STAGES * (2 * Q_BYTES + V_BYTES) + V_BYTES + WGS * S_BYTES 
                       DS_BYTES + (BLOCK + 1) * sizeof(float) <= SMEM,
               "shared memory: the layout exceeds the spec's SMEM");
 
-#line 112 "la_fwd_sm90/fwd.cu"
+#line 125 "la_fwd_sm90/fwd.cu"
 // m64n64k16, A and B from shared memory: d (+)= A·B. TA/TB: 1 = MN-major (transposed).
 template <int TA, int TB>
 __device__ __forceinline__ void wg_ss64(float (&d)[32], unsigned long long da, unsigned long long db, int acc)
@@ -203,19 +216,35 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     const int tid = threadIdx.x, lane = tid & 31, wg = WGS == 1 ? 0 : tid >> 7, warp = (tid >> 5) & 3;
     const int wtid = tid & 127; // the thread within its warpgroup
     const int g = lane >> 2, t4 = lane & 3;
-    const int ec = blockIdx.x * VW, e0 = ec + wg * TILE_V, h = blockIdx.y, b = blockIdx.z;
+    // This CTA's column slice, head and sequence (and with SPLIT its segment j, by arrival).
+    int sl = blockIdx.x, h = blockIdx.y, b = blockIdx.z, j = 0;
+    unsigned epoch = 0;
+    if constexpr (SPLIT > 1) lj_split_claim<SPLIT>(p.splitws, j, sl, h, b, epoch);
+    const int ec = sl * VW, e0 = ec + wg * TILE_V;
     const unsigned sS = sS0 + wg * S_BYTES; // this warpgroup's state copy
     const unsigned sY = sY0 + wg * S_BYTES; // DS: ... and its copy of Y
 
     const lj_seq seq = lj_seq_of<VARLEN, REVERSE>(p.cu_seqlens, p.slots, p.N, b);
-    const int n = seq.n, slot = seq.slot;
+    const int slot = seq.slot;
     const long long dir = REVERSE ? -1 : 1;
-    const T *q = reinterpret_cast<const T *>(p.q.ptr) + seq.bq * p.q.s0 + h * p.q.s1 + seq.tok0 * p.q.s2;
-    const T *k = reinterpret_cast<const T *>(p.k.ptr) + seq.bq * p.k.s0 + h * p.k.s1 + seq.tok0 * p.k.s2;
-    const T *v = reinterpret_cast<const T *>(p.v.ptr) + seq.bq * p.v.s0 + h * p.v.s1 + seq.tok0 * p.v.s2 + ec;
-    T *o = reinterpret_cast<T *>(p.o.ptr) + seq.bq * p.o.s0 + h * p.o.s1 + seq.tok0 * p.o.s2 + e0;
+    // The segment: n tokens from tok0 in walk order; the first reads S_0, the last writes S_N.
+    int seg_len = seq.n, nseg = 1;
+    if constexpr (SPLIT > 1) {
+        lj_split_segments<SPLIT, SEG_MIN, BLOCK>(seq.n, seg_len, nseg);
+        if (j >= nseg) { // the sequence has fewer segments
+            lj_split_done(p.splitws);
+            return;
+        }
+    }
+    const bool first = j == 0, last = j == nseg - 1;
+    const int n = SPLIT > 1 ? min(seg_len, seq.n - j * seg_len) : seq.n;
+    const long long tok0 = seq.tok0 + dir * j * (long long)seg_len;
+    const T *q = reinterpret_cast<const T *>(p.q.ptr) + seq.bq * p.q.s0 + h * p.q.s1 + tok0 * p.q.s2;
+    const T *k = reinterpret_cast<const T *>(p.k.ptr) + seq.bq * p.k.s0 + h * p.k.s1 + tok0 * p.k.s2;
+    const T *v = reinterpret_cast<const T *>(p.v.ptr) + seq.bq * p.v.s0 + h * p.v.s1 + tok0 * p.v.s2 + ec;
+    T *o = reinterpret_cast<T *>(p.o.ptr) + seq.bq * p.o.s0 + h * p.o.s1 + tok0 * p.o.s2 + e0;
     const long long qs = dir * p.q.s2, ks = dir * p.k.s2, vs = dir * p.v.s2, os = dir * p.o.s2;
-    const T *xq = DS ? reinterpret_cast<const T *>(p.x.ptr) + seq.bq * p.x.s0 + h * p.x.s1 + seq.tok0 * p.x.s2 + ec : nullptr;
+    const T *xq = DS ? reinterpret_cast<const T *>(p.x.ptr) + seq.bq * p.x.s0 + h * p.x.s1 + tok0 * p.x.s2 + ec : nullptr;
     const long long xs = p.x.s2;
     const int nchunks = (n + BLOCK - 1) / BLOCK;
     // The output pieces this thread stores: row o_r0 (+ O_RSTEP per pass), columns o_cx .. + 7.
@@ -226,20 +255,27 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     const long long o_step = O_RSTEP * os;
     const unsigned o_soff = lj_tile_off<BWV, BLOCK>(o_r0, o_cx);
 
-    auto load_chunk = [&](int c) {
+    // A walk without outputs (SPLIT's first walk, OUT = false) loads K and V only.
+    auto load_chunk = [&](int c, auto out_tag) {
+        constexpr bool OUT = decltype(out_tag)::value;
         const int st = c % STAGES;
         const long long t0 = (long long)c * BLOCK;
         const int valid = n - c * BLOCK;
-        load_tile<D, BWQ>(sQ + st * Q_BYTES, q + t0 * qs, qs, valid, tid);
+        if constexpr (OUT) load_tile<D, BWQ>(sQ + st * Q_BYTES, q + t0 * qs, qs, valid, tid);
         load_tile<D, BWQ>(sK + st * Q_BYTES, k + t0 * ks, ks, valid, tid);
         load_tile<VW, BWV>(sV + st * V_BYTES, v + t0 * vs, vs, valid, tid);
         if constexpr (DS) load_tile<VW, BWV>(sX + st * V_BYTES, xq + t0 * xs, xs, valid, tid);
     };
+    // The ring's first STAGES − 1 chunks of a walk: for a whole sequence issued here, before the
+    // tables below, so the loads are in flight while they are formed.
+    auto prologue = [&](auto out_tag) {
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) {
-        if (s < nchunks) load_chunk(s);
-        lj_cp_async_commit();
-    }
+        for (int s = 0; s < STAGES - 1; s++) {
+            if (s < nchunks) load_chunk(s, out_tag);
+            lj_cp_async_commit();
+        }
+    };
+    if constexpr (SPLIT == 1) prologue(lj_bool<true>{});
 
     // λ^k for k = 0..BLOCK, and this thread's fixed factors: the causal decay mask of its score
     // entries (rows i = 16·warp + g (+8), columns j = jb + 8·nt + 2·t4 (+1), jb the first of the
@@ -283,23 +319,27 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     for (int mb = 0; mb < MB; mb++)
 #pragma unroll
         for (int x = 0; x < NACC; x++) st[mb][x] = 0.f;
-    if constexpr (HAS_INITIAL) {
-        // S_0's storage (float, or 16-bit read into fp32) and its slot: GRAD_STATE reads dS_N,
-        // which belongs to the final state's slot (common/seq.cuh: slot_out), the forward S_0.
-        using ST0 = float;
-        const int rslot = GRAD_STATE ? seq.slot_out : slot;
-        if (rslot >= 0) {
-            const ST0 *s0 = reinterpret_cast<const ST0 *>(p.s0.ptr) + (long long)rslot * p.s0.s0 + h * p.s0.s1;
-            const float in = GRAD_STATE ? 1.f / p.scale : 1.f;
-#pragma unroll
-            for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-                for (int x = 0; x < NACC; x++) {
-                    const int d = 64 * mb + 16 * warp + g + 8 * ((x & 3) >> 1);
-                    const int e = e0 + 8 * (x >> 2) + 2 * t4 + (x & 1);
-                    st[mb][x] = in * lj_state_load(s0 + d * p.s0.s2 + e * p.s0.s3);
-                }
+    // Element x of block mb of S_0 (0 when none). Its storage (float, or 16-bit read into fp32)
+    // and its slot: GRAD_STATE reads dS_N, which belongs to the final state's slot
+    // (common/seq.cuh: slot_out), the forward S_0.
+    const int rslot = GRAD_STATE ? seq.slot_out : slot;
+    auto initial_at = [&](int mb, int x) -> float {
+        if constexpr (HAS_INITIAL) {
+            using ST0 = float;
+            if (rslot >= 0) {
+                const ST0 *s0 = reinterpret_cast<const ST0 *>(p.s0.ptr) + (long long)rslot * p.s0.s0 + h * p.s0.s1;
+                const int d = 64 * mb + 16 * warp + g + 8 * ((x & 3) >> 1);
+                const int e = e0 + 8 * (x >> 2) + 2 * t4 + (x & 1);
+                return (GRAD_STATE ? 1.f / p.scale : 1.f) * lj_state_load(s0 + d * p.s0.s2 + e * p.s0.s3);
+            }
         }
+        return 0.f;
+    };
+    if constexpr (HAS_INITIAL && SPLIT == 1) {
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+            for (int x = 0; x < NACC; x++) st[mb][x] = initial_at(mb, x);
     }
     // DS: Y (the same layout as st; zero before the first token) and this thread's share of ds.
     // (Declared whole either way: `if constexpr` discards nothing outside a template, so the code
@@ -353,7 +393,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
 #pragma unroll
                         for (int x2 = 0; x2 < NACC; x2++) yt[mb][x2] = fmaf(dl, yt[mb][x2], fs * st[mb][x2]);
                 }
-                const float dl = sPow[min(BLOCK, n - c * BLOCK) - (GRAD_STATE && c == 0 ? 1 : 0)];
+                const float dl = sPow[min(BLOCK, n - c * BLOCK) - (GRAD_STATE && c == 0 && first ? 1 : 0)];
 #pragma unroll
                 for (int mb = 0; mb < MB; mb++)
 #pragma unroll
@@ -361,9 +401,6 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
             }
         }
     };
-    state_to_smem(0);
-    decay_state(0);
-
     // Q Kᵀ of a chunk: issued first thing in the chunk, or with PREFETCH during the previous
     // chunk's tail (its outputs and state copy), so the tensor cores have it in flight there.
     // With SPLIT_QK a warpgroup computes score columns jb .. jb + 31 only (keys jb .. of K, rows
@@ -402,7 +439,14 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     // With PREFETCH the products are issued unconditionally (for an empty sequence, and for the
     // chunk after the last), so none sits in a branch: a branch around wgmma makes ptxas
     // serialise them all. Those extra products read stale shared memory; their results are unused.
-    if constexpr (PREFETCH) {
+    // One walk over the segment: with outputs (OUT), or (SPLIT's first walk) the state update
+    // alone, from a zero state: K and V loaded, V_w formed, S += Kᵀ V_w; no scores, no Q S, no P V.
+    // The ring's prologue is issued before the walk (prologue()).
+    auto walk = [&](auto out_tag) {
+    constexpr bool OUT = decltype(out_tag)::value;
+    if constexpr (OUT) state_to_smem(0);
+    decay_state(0);
+    if constexpr (PREFETCH && OUT) {
         lj_cp_async_wait<STAGES - 2>();
         lj_fence_async_smem();
         __syncthreads(); // chunk 0 landed
@@ -415,18 +459,18 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         const int slotc = c % STAGES;
         const unsigned cQ = sQ + slotc * Q_BYTES, cK = sK + slotc * Q_BYTES, cV = sV + slotc * V_BYTES;
         const int L = min(BLOCK, n - c * BLOCK);
-        const int u = GRAD_STATE && c == 0 ? 1 : 0;
+        const int u = GRAD_STATE && c == 0 && first ? 1 : 0;
         auto load_next = [&]() {
             const int nc = c + STAGES - 1;
-            if (nc < nchunks) load_chunk(nc);
+            if (nc < nchunks) load_chunk(nc, out_tag);
             lj_cp_async_commit();
         };
-        if constexpr (!PREFETCH) {
+        if constexpr (!PREFETCH || !OUT) {
             lj_cp_async_wait<STAGES - 2>();
             lj_fence_async_smem();
             __syncthreads(); // chunk c landed; chunk c − 1's products and state copy are done
             load_next();
-            issue_scores(c);
+            if constexpr (OUT) issue_scores(c);
         }
 
         // The values weighted for the state update, λ^{L−1−j} on row j (rows past L are zero).
@@ -469,8 +513,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         // V_w (and with PREFETCH the state copy and SPLIT_QK's P) of every warp are written; with
         // PREFETCH every warp is also done with chunk c − 1's products, so its ring slot takes chunk
         // c + STAGES − 1.
-        if constexpr (DECAY || PREFETCH) __syncthreads();
-        if constexpr (PREFETCH) load_next();
+        if constexpr (DECAY || (PREFETCH && OUT)) __syncthreads();
+        if constexpr (PREFETCH && OUT) load_next();
 
         // O = Q S₁₆ and S ← λ^L S + Kᵀ V_w (the state was decayed by λ^L when its copy was
         // written, so the update only adds).
@@ -485,6 +529,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         const unsigned long long dQ = lj_wg_desc<SWQ>(cQ, 16), dS = lj_wg_desc<SWV>(sS, D * SWV);
         const unsigned long long dKt = lj_wg_desc<SWQ>(cK, BLOCK * SWQ), dVs = lj_wg_desc<SWV>(sVs, BLOCK * SWV);
         lj_wg_fence();
+        if constexpr (OUT) {
         wg_ss32_z<0, 1>(oa, dQ, dS);
 #pragma unroll
         for (int kk = 1; kk < D / 16; kk++) {
@@ -501,6 +546,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
             }
         }
         lj_wg_commit();
+        }
 #pragma unroll
         for (int mb = 0; mb < MB; mb++)
 #pragma unroll
@@ -517,6 +563,13 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
                                          lj_wg_desc_at(dVy, kk * 16 * SWV), 1);
         }
         lj_wg_commit();
+        if constexpr (!OUT) { // the state update is all a walk without outputs does
+            lj_wg_wait<0>();
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++) lj_fence_regs(st[mb]);
+            decay_state(c + 1);
+            continue;
+        }
 
         // The scores (with PREFETCH retired at the end of the previous iteration): mask and decay
         // them, round to the A operand of P V. SPLIT_QK: P goes through shared memory (with
@@ -669,6 +722,53 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         }
     }
     lj_cp_async_wait<0>();
+    __syncthreads(); // the ring and the tiles are free for another walk
+    };
+
+    if constexpr (SPLIT > 1) {
+        // The segment's local state M_j (not needed by the last segment), published for the
+        // segments after it; then S_in,j by Horner's rule over S_0 and M_0 .. M_{j−1}: λ^{len}
+        // per whole segment before it (λ^{len − 1} for GRAD_STATE's first: fwd.cu's first-chunk
+        // rule). The thread's pairs of adjacent columns (x, x + 1) move as float2.
+        if (!last) {
+            prologue(lj_bool<false>{});
+            walk(lj_bool<false>{});
+            float *m = lj_split_state<SPLIT, D, E>(p.splitst, WS_PER, b, p.H, h, j);
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                for (int x = 0; x < NACC; x += 2) {
+                    const int d = 64 * mb + 16 * warp + g + 8 * ((x & 3) >> 1);
+                    const int e = e0 + 8 * (x >> 2) + 2 * t4;
+                    __stcg(reinterpret_cast<float2 *>(m + d * E + e), make_float2(st[mb][x], st[mb][x + 1]));
+                }
+            lj_split_publish(lj_split_flag<SPLIT, D, E>(p.splitws, FLAGS_PER, b, p.H, h, j, ec), epoch);
+        }
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+            for (int x = 0; x < NACC; x++) st[mb][x] = initial_at(mb, x);
+        const float s_h = DECAY ? reinterpret_cast<const float *>(p.decay)[h] : 0.f;
+        const float lam = DECAY ? expf(-s_h * (float)seg_len) : 1.f;
+        const float lam0 = DECAY ? expf(-s_h * (float)(seg_len - (GRAD_STATE ? 1 : 0))) : 1.f;
+        for (int i = 0; i < j; i++) {
+            lj_split_wait(lj_split_flag<SPLIT, D, E>(p.splitws, FLAGS_PER, b, p.H, h, i, ec), epoch);
+            const float *m = lj_split_state<SPLIT, D, E>(p.splitst, WS_PER, b, p.H, h, i);
+            const float f = i == 0 ? lam0 : lam;
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                for (int x = 0; x < NACC; x += 2) {
+                    const int d = 64 * mb + 16 * warp + g + 8 * ((x & 3) >> 1);
+                    const int e = e0 + 8 * (x >> 2) + 2 * t4;
+                    const float2 mv = __ldcg(reinterpret_cast<const float2 *>(m + d * E + e));
+                    st[mb][x] = fmaf(f, st[mb][x], mv.x);
+                    st[mb][x + 1] = fmaf(f, st[mb][x + 1], mv.y);
+                }
+        }
+    }
+    if constexpr (SPLIT > 1) prologue(lj_bool<true>{});
+    walk(lj_bool<true>{});
 
     // DS: the CTA's share σ Σ x·Z + ⟨dS_N, Y⟩ over its columns, added to the others' by
     // common/ds_share.cuh (fixed order, ticket, ds = −λ · sum).
@@ -695,7 +795,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         // belongs to the initial state's slot (none for a fresh sequence).
         using STN = float;
         const int wslot = GRAD_STATE ? slot : seq.slot_out;
-        if (wslot >= 0) {
+        if (wslot >= 0 && last) {
             STN *sn = reinterpret_cast<STN *>(p.sn.ptr) + (long long)wslot * p.sn.s0 + h * p.sn.s1;
             const float out = GRAD_STATE ? p.scale * (DECAY && n > 0 ? sPow[1] : 1.f) : 1.f;
 #pragma unroll
@@ -708,4 +808,5 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
                 }
         }
     }
+    if constexpr (SPLIT > 1) lj_split_done(p.splitws);
 }

@@ -118,3 +118,28 @@ LJ_TEST(ds_graph_capture_with_states)
     run((bwd_case){F, LJ_BF16, 2, 4, 777, 128, 128, 1, 1,  1,         1,
                    1, 0,       0, 0, {0}, 0,   0,   0, 78, .graph = 1});
 }
+
+/* Few heads and long sequences: the family's own choice splits every scan (common/split.cuh),
+ * dq forward and dv, dk reversed with the gradient state; s_h 0, 0.01, 1 and 4; S_0, dS_N and
+ * dS_0; varlen with long and short sequences and a -1 slot; with ds the dq pass walks whole
+ * sequences (DS) while dv and dk split. */
+LJ_TEST(split_b1_h4_n40000_bf16_d128_states)
+{
+    run((bwd_case){F, LJ_BF16, 1, 4, 40000, 128, 128, 2, 0, 1, 1, 1, 0, 0, 0, {0}, 0, 0, 0, 81, 0});
+}
+
+LJ_TEST(split_varlen_f16_d64_e128_vk_ragged)
+{
+    run((bwd_case){F, LJ_F16, 0, 4,  0, 64, 128, 2, 0, 1, 1, 1, 1, 0, 4, {20000, 77, 9000, 4500},
+                   1, 0,      0, 82, 0});
+}
+
+LJ_TEST(split_b1_h4_n131072_bf16_d64_ds)
+{
+    run((bwd_case){F, LJ_BF16, 1, 4, 131072, 64, 64, 2, 1, 0, 1, 0, 0, 0, 0, {0}, 0, 0, 0, 83, 0});
+}
+
+LJ_TEST(split_b1_h2_n65536_bf16_d128_graph)
+{
+    run((bwd_case){F, LJ_BF16, 1, 2, 65536, 128, 128, 1, 0, 0, 1, 1, 0, 1, 0, {0}, 0, 0, 0, 84, 1});
+}

@@ -137,7 +137,7 @@ LJ_TEST(pinned_wgs2_prefetch_bf16_d128_states)
                    0,
                    0,
                    42,
-                   "BLOCK=64 WGS=2 TILE_V=64 STAGES=3 PREFETCH=1 SPLIT_QK=0"});
+                   "BLOCK=64 WGS=2 TILE_V=64 STAGES=3 PREFETCH=1 SPLIT_QK=0 SPLIT=1"});
 }
 
 LJ_TEST(pinned_wgs2_two_stages_f16_d64_nodecay_bnhd)
@@ -160,7 +160,7 @@ LJ_TEST(pinned_wgs2_two_stages_f16_d64_nodecay_bnhd)
                    0,
                    0,
                    43,
-                   "BLOCK=64 WGS=2 TILE_V=32 STAGES=2 PREFETCH=0 SPLIT_QK=0"});
+                   "BLOCK=64 WGS=2 TILE_V=32 STAGES=2 PREFETCH=0 SPLIT_QK=0 SPLIT=1"});
 }
 
 LJ_TEST(pinned_wgs2_tv16_varlen_d192_e96)
@@ -183,7 +183,7 @@ LJ_TEST(pinned_wgs2_tv16_varlen_d192_e96)
                    1,
                    0,
                    44,
-                   "BLOCK=64 WGS=2 TILE_V=16 STAGES=3 PREFETCH=1 SPLIT_QK=0"});
+                   "BLOCK=64 WGS=2 TILE_V=16 STAGES=3 PREFETCH=1 SPLIT_QK=0 SPLIT=1"});
 }
 
 LJ_TEST(pinned_wgs2_vk_in_place_f16_d128_e256)
@@ -206,7 +206,7 @@ LJ_TEST(pinned_wgs2_vk_in_place_f16_d128_e256)
                    0,
                    0.25f,
                    45,
-                   "BLOCK=64 WGS=2 TILE_V=64 STAGES=2 PREFETCH=0 SPLIT_QK=0"});
+                   "BLOCK=64 WGS=2 TILE_V=64 STAGES=2 PREFETCH=0 SPLIT_QK=0 SPLIT=1"});
 }
 
 LJ_TEST(pinned_wgs1_prefetch_d64_e128)
@@ -229,7 +229,7 @@ LJ_TEST(pinned_wgs1_prefetch_d64_e128)
                    0,
                    0,
                    46,
-                   "BLOCK=64 WGS=1 TILE_V=64 STAGES=3 PREFETCH=1 SPLIT_QK=0"});
+                   "BLOCK=64 WGS=1 TILE_V=64 STAGES=3 PREFETCH=1 SPLIT_QK=0 SPLIT=1"});
 }
 
 /* A CTA of one warpgroup loads a row of Q or K in several 16-byte pieces per thread: two at
@@ -254,7 +254,7 @@ LJ_TEST(pinned_wgs1_tv32_prefetch_d256)
                    0,
                    0,
                    51,
-                   "BLOCK=64 WGS=1 TILE_V=32 STAGES=3 PREFETCH=1 SPLIT_QK=0"});
+                   "BLOCK=64 WGS=1 TILE_V=32 STAGES=3 PREFETCH=1 SPLIT_QK=0 SPLIT=1"});
 }
 
 /* Without states: with S_0/S_N this configuration spills (220 bytes by ptxas) and the register
@@ -279,7 +279,7 @@ LJ_TEST(pinned_wgs1_tv64_d192_f16_bnhd)
                    0,
                    0,
                    52,
-                   "BLOCK=64 WGS=1 TILE_V=64 STAGES=2 PREFETCH=0 SPLIT_QK=0"});
+                   "BLOCK=64 WGS=1 TILE_V=64 STAGES=2 PREFETCH=0 SPLIT_QK=0 SPLIT=1"});
 }
 
 LJ_TEST(pinned_wgs2_tv16_d256_e64_ragged)
@@ -302,7 +302,7 @@ LJ_TEST(pinned_wgs2_tv16_d256_e64_ragged)
                    0,
                    0,
                    53,
-                   "BLOCK=64 WGS=2 TILE_V=16 STAGES=3 PREFETCH=1 SPLIT_QK=0"});
+                   "BLOCK=64 WGS=2 TILE_V=16 STAGES=3 PREFETCH=1 SPLIT_QK=0 SPLIT=1"});
 }
 
 /* SPLIT_QK: each warpgroup computes half of Q Kᵀ and the masked scores P meet in shared memory
@@ -327,7 +327,7 @@ LJ_TEST(pinned_split_prefetch_bf16_d128_states)
                    0,
                    0,
                    54,
-                   "BLOCK=64 WGS=2 TILE_V=64 STAGES=3 PREFETCH=1 SPLIT_QK=1"});
+                   "BLOCK=64 WGS=2 TILE_V=64 STAGES=3 PREFETCH=1 SPLIT_QK=1 SPLIT=1"});
 }
 
 LJ_TEST(pinned_split_two_stages_f16_d256_nodecay_bnhd)
@@ -350,7 +350,7 @@ LJ_TEST(pinned_split_two_stages_f16_d256_nodecay_bnhd)
                    0,
                    0.5f,
                    55,
-                   "BLOCK=64 WGS=2 TILE_V=32 STAGES=2 PREFETCH=0 SPLIT_QK=1"});
+                   "BLOCK=64 WGS=2 TILE_V=32 STAGES=2 PREFETCH=0 SPLIT_QK=1 SPLIT=1"});
 }
 
 LJ_TEST(pinned_split_two_stages_bf16_d256_decay)
@@ -373,7 +373,7 @@ LJ_TEST(pinned_split_two_stages_bf16_d256_decay)
                    0,
                    0,
                    56,
-                   "BLOCK=64 WGS=2 TILE_V=32 STAGES=2 PREFETCH=0 SPLIT_QK=1"});
+                   "BLOCK=64 WGS=2 TILE_V=32 STAGES=2 PREFETCH=0 SPLIT_QK=1 SPLIT=1"});
 }
 
 LJ_TEST(pinned_split_prefetch_varlen_d64_vk)
@@ -396,7 +396,7 @@ LJ_TEST(pinned_split_prefetch_varlen_d64_vk)
                    1,
                    0,
                    57,
-                   "BLOCK=64 WGS=2 TILE_V=32 STAGES=3 PREFETCH=1 SPLIT_QK=1"});
+                   "BLOCK=64 WGS=2 TILE_V=32 STAGES=3 PREFETCH=1 SPLIT_QK=1 SPLIT=1"});
 }
 
 LJ_TEST(pinned_split_tv16_f16_d192_e64)
@@ -419,5 +419,112 @@ LJ_TEST(pinned_split_tv16_f16_d192_e64)
                    0,
                    0,
                    58,
-                   "BLOCK=64 WGS=2 TILE_V=16 STAGES=2 PREFETCH=0 SPLIT_QK=1"});
+                   "BLOCK=64 WGS=2 TILE_V=16 STAGES=2 PREFETCH=0 SPLIT_QK=1 SPLIT=1"});
+}
+
+/* SPLIT (common/split.cuh): each sequence cut into segments walked by their own CTAs, the
+ * incoming states chained through the workspace. Ragged last segments, S_0 and S_N (in place),
+ * decay 0 and strong (head 1: s = 2^-4, λ^2048 underflows), no decay, [B,N,H,D] views, VK, and
+ * varlen mixing long sequences with short ones that stay whole and a -1 slot. */
+LJ_TEST(split8_bf16_d128_states)
+{
+    run((fwd_case){F,
+                   LJ_BF16,
+                   1,
+                   2,
+                   16421,
+                   128,
+                   128,
+                   1,
+                   1,
+                   1,
+                   0,
+                   0,
+                   0,
+                   0,
+                   {0},
+                   0,
+                   0,
+                   71,
+                   "BLOCK=64 WGS=2 TILE_V=64 STAGES=3 PREFETCH=1 SPLIT_QK=1 SPLIT=8"});
+}
+
+LJ_TEST(split4_f16_d64_nodecay_bnhd_in_place)
+{
+    run((fwd_case){F,
+                   LJ_F16,
+                   2,
+                   1,
+                   5000,
+                   64,
+                   64,
+                   0,
+                   1,
+                   1,
+                   1,
+                   0,
+                   1,
+                   0,
+                   {0},
+                   0,
+                   0,
+                   72,
+                   "BLOCK=64 WGS=1 TILE_V=64 STAGES=2 PREFETCH=0 SPLIT_QK=0 SPLIT=4"});
+}
+
+LJ_TEST(split4_varlen_f16_d256_e64_vk_pool_with_minus_one)
+{
+    run((fwd_case){F,
+                   LJ_F16,
+                   0,
+                   2,
+                   0,
+                   256,
+                   64,
+                   1,
+                   1,
+                   1,
+                   0,
+                   1,
+                   0,
+                   5,
+                   {1, 9000, 300, 4097, 2048},
+                   1,
+                   0,
+                   73,
+                   "BLOCK=64 WGS=2 TILE_V=16 STAGES=2 PREFETCH=0 SPLIT_QK=1 SPLIT=4"});
+}
+
+LJ_TEST(split32_bf16_d128_wide_slice_scale)
+{
+    run((fwd_case){F,
+                   LJ_BF16,
+                   1,
+                   2,
+                   65536,
+                   128,
+                   128,
+                   1,
+                   0,
+                   1,
+                   0,
+                   0,
+                   0,
+                   0,
+                   {0},
+                   0,
+                   0.088f,
+                   74,
+                   "BLOCK=64 WGS=2 TILE_V=32 STAGES=2 PREFETCH=0 SPLIT_QK=1 SPLIT=32"});
+}
+
+/* The family's own choice at few heads (it splits) up to N = 1M. */
+LJ_TEST(default_b1_h2_n1m_bf16_d64_e16)
+{
+    run((fwd_case){F, LJ_BF16, 1, 2, 1048576, 64, 16, 1, 1, 1, 0, 0, 0, 0, {0}, 0, 0, 75, NULL});
+}
+
+LJ_TEST(default_b1_h8_n65536_bf16_d128)
+{
+    run((fwd_case){F, LJ_BF16, 1, 8, 65536, 128, 128, 1, 0, 0, 0, 0, 0, 0, {0}, 0, 0, 76, NULL});
 }
