@@ -226,17 +226,51 @@ LJ_TEST(fwd_non_unit_last_stride)
     lajit_ctx_destroy(ctx);
 }
 
-LJ_TEST(fwd_offsets_overflow_32_bits)
+LJ_TEST(fwd_offsets_past_2_31_reach_the_device)
+{
+    /* 2 x 4 x 64 x 128 elements, but a batch stride of 2^31 elements: kernels index with 64-bit
+     * bases, so the call is well-formed and gets as far as the driver. */
+    fwd_setup s;
+    fwd_valid(&s);
+    int64_t strides[4] = {(int64_t)1 << 31, 64 * 128, 128, 1};
+    memcpy(s.q.strides, strides, sizeof strides);
+    s.q.t.strides = s.q.strides;
+    lajit_ctx_desc desc;
+    lajit_ctx_desc_init(&desc);
+    desc.flags = LAJIT_CTX_NO_DEVICE;
+    lajit_ctx *ctx;
+    ASSERT_OK(lajit_ctx_create(&desc, &ctx));
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_NO_DEVICE);
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(fwd_offsets_overflow_64_bits)
 {
     fwd_setup s;
     fwd_valid(&s);
-    /* 2 x 4 x 64 x 128 elements, but a batch stride of 2^31 elements. */
-    int64_t strides[4] = {(int64_t)1 << 31, 64 * 128, 128, 1};
+    /* A batch stride of 2^63 - 16 elements: the second batch's offsets pass 2^63. */
+    int64_t strides[4] = {INT64_MAX - 15, 64 * 128, 128, 1};
     memcpy(s.q.strides, strides, sizeof strides);
     s.q.t.strides = s.q.strides;
     lajit_ctx *ctx = make_ctx();
     ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
-    ASSERT_CONTAINS(lajit_errmsg(ctx), "32");
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "q's offsets overflow 64 bits");
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(fwd_extent_past_the_address_space)
+{
+    fwd_setup s;
+    fwd_valid(&s);
+    /* A batch stride of 3 * 2^61 bf16 elements from an address in the top quarter of the address
+     * space: the offsets fit in 63 bits, the bytes run past 2^64. */
+    int64_t strides[4] = {(int64_t)3 << 61, 64 * 128, 128, 1};
+    memcpy(s.q.strides, strides, sizeof strides);
+    s.q.t.strides = s.q.strides;
+    s.q.t.data = (void *)(uintptr_t)0xc000000000000000ull;
+    lajit_ctx *ctx = make_ctx();
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "q's extent wraps");
     lajit_ctx_destroy(ctx);
 }
 
