@@ -200,12 +200,13 @@ lajit_status lj_tensor_view(lj_env *env, const char *name, const DLTensor *t, in
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s has a %s dimension: %s %s", name,
                             t->shape[i] == 0 ? "zero" : "negative", name, got);
         }
-        /* Sizes reach the kernels as int (la_params: B, H, N, P, ...); offsets do not. */
+        /* Sizes reach the kernels as int (la_params: B, H, N, P, ...) with room for a chunk's
+         * rounding; offsets are 64-bit. */
         if (t->shape[i] > LJ_TENSOR_MAX_SIZE) {
             shape_text(t->shape, ndim, got, sizeof got);
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                            "%s's dimension %d has %lld elements: each size must be below 2^31 "
-                            "(%s %s)",
+                            "%s's dimension %d has %lld elements: each size must be at most "
+                            "2^31 - 2^16 (%s %s)",
                             name, i, (long long)t->shape[i], name, got);
         }
     }

@@ -4,8 +4,8 @@
  * A tensor that passes lj_tensor_view is safe for every kernel: it lives in CUDA memory, has
  * a supported dtype and the expected shape with no zero dimension, its rows are contiguous
  * (unit last stride), its address and every other stride are multiples of 16 bytes (kernels
- * use 16-byte vector accesses), no stride is negative or zero, every size is below 2^31 (sizes
- * reach kernels as int), every element offset fits in a signed 64-bit integer (kernels index
+ * use 16-byte vector accesses), no stride is negative or zero, every size is at most
+ * 2^31 - 2^16 (sizes reach kernels as int), every element offset fits in a signed 64-bit integer (kernels index
  * with 64-bit bases: a tensor may span 2^31 elements or more), and neither data + byte_offset
  * nor the view's end wraps past 2^64. Anything else is LAJIT_ERR_INVALID_ARGUMENT
  * with a message naming the tensor and the problem. Nothing here touches the device or
@@ -27,9 +27,10 @@
 
 /* The alignment every tensor's address and non-last strides must have, in bytes. */
 #define LJ_TENSOR_ALIGN 16
-/* Every size is at most this (la_params carries sizes as int). Element offsets have no limit
- * below 2^63. */
-#define LJ_TENSOR_MAX_SIZE 2147483647LL
+/* Every size is at most this: sizes reach kernels as int (la_params), and the chunk kernels
+ * round a sequence up to whole chunks (n + BLOCK - 1) in int. No tensor near it fits on a
+ * device anyway (2^31 tokens of 16 values are 64 GiB). Element offsets have no limit below 2^63. */
+#define LJ_TENSOR_MAX_SIZE ((1LL << 31) - (1LL << 16))
 
 /* Validates t as a tensor of ndim (1..4) dimensions.
  *   name        the argument's name for messages ("q", "final_state").

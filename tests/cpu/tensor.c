@@ -366,12 +366,13 @@ LJ_TEST(rejects_offsets_beyond_64_bits)
     /* ... but not from an address in the top 2^62 bytes: the sum wraps. */
     lj_gpu_tensor(&t, 0xc000000000000000ull, 0, 2, shape, s3, lj_test_dl_dtype(LJ_F32));
     REJECT("k", &t.t, 2, NULL, LJ_TENSOR_FLOATS, "k's extent wraps");
-    /* A size that does not fit an int, though its offsets would fit in 64 bits. */
-    int64_t wide[3] = {1, 1ll << 31, 64};
+    /* A size past the kernels' int range (with room for a chunk's rounding), though its
+     * offsets would fit in 64 bits; the largest size allowed passes. */
+    int64_t wide[3] = {1, (1ll << 31) - (1ll << 16) + 1, 64};
     make(&t, 3, wide, NULL, LJ_BF16);
     REJECT("q", &t.t, 3, NULL, LJ_TENSOR_FLOATS,
-           "q's dimension 1 has 2147483648 elements: each size must be below 2^31");
-    int64_t widest[3] = {1, (1ll << 31) - 1, 64};
+           "q's dimension 1 has 2147418113 elements: each size must be at most 2^31 - 2^16");
+    int64_t widest[3] = {1, (1ll << 31) - (1ll << 16), 64};
     make(&t, 3, widest, NULL, LJ_BF16);
     ASSERT_OK(lj_tensor_view(&env, "q", &t.t, 3, NULL, LJ_TENSOR_FLOATS, &v, NULL));
 }
