@@ -318,6 +318,21 @@ lajit_status lj_tensor_view(lj_env *env, const char *name, const DLTensor *t, in
     return LAJIT_OK;
 }
 
+lajit_status lj_tensor_tile_span(lj_env *env, const char *name, const char *what, int64_t rows,
+                                 int64_t row_stride, int64_t cols, int64_t col_stride)
+{
+    int64_t a, b, span;
+    if (__builtin_mul_overflow(rows - 1, row_stride, &a) ||
+        __builtin_mul_overflow(cols - 1, col_stride, &b) || __builtin_add_overflow(a, b, &span) ||
+        span >= (1LL << 31))
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "%s: %s (%lld x %lld with strides %lld, %lld) span 2^31 elements or more; "
+                        "kernels address them with 32-bit offsets from a 64-bit base",
+                        name, what, (long long)rows, (long long)cols, (long long)row_stride,
+                        (long long)col_stride);
+    return LAJIT_OK;
+}
+
 lajit_status lj_tensor_check_device(lj_env *env, const char *name, const DLTensor *t, int ordinal)
 {
     if (t && t->device.device_id != ordinal)

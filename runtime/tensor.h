@@ -53,6 +53,15 @@ lajit_status lj_tensor_view(lj_env *env, const char *name, const DLTensor *t, in
                             int64_t *shape, unsigned dtype_mask, la_tensor4 *out,
                             lj_dtype *dtype_out);
 
+/* Kernels that walk a small tile of a tensor (decode's T steps of one row, each one of D or E
+ * values) address it with 32-bit offsets from a 64-bit base: the offsets the tile spans,
+ * (rows - 1) * row_stride + (cols - 1) * col_stride, must stay below 2^31. Real layouts are far
+ * inside (a step row of a packed [B, T, H, 3D] buffer is 3HD apart); a view whose tile spans
+ * more is refused with a message naming `what` ("one row's T steps"). Strides as lj_tensor_view
+ * returned them (non-negative); sizes at least 1. */
+lajit_status lj_tensor_tile_span(lj_env *env, const char *name, const char *what, int64_t rows,
+                                 int64_t row_stride, int64_t cols, int64_t col_stride);
+
 /* The following take tensors already accepted by lj_tensor_view. */
 
 /* t must be on CUDA device `ordinal` (the context's): "q is on CUDA device 1, but the context
