@@ -269,6 +269,11 @@ LAJIT_API lajit_status lajit_attn_decode(lajit_ctx *ctx, const lajit_attn_decode
             dst[i]->s1 = src[i]->s2;
             dst[i]->s2 = 0;
         }
+        /* la_decode reads a row's T steps at 32-bit offsets from its 64-bit (row, head) base. */
+        static const char *const names[4] = {"q", "k", "v", "o"};
+        if ((st = lj_tensor_tile_span(env, names[i], "one row's T steps", T, dst[i]->s2,
+                                      i < 2 ? D : E, 1)) != LAJIT_OK)
+            return st;
     }
     if ((st = lj_view_decay(env, a->s, H, &lp.decay)) != LAJIT_OK)
         return st;
@@ -277,6 +282,11 @@ LAJIT_API lajit_status lajit_attn_decode(lajit_ctx *ctx, const lajit_attn_decode
     /* The pool: float32, or 16-bit storage accumulated in fp32 (the problem's state_dtype). */
     if ((st = lj_view_state(env, "state", a->state, &P, H, D, E, p.vk, LJ_TENSOR_FLOATS,
                             &p.state_dtype, &lp.s0)) != LAJIT_OK)
+        return st;
+    /* la_decode reads one state (its D x E values) at 32-bit offsets from a 64-bit (slot, head)
+     * base, and so its step states (compact: far inside). */
+    if ((st = lj_tensor_tile_span(env, "state", "one state's D x E values", D, lp.s0.s2, E,
+                                  lp.s0.s3)) != LAJIT_OK)
         return st;
     lp.sn = lp.s0;
     if (a->state_slots) {

@@ -1,8 +1,14 @@
 /* tensor.c — DLTensor validation (see tensor.h for the contract).
  *
  * Checks run in a fixed order (presence, rank, data pointer, memory kind, dtype, sizes,
- * shape, strides, address wrap, alignment, offset range, extent wrap) so a tensor with several problems always reports
- * the same first one. */
+ * shape, strides, address wrap, alignment, offset range, extent wrap) so a tensor with several
+ * problems always reports the same first one.
+ *
+ * Offsets are 64-bit: the kernels form their per-sequence, per-head and per-chunk bases in
+ * 64-bit arithmetic, so a tensor may span any number of elements the device can hold. What is
+ * refused is what no 64-bit arithmetic could serve (an offset past 2^63, a view whose bytes run
+ * past the end of the address space) and sizes that do not fit the kernels' int fields. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -194,6 +200,15 @@ lajit_status lj_tensor_view(lj_env *env, const char *name, const DLTensor *t, in
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s has a %s dimension: %s %s", name,
                             t->shape[i] == 0 ? "zero" : "negative", name, got);
         }
+        /* Sizes reach the kernels as int (la_params: B, H, N, P, ...) with room for a chunk's
+         * rounding; offsets are 64-bit. */
+        if (t->shape[i] > LJ_TENSOR_MAX_SIZE) {
+            shape_text(t->shape, ndim, got, sizeof got);
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                            "%s's dimension %d has %lld elements: each size must be at most "
+                            "2^31 - 2^16 (%s %s)",
+                            name, i, (long long)t->shape[i], name, got);
+        }
     }
     if (shape) {
         for (int i = 0; i < ndim; i++) {
@@ -210,7 +225,9 @@ lajit_status lj_tensor_view(lj_env *env, const char *name, const DLTensor *t, in
     int64_t stride[MAX_DIMS];
     if (!strides_of(t, stride)) {
         shape_text(t->shape, ndim, got, sizeof got);
-        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s's offsets overflow 32 bits: %s %s",
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "%s's offsets overflow 64 bits: %s %s has more elements than a 64-bit "
+                        "offset can count",
                         name, name, got);
     }
     for (int i = 0; i < ndim; i++) {
@@ -259,24 +276,27 @@ lajit_status lj_tensor_view(lj_env *env, const char *name, const DLTensor *t, in
                             name, i, (long long)stride[i], elsize, LJ_TENSOR_ALIGN);
     }
 
+    /* The largest element offset, sum of (size - 1) * stride, must be a signed 64-bit value:
+     * kernels compute it (and every smaller one) in long long. */
     int64_t max_offset = 0;
     for (int i = 0; i < ndim; i++) {
         int64_t term;
         if (__builtin_mul_overflow(t->shape[i] - 1, stride[i], &term) ||
-            __builtin_add_overflow(max_offset, term, &max_offset) ||
-            max_offset >= LJ_TENSOR_MAX_OFFSET) {
+            __builtin_add_overflow(max_offset, term, &max_offset) || max_offset == INT64_MAX) {
             shape_text(t->shape, ndim, got, sizeof got);
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                            "%s's offsets overflow 32 bits: %s %s reaches element offset "
-                            "2^31 or more (kernels index with 32-bit ints); split the call",
-                            name, name, got);
+                            "%s's offsets overflow 64 bits: %s %s with stride %lld in dimension "
+                            "%d reaches an element offset of 2^63 - 1 or more",
+                            name, name, got, (long long)stride[i], i);
         }
     }
 
-    /* The view's end (one past its last byte) must be representable too: overlap checks
-     * compute address + extent, which must not wrap. max_offset < 2^31, so the product cannot. */
-    uint64_t end;
-    if (__builtin_add_overflow(ptr, (uint64_t)(max_offset + 1) * (uint64_t)elsize, &end))
+    /* The view's end (one past its last byte) must be an address too: kernels add byte offsets
+     * to the address and the overlap checks compute address + extent, neither of which may
+     * wrap. max_offset + 1 cannot overflow (max_offset < INT64_MAX above); the bytes can. */
+    uint64_t bytes, end;
+    if (__builtin_mul_overflow((uint64_t)max_offset + 1, (uint64_t)elsize, &bytes) ||
+        __builtin_add_overflow(ptr, bytes, &end))
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                         "%s's extent wraps: %lld elements of %d bytes from address 0x%llx run "
                         "past the end of the 64-bit address space",
@@ -295,6 +315,21 @@ lajit_status lj_tensor_view(lj_env *env, const char *name, const DLTensor *t, in
     out->s1 = s[1];
     out->s2 = s[2];
     out->s3 = s[3];
+    return LAJIT_OK;
+}
+
+lajit_status lj_tensor_tile_span(lj_env *env, const char *name, const char *what, int64_t rows,
+                                 int64_t row_stride, int64_t cols, int64_t col_stride)
+{
+    int64_t a, b, span;
+    if (__builtin_mul_overflow(rows - 1, row_stride, &a) ||
+        __builtin_mul_overflow(cols - 1, col_stride, &b) || __builtin_add_overflow(a, b, &span) ||
+        span >= (1LL << 31))
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "%s: %s (%lld x %lld with strides %lld, %lld) span 2^31 elements or more; "
+                        "kernels address them with 32-bit offsets from a 64-bit base",
+                        name, what, (long long)rows, (long long)cols, (long long)row_stride,
+                        (long long)col_stride);
     return LAJIT_OK;
 }
 
@@ -367,7 +402,11 @@ lajit_status lj_tensor_check_writable(lj_env *env, const char *name, const DLTen
                             "than the %lld elements spanned by its inner dimensions, so kernels "
                             "would write one element twice",
                             name, i, (long long)l.stride[i], (long long)extent);
-        extent = l.stride[i] * t->shape[i];
+        /* stride * size is one stride past the largest offset and may overflow, but only for
+         * the dimension of the largest stride, whose extent nothing reads (a dimension after
+         * it would put an offset past 2^63, which lj_tensor_view refused). */
+        if (__builtin_mul_overflow(l.stride[i], t->shape[i], &extent))
+            extent = INT64_MAX;
     }
     return LAJIT_OK;
 }

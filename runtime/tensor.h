@@ -4,9 +4,10 @@
  * A tensor that passes lj_tensor_view is safe for every kernel: it lives in CUDA memory, has
  * a supported dtype and the expected shape with no zero dimension, its rows are contiguous
  * (unit last stride), its address and every other stride are multiples of 16 bytes (kernels
- * use 16-byte vector accesses), no stride is negative or zero, every element offset fits
- * in 31 bits (kernels index with 32-bit ints), and neither data + byte_offset nor the view's
- * end wraps past 2^64. Anything else is LAJIT_ERR_INVALID_ARGUMENT
+ * use 16-byte vector accesses), no stride is negative or zero, every size is at most
+ * 2^31 - 2^16 (sizes reach kernels as int), every element offset fits in a signed 64-bit integer (kernels index
+ * with 64-bit bases: a tensor may span 2^31 elements or more), and neither data + byte_offset
+ * nor the view's end wraps past 2^64. Anything else is LAJIT_ERR_INVALID_ARGUMENT
  * with a message naming the tensor and the problem. Nothing here touches the device or
  * allocates; all functions are thread-safe apart from writing env's message. */
 #ifndef LAJIT_TENSOR_H
@@ -26,8 +27,10 @@
 
 /* The alignment every tensor's address and non-last strides must have, in bytes. */
 #define LJ_TENSOR_ALIGN 16
-/* Every element offset (sum over dimensions of index * stride) is below this. */
-#define LJ_TENSOR_MAX_OFFSET (1LL << 31)
+/* Every size is at most this: sizes reach kernels as int (la_params), and the chunk kernels
+ * round a sequence up to whole chunks (n + BLOCK - 1) in int. No tensor near it fits on a
+ * device anyway (2^31 tokens of 16 values are 64 GiB). Element offsets have no limit below 2^63. */
+#define LJ_TENSOR_MAX_SIZE ((1LL << 31) - (1LL << 16))
 
 /* Validates t as a tensor of ndim (1..4) dimensions.
  *   name        the argument's name for messages ("q", "final_state").
@@ -49,6 +52,15 @@
 lajit_status lj_tensor_view(lj_env *env, const char *name, const DLTensor *t, int ndim,
                             int64_t *shape, unsigned dtype_mask, la_tensor4 *out,
                             lj_dtype *dtype_out);
+
+/* Kernels that walk a small tile of a tensor (decode's T steps of one row, each one of D or E
+ * values) address it with 32-bit offsets from a 64-bit base: the offsets the tile spans,
+ * (rows - 1) * row_stride + (cols - 1) * col_stride, must stay below 2^31. Real layouts are far
+ * inside (a step row of a packed [B, T, H, 3D] buffer is 3HD apart); a view whose tile spans
+ * more is refused with a message naming `what` ("one row's T steps"). Strides as lj_tensor_view
+ * returned them (non-negative); sizes at least 1. */
+lajit_status lj_tensor_tile_span(lj_env *env, const char *name, const char *what, int64_t rows,
+                                 int64_t row_stride, int64_t cols, int64_t col_stride);
 
 /* The following take tensors already accepted by lj_tensor_view. */
 

@@ -226,17 +226,51 @@ LJ_TEST(fwd_non_unit_last_stride)
     lajit_ctx_destroy(ctx);
 }
 
-LJ_TEST(fwd_offsets_overflow_32_bits)
+LJ_TEST(fwd_offsets_past_2_31_reach_the_device)
+{
+    /* 2 x 4 x 64 x 128 elements, but a batch stride of 2^31 elements: kernels index with 64-bit
+     * bases, so the call is well-formed and gets as far as the driver. */
+    fwd_setup s;
+    fwd_valid(&s);
+    int64_t strides[4] = {(int64_t)1 << 31, 64 * 128, 128, 1};
+    memcpy(s.q.strides, strides, sizeof strides);
+    s.q.t.strides = s.q.strides;
+    lajit_ctx_desc desc;
+    lajit_ctx_desc_init(&desc);
+    desc.flags = LAJIT_CTX_NO_DEVICE;
+    lajit_ctx *ctx;
+    ASSERT_OK(lajit_ctx_create(&desc, &ctx));
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_NO_DEVICE);
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(fwd_offsets_overflow_64_bits)
 {
     fwd_setup s;
     fwd_valid(&s);
-    /* 2 x 4 x 64 x 128 elements, but a batch stride of 2^31 elements. */
-    int64_t strides[4] = {(int64_t)1 << 31, 64 * 128, 128, 1};
+    /* A batch stride of 2^63 - 16 elements: the second batch's offsets pass 2^63. */
+    int64_t strides[4] = {INT64_MAX - 15, 64 * 128, 128, 1};
     memcpy(s.q.strides, strides, sizeof strides);
     s.q.t.strides = s.q.strides;
     lajit_ctx *ctx = make_ctx();
     ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
-    ASSERT_CONTAINS(lajit_errmsg(ctx), "32");
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "q's offsets overflow 64 bits");
+    lajit_ctx_destroy(ctx);
+}
+
+LJ_TEST(fwd_extent_past_the_address_space)
+{
+    fwd_setup s;
+    fwd_valid(&s);
+    /* A batch stride of 3 * 2^61 bf16 elements from an address in the top quarter of the address
+     * space: the offsets fit in 63 bits, the bytes run past 2^64. */
+    int64_t strides[4] = {(int64_t)3 << 61, 64 * 128, 128, 1};
+    memcpy(s.q.strides, strides, sizeof strides);
+    s.q.t.strides = s.q.strides;
+    s.q.t.data = (void *)(uintptr_t)0xc000000000000000ull;
+    lajit_ctx *ctx = make_ctx();
+    ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "q's extent wraps");
     lajit_ctx_destroy(ctx);
 }
 
@@ -305,6 +339,58 @@ LJ_TEST(fwd_valid_args_need_a_device)
     lajit_ctx *ctx;
     ASSERT_OK(lajit_ctx_create(&desc, &ctx));
     ASSERT_STATUS(lajit_attn_fwd(ctx, &s.args), LAJIT_ERR_NO_DEVICE);
+    lajit_ctx_destroy(ctx);
+}
+
+/* Decode past element 2^31: a pool whose last slot starts there and q, k, v, o with a batch
+ * stride past it are well-formed (the call reaches the device); a row whose T steps span 2^31
+ * elements or more is refused (la_decode reads a row's steps at 32-bit offsets). */
+LJ_TEST(decode_wide_pool_and_step_span)
+{
+    fake_tensor q, k, v, o, pool;
+    int64_t qs[4] = {2, 2, 8, 64}, ps[4] = {(1 << 16) + 1, 8, 64, 64};
+    int64_t wide[4] = {(int64_t)1 << 32, 8 * 64, 64, 1};
+    fake(&q, 0x100000, 4, qs, kDLBfloat, 16);
+    fake(&k, 0x200000, 4, qs, kDLBfloat, 16);
+    fake(&v, 0x300000, 4, qs, kDLBfloat, 16);
+    fake(&o, 0x400000, 4, qs, kDLBfloat, 16);
+    fake(&pool, 0x600000, 4, ps, kDLFloat, 32); /* slot 2^16 starts at element 2^31 */
+    fake_tensor *all[4] = {&q, &k, &v, &o};
+    for (int i = 0; i < 4; i++) { /* batch 1 of each sits past element 2^32 */
+        memcpy(all[i]->strides, wide, sizeof wide);
+        all[i]->t.strides = all[i]->strides;
+        all[i]->t.data = (void *)(uintptr_t)(0x100000ull << (i + 2 * 8));
+    }
+    lajit_attn_decode_args a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = sizeof a;
+    a.q = &q.t, a.k = &k.t, a.v = &v.t, a.o = &o.t, a.state = &pool.t, a.scale = 1.0f;
+    lajit_ctx_desc desc;
+    lajit_ctx_desc_init(&desc);
+    desc.flags = LAJIT_CTX_NO_DEVICE;
+    lajit_ctx *ctx;
+    ASSERT_OK(lajit_ctx_create(&desc, &ctx));
+    ASSERT_STATUS(lajit_attn_decode(ctx, &a), LAJIT_ERR_NO_DEVICE);
+    /* Steps 2^31 elements apart in q. */
+    int64_t far_steps[4] = {(int64_t)1 << 33, (int64_t)1 << 31, 64, 1};
+    memcpy(q.strides, far_steps, sizeof far_steps);
+    ASSERT_STATUS(lajit_attn_decode(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "q: one row's T steps");
+    memcpy(q.strides, wide, sizeof wide);
+    ASSERT_STATUS(lajit_attn_decode(ctx, &a), LAJIT_ERR_NO_DEVICE);
+    /* One state whose 64 rows lie 2^26 elements apart spans 2^31 or more: refused; 2^25 apart
+     * (63 * 2^25 + 63 < 2^31) passes. */
+    int64_t tall[4] = {2, 1, 64, 64}, rows26[4] = {(int64_t)1 << 32, 0, (int64_t)1 << 26, 1};
+    fake(&pool, 0x600000, 4, tall, kDLFloat, 32);
+    memcpy(pool.strides, rows26, sizeof rows26);
+    pool.t.strides = pool.strides;
+    int64_t q1[4] = {2, 2, 1, 64};
+    for (int i = 0; i < 4; i++)
+        memcpy(all[i]->shape, q1, sizeof q1);
+    ASSERT_STATUS(lajit_attn_decode(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "state: one state's D x E values");
+    pool.strides[2] = (int64_t)1 << 25;
+    ASSERT_STATUS(lajit_attn_decode(ctx, &a), LAJIT_ERR_NO_DEVICE);
     lajit_ctx_destroy(ctx);
 }
 

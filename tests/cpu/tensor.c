@@ -291,30 +291,90 @@ LJ_TEST(rejects_misalignment)
     REJECT("v", &t.t, 2, NULL, LJ_TENSOR_FLOATS, "v is misaligned: dimension 0");
 }
 
-LJ_TEST(rejects_offsets_beyond_32_bits)
+/* Kernels index with 64-bit bases: a view whose element offsets pass 2^31 is accepted, with its
+ * strides unchanged. What stays refused is what 64 bits cannot serve: an offset of 2^63 or more,
+ * a byte extent past the end of the address space, and sizes that do not fit an int. */
+LJ_TEST(accepts_offsets_past_2_31)
 {
     setup();
     lj_test_tensor t;
-    /* 2^31 elements exactly: the last offset is 2^31 - 1, accepted. */
+    la_tensor4 v;
+    /* 2^31 elements exactly, and one batch more: both accepted now. */
     int64_t fits[4] = {64, 32, 8192, 128};
     make(&t, 4, fits, NULL, LJ_BF16);
-    la_tensor4 v;
     ASSERT_OK(lj_tensor_view(&env, "q", &t.t, 4, NULL, LJ_TENSOR_FLOATS, &v, NULL));
     int64_t over[4] = {65, 32, 8192, 128};
     make(&t, 4, over, NULL, LJ_BF16);
-    REJECT("q", &t.t, 4, NULL, LJ_TENSOR_FLOATS, "q's offsets overflow 32 bits");
-    /* Small shape, huge stride. */
+    ASSERT_OK(lj_tensor_view(&env, "q", &t.t, 4, NULL, LJ_TENSOR_FLOATS, &v, NULL));
+    ASSERT_EQ(v.s0, 32LL * 8192 * 128);
+    /* The long-context shapes of issue 16: B=1 H=16 N=1M D=128 (2^31 elements) and H=64 at
+     * N=256K, compact and as a [B,N,H,D] view. */
+    int64_t long1[4] = {1, 16, 1 << 20, 128}, long2[4] = {2, 64, 1 << 18, 128};
+    make(&t, 4, long1, NULL, LJ_BF16);
+    ASSERT_OK(lj_tensor_view(&env, "q", &t.t, 4, NULL, LJ_TENSOR_FLOATS, &v, NULL));
+    int64_t bnhd[4] = {64LL * (1 << 18) * 128, 128, 64 * 128, 1};
+    make(&t, 4, long2, bnhd, LJ_BF16);
+    ASSERT_OK(lj_tensor_view(&env, "q", &t.t, 4, NULL, LJ_TENSOR_FLOATS, &v, NULL));
+    ASSERT_EQ(v.s0, 64LL * (1 << 18) * 128);
+    ASSERT_EQ(v.s2, 64 * 128);
+    /* Small shape, huge strides: a batch stride of 2^31 and of 2^40 elements. */
     int64_t shape[2] = {2, 64};
-    int64_t strides[2] = {1ll << 31, 1};
-    make(&t, 2, shape, strides, LJ_F32);
-    REJECT("k", &t.t, 2, NULL, LJ_TENSOR_FLOATS, "k's offsets overflow 32 bits");
-    /* Products that overflow 64 bits are caught, not wrapped. */
-    int64_t huge[4] = {1ll << 40, 1ll << 40, 1ll << 40, 16};
+    int64_t s31[2] = {1ll << 31, 1}, s40[2] = {1ll << 40, 1};
+    make(&t, 2, shape, s31, LJ_F32);
+    ASSERT_OK(lj_tensor_view(&env, "k", &t.t, 2, NULL, LJ_TENSOR_FLOATS, &v, NULL));
+    ASSERT_EQ(v.s2, 1ll << 31);
+    make(&t, 2, shape, s40, LJ_F32);
+    ASSERT_OK(lj_tensor_view(&env, "k", &t.t, 2, NULL, LJ_TENSOR_FLOATS, &v, NULL));
+    ASSERT_EQ(v.s2, 1ll << 40);
+    /* A state pool whose last slot starts past element 2^31 (decode's wide case). */
+    int64_t pool[4] = {2049, 8, 128, 128};
+    make(&t, 4, pool, NULL, LJ_F32);
+    ASSERT_OK(lj_tensor_view(&env, "state", &t.t, 4, NULL, LJ_TENSOR_FLOATS, &v, NULL));
+    ASSERT_OK(lj_tensor_check_writable(&env, "state", &t.t));
+    /* An output whose outer stride times its size passes 2^63 (3 * 2^61 * 2): accepted and
+     * writable, the product never formed in a way that overflows. */
+    int64_t two[2] = {2, 16}, s61[2] = {3ll << 61, 1};
+    make(&t, 2, two, s61, LJ_BF16);
+    ASSERT_OK(lj_tensor_view(&env, "o", &t.t, 2, NULL, LJ_TENSOR_FLOATS, &v, NULL));
+    ASSERT_OK(lj_tensor_check_writable(&env, "o", &t.t));
+}
+
+LJ_TEST(rejects_offsets_beyond_64_bits)
+{
+    setup();
+    lj_test_tensor t;
+    int64_t shape[2] = {2, 64};
+    /* Products that overflow 64 bits are caught, not wrapped (sizes below 2^31 each). */
+    int64_t huge[4] = {1ll << 30, 1ll << 30, 1ll << 30, 16};
     make(&t, 4, huge, NULL, LJ_F32);
-    REJECT("k", &t.t, 4, NULL, LJ_TENSOR_FLOATS, "overflow 32 bits");
+    REJECT("k", &t.t, 4, NULL, LJ_TENSOR_FLOATS, "k's offsets overflow 64 bits");
+    /* The largest offset is exactly INT64_MAX (16 float32 from a stride of 2^63 - 16): refused,
+     * one less would leave no room for the element count. */
+    int64_t top[2] = {2, 16}, s_top[2] = {INT64_MAX - 15, 1};
+    make(&t, 2, top, s_top, LJ_F32);
+    REJECT("k", &t.t, 2, NULL, LJ_TENSOR_FLOATS, "k's offsets overflow 64 bits");
+    /* Offsets that fit in 63 bits but whose bytes do not: 2^62 float32 elements are 2^64
+     * bytes. */
     int64_t hs[2] = {1ll << 62, 1};
     make(&t, 2, shape, hs, LJ_F32);
-    REJECT("k", &t.t, 2, NULL, LJ_TENSOR_FLOATS, "overflow 32 bits");
+    REJECT("k", &t.t, 2, NULL, LJ_TENSOR_FLOATS, "k's extent wraps");
+    /* 3 * 2^60 float32 elements (3 * 2^62 bytes) from BASE fit below 2^64: accepted. */
+    la_tensor4 v;
+    int64_t s3[2] = {3ll << 60, 1};
+    make(&t, 2, shape, s3, LJ_F32);
+    ASSERT_OK(lj_tensor_view(&env, "k", &t.t, 2, NULL, LJ_TENSOR_FLOATS, &v, NULL));
+    /* ... but not from an address in the top 2^62 bytes: the sum wraps. */
+    lj_gpu_tensor(&t, 0xc000000000000000ull, 0, 2, shape, s3, lj_test_dl_dtype(LJ_F32));
+    REJECT("k", &t.t, 2, NULL, LJ_TENSOR_FLOATS, "k's extent wraps");
+    /* A size past the kernels' int range (with room for a chunk's rounding), though its
+     * offsets would fit in 64 bits; the largest size allowed passes. */
+    int64_t wide[3] = {1, (1ll << 31) - (1ll << 16) + 1, 64};
+    make(&t, 3, wide, NULL, LJ_BF16);
+    REJECT("q", &t.t, 3, NULL, LJ_TENSOR_FLOATS,
+           "q's dimension 1 has 2147418113 elements: each size must be at most 2^31 - 2^16");
+    int64_t widest[3] = {1, (1ll << 31) - (1ll << 16), 64};
+    make(&t, 3, widest, NULL, LJ_BF16);
+    ASSERT_OK(lj_tensor_view(&env, "q", &t.t, 3, NULL, LJ_TENSOR_FLOATS, &v, NULL));
 }
 
 /* ---- Aliasing, overlap, devices ---------------------------------------------------------------- */
@@ -484,17 +544,17 @@ LJ_TEST(rejects_negative_and_overflowing_strides)
     ASSERT_OK(lj_tensor_view(&env, "k", &t.t, 3, NULL, LJ_TENSOR_FLOATS, &v, NULL));
     ASSERT_EQ(v.s1, 0);
     /* (size - 1) * stride overflowing 64 bits in the outer, middle and last-but-one dims. */
-    int64_t wide[3] = {1ll << 40, 1ll << 40, 64};
+    int64_t wide[3] = {1ll << 30, 1ll << 30, 64};
     int64_t s_outer[3] = {1ll << 40, 64, 1};
     make(&t, 3, wide, s_outer, LJ_F32);
-    REJECT("k", &t.t, 3, NULL, LJ_TENSOR_FLOATS, "k's offsets overflow 32 bits");
+    REJECT("k", &t.t, 3, NULL, LJ_TENSOR_FLOATS, "k's offsets overflow 64 bits");
     int64_t s_huge[3] = {INT64_MAX - 15, 64, 1};
     make(&t, 3, shape, s_huge, LJ_F32);
-    REJECT("k", &t.t, 3, NULL, LJ_TENSOR_FLOATS, "overflow 32 bits");
+    REJECT("k", &t.t, 3, NULL, LJ_TENSOR_FLOATS, "overflow 64 bits");
     /* Terms that fit alone but whose sum overflows. */
     int64_t two[3] = {2, 2, 64};
     int64_t s_sum[3] = {INT64_MAX / 2 + 16 - (INT64_MAX / 2) % 16,
                         INT64_MAX / 2 + 16 - (INT64_MAX / 2) % 16, 1};
     make(&t, 3, two, s_sum, LJ_F32);
-    REJECT("k", &t.t, 3, NULL, LJ_TENSOR_FLOATS, "overflow 32 bits");
+    REJECT("k", &t.t, 3, NULL, LJ_TENSOR_FLOATS, "overflow 64 bits");
 }

@@ -161,6 +161,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     const unsigned sB = sB0 + (tid >> 5) * B_BYTES;
     float *const pB = reinterpret_cast<float *>(smem_raw + (sB - lj_smem_addr(smem_raw)));
 
+    // Offsets are 64-bit (sizes and strides are long long), so a tensor may span 2^31 elements
+    // or more; N itself stays far below 2^31 − BLOCK (q alone would be 256 GiB there, D >= 64),
+    // so n and the chunk arithmetic fit an int.
     const int n = (int)q_.size[2];
     const T *q = reinterpret_cast<const T *>(q_.ptr) + b * q_.stride[0] + h * q_.stride[1];
     const T *k = reinterpret_cast<const T *>(k_.ptr) + b * k_.stride[0] + h * k_.stride[1];
