@@ -28,6 +28,7 @@ lj_plan_key lj_plan_key_make(const lj_problem *p, int family_index)
                         (p->want_ds ? LJ_PLAN_FLAG_WANT_DS : 0) |
                         (p->has_dsn ? LJ_PLAN_FLAG_DSN : 0) |
                         (p->step_states ? LJ_PLAN_FLAG_STEPS : 0));
+    k.flags2 = (unsigned char)(p->state_only ? LJ_PLAN_FLAG2_STATE_ONLY : 0);
     k.log2_n = (unsigned char)log2_bucket(p->N);
     k.log2_bh = (unsigned char)log2_bucket((long long)p->B * p->H);
     k.log2_b = (unsigned char)log2_bucket(p->B);

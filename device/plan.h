@@ -15,6 +15,7 @@
  * finer than this (they may be coarser). Zero-filled before use so memcmp compares it. */
 typedef struct lj_plan_key {
     unsigned char op, family, dtype, flags;
+    unsigned char flags2; /* LJ_PLAN_FLAG2_* */
     unsigned char log2_n, log2_bh, log2_b, steps;
     unsigned short D, E; /* op custom: D is 0xffff (a key with D == 0 marks an empty slot) */
     unsigned short part;
@@ -32,6 +33,7 @@ typedef struct lj_plan_key {
 #define LJ_PLAN_FLAG_WANT_DS 0x20u
 #define LJ_PLAN_FLAG_DSN     0x40u
 #define LJ_PLAN_FLAG_STEPS   0x80u
+#define LJ_PLAN_FLAG2_STATE_ONLY 0x01u
 
 typedef struct lj_plan {
     lj_plan_key key;

@@ -69,6 +69,7 @@ void lj_push_problem(lua_State *L, const lj_problem *p)
     set_bool(L, "want_ds", p->want_ds);
     set_bool(L, "has_dsn", p->has_dsn);
     set_bool(L, "step_states", p->step_states);
+    set_bool(L, "state_only", p->state_only);
     set_int(L, "part", p->part);
     set_str(L, "state_dtype", lj_dtype_name(p->state_dtype));
     set_str(L, "out_dtype", lj_dtype_name(lj_problem_out(p)));

@@ -45,6 +45,7 @@ static const struct {
     {"want_ds", offsetof(lj_problem, want_ds)},
     {"has_dsn", offsetof(lj_problem, has_dsn)},
     {"step_states", offsetof(lj_problem, step_states)},
+    {"state_only", offsetof(lj_problem, state_only)},
     {"part", offsetof(lj_problem, part)},
 };
 
@@ -212,9 +213,10 @@ void lj_problem_format(const lj_problem *p, char *out, size_t cap)
         snprintf(steps, sizeof steps, " T=%d", p->T);
     else if (p->op == LJ_OP_BWD)
         snprintf(steps, sizeof steps, " part=%d", p->part);
-    snprintf(out, cap, "%s %s B=%d H=%d N=%d D=%d E=%d%s%s%s%s%s%s%s%s%s%s", lj_op_name(p->op),
+    snprintf(out, cap, "%s %s B=%d H=%d N=%d D=%d E=%d%s%s%s%s%s%s%s%s%s%s%s", lj_op_name(p->op),
              lj_dtype_name(p->dtype), p->B, p->H, p->N, p->D, p->E, steps, p->decay ? " decay" : "",
              p->has_initial ? " initial" : "", p->has_final ? " final" : "",
              p->varlen ? " varlen" : "", p->vk ? " vk" : "", p->want_ds ? " ds" : "",
-             p->has_dsn ? " dsn" : "", p->step_states ? " step_states" : "", extra);
+             p->has_dsn ? " dsn" : "", p->step_states ? " step_states" : "",
+             p->state_only ? " state_only" : "", extra);
 }

@@ -298,9 +298,18 @@ LAJIT_API lajit_status lajit_family_param(lajit_ctx *ctx, const char *family, in
  *   initial state and no final state written for that sequence; LAJIT_SLOT_FRESH(s): start
  *   from zero, write slot s).
  * - scale: σ, finite and nonzero (1 for the lightning convention).
+ * - o NULL (and q NULL or not: it is not read): the final state only, S_N = λ^N S_0 +
+ *   Σ_t λ^{N−1−t} k_tᵀ v_t — with no initial_state, the local state M of the span of tokens
+ *   given, which lajit_attn_state_scan turns into each span's incoming state (the building
+ *   blocks of splitting a sequence between GPUs). final_state is then required. Served by
+ *   la_fwd_sm90 (sm_90a, f16/bf16, D a multiple of 64); elsewhere LAJIT_ERR_UNSUPPORTED.
  * family: NULL for the default forward family, or a family name ("la_recurrent").
  * stream: a CUstream (NULL: the legacy default stream). The call is asynchronous; a cached
- * kernel launches without allocation, Lua or host synchronisation (graph-capturable). */
+ * kernel launches without allocation, Lua or host synchronisation (graph-capturable). With few
+ * sequences and heads the default family splits each sequence across the GPU (SPLIT segments:
+ * templates/common/split.cuh); it then uses two buffers of the context, allocated on the first
+ * call of a larger shape (make that call before capturing a graph; calls that share a context
+ * must share a stream, as for the backward's workspace). */
 typedef struct lajit_attn_fwd_args {
     size_t struct_size; /* sizeof(lajit_attn_fwd_args) */
     const DLTensor *q, *k, *v;

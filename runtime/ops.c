@@ -29,6 +29,11 @@ LAJIT_API lajit_status lajit_attn_fwd(lajit_ctx *ctx, const lajit_attn_fwd_args 
     long long P;
     /* o may mix (fp32 inputs with a 16-bit o, or the reverse) and the states may be 16-bit
      * storage (one dtype for both): the problem's out_dtype and state_dtype. */
+    /* Without o, the final state only (a span's local state): q may be absent too (not read). */
+    const int state_only = a->o == NULL;
+    if (state_only && !a->final_state)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "lajit_attn_fwd: o is NULL and so is final_state (nothing to compute)");
     const lj_seq_tensor seqs[] = {
         {"q", a->q, 0, &lp.q}, {"k", a->k, 0, &lp.k}, {"v", a->v, 1, &lp.v}, {"o", a->o, 1, &lp.o}};
     const lj_state_arg states[] = {{"initial_state", a->initial_state, &lp.s0, &p.has_initial},
@@ -36,8 +41,14 @@ LAJIT_API lajit_status lajit_attn_fwd(lajit_ctx *ctx, const lajit_attn_fwd_args 
     lj_seq_call call = LJ_SEQ_CALL("lajit_attn_fwd", "q, k, v and o", LJ_OP_FWD, a, seqs, states);
     call.states16 = 1;
     call.mixed = "o";
+    if (state_only) { /* k, v (and q when given) */
+        call.seqs = a->q ? seqs : seqs + 1;
+        call.n_seqs = a->q ? 3 : 2;
+        call.required = "k and v";
+    }
     if ((st = lj_seq_begin(env, &call, &p, &lp, &sh, &P)) != LAJIT_OK)
         return st;
+    p.state_only = state_only;
     const lj_io_tensor io[] = {
         {"q", a->q, 0},
         {"k", a->k, 0},

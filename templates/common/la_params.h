@@ -4,9 +4,13 @@
  * Every kernel takes `const la_params p` by value (one __grid_constant__-able argument), so the
  * host fills one struct and passes one pointer to cuLaunchKernel: no per-family argument lists.
  * Only builtin C types are used so this compiles with no toolkit or libc header. Pointers are
- * device addresses; strides count elements. The host guarantees every element offset computed
- * from these strides fits in 31 bits, so kernels may index with 32-bit ints after applying a
- * per-(b, h) base. Unused fields are zero. */
+ * device addresses; strides count elements. The host guarantees every size is at most
+ * 2^31 − 2^16 (an int, and n + BLOCK − 1 cannot overflow) and every element offset fits a signed
+ * 64-bit integer without wrapping the address space, so a tensor may span 2^31 elements or more:
+ * kernels form per-(b, h), per-sequence, per-token and per-chunk offsets in long long. Int offsets
+ * are allowed only inside a tile the host bounds: decode's T steps of one row and one state's
+ * D x E values span fewer than 2^31 elements (runtime/tensor.h: lj_tensor_tile_span). Unused
+ * fields are zero. */
 #ifndef LA_PARAMS_H
 #define LA_PARAMS_H
 

@@ -57,6 +57,7 @@ local function reg_cap(cfg, device)
 end
 
 local function valid(cfg, problem, device)
+    if problem.state_only then return false, "state_only (no o) is served by la_fwd_sm90" end
     local ok, why = spec.check_dtype(problem)
     if ok then ok, why = spec.check_io_dtypes(problem) end
     if ok then ok, why = spec.check_dims(problem) end

@@ -100,7 +100,8 @@ end
 function M.fwd_key(problem)
     return string.format("%s_D%d_E%d_%s%s%s%s%s%s_n%d_bh%d", problem.dtype, problem.D, problem.E,
                          problem.decay and "decay" or "nodecay",
-                         problem.has_initial and "_s0" or "", problem.has_final and "_sn" or "",
+                         problem.has_initial and "_s0" or "",
+                         problem.has_final and (problem.state_only and "_state" or "_sn") or "",
                          problem.varlen and "_varlen" or "", problem.vk and "_vk" or "",
                          M.dtype_suffix(problem), M.log2_bucket(math.max(problem.N, 1)),
                          M.log2_bucket(problem.B * problem.H))
@@ -122,6 +123,7 @@ function M.scan_consts(problem, elem)
         VARLEN = M.b(problem.varlen),
         REVERSE = "false",
         GRAD_STATE = "false",
+        STATE_ONLY = M.b(problem.state_only), -- the final state only: no o, no q
     }
 end
 

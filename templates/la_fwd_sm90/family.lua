@@ -102,6 +102,9 @@ local function valid(cfg, problem, device)
     if cfg.PREFETCH == 1 and cfg.STAGES < 3 then
         return false, "PREFETCH needs STAGES >= 3 (chunk c + 1 must have landed by mid-chunk c)"
     end
+    if problem.state_only and (not problem.has_final or problem.ds) then
+        return false, "state_only computes S_N (has_final), without ds"
+    end
     if problem.ds then
         if not problem.decay then return false, "ds needs the decay path" end
         if cfg.SPLIT_QK == 0 and problem.D > 128 then

@@ -35,6 +35,9 @@
 // REVERSE and GRAD_STATE mean what they mean in la_fwd/fwd.cu: the backward's reversed scans,
 // which la_bwd_sm90 runs on this kernel (its dv and dk passes).
 //
+// STATE_ONLY: only S_N (from S_0 or zero: the local state of a span, issue 16's building block):
+// the walk without outputs below, q and o untouched.
+//
 // SPLIT > 1: each sequence is cut into up to SPLIT segments walked by different CTAs at once
 // (common/split.cuh): a CTA first walks its segment without outputs (K and V only, the state
 // update only) to form the segment's local state, passes the state on to the next segment's CTA
@@ -77,6 +80,7 @@ constexpr bool HAS_FINAL = true;
 constexpr bool VARLEN = true;
 constexpr bool REVERSE = false;
 constexpr bool GRAD_STATE = false;
+constexpr bool STATE_ONLY = false; // the final state only (a span's local state): no q, no o
 constexpr bool DS = false;                 // also the decay gradient (the backward's dq pass)
 constexpr bool HAS_DSN = false;       // DS: dS_N given (the last term of ds)
 constexpr int SPLIT = 1;     // segments per sequence, each walked by its own CTAs (1: whole)
@@ -101,6 +105,7 @@ static_assert(WGS == 1 || WGS == 2, "WGS");
 static_assert(!SPLIT_QK || WGS == 2, "SPLIT_QK shares the scores between two warpgroups");
 static_assert(!DS || (DECAY && !REVERSE && !GRAD_STATE), "DS: the forward dq pass with decay");
 static_assert(!DS || SPLIT == 1, "DS walks whole sequences (its second state is not chained)");
+static_assert(!STATE_ONLY || (HAS_FINAL && !DS && !REVERSE && !GRAD_STATE), "STATE_ONLY: a forward's S_N");
 static_assert(SPLIT >= 1 && SPLIT <= 128 && SEG_MIN % BLOCK == 0, "SPLIT");
 
 // Swizzled tile geometry: column blocks of BW elements, rows SW bytes apart.
@@ -121,7 +126,7 @@ static_assert(1024 + STAGES * (2 * Q_BYTES + V_BYTES) + V_BYTES + WGS * S_BYTES 
                       DS_BYTES + (BLOCK + 1) * sizeof(float) <= SMEM,
               "shared memory: the layout exceeds the spec's SMEM");
 
-#line 125 "la_fwd_sm90/fwd.cu"
+#line 130 "la_fwd_sm90/fwd.cu"
 // m64n64k16, A and B from shared memory: d (+)= A·B. TA/TB: 1 = MN-major (transposed).
 template <int TA, int TB>
 __device__ __forceinline__ void wg_ss64(float (&d)[32], unsigned long long da, unsigned long long db, int acc)
@@ -275,7 +280,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
             lj_cp_async_commit();
         }
     };
-    if constexpr (SPLIT == 1) prologue(lj_bool<true>{});
+    if constexpr (SPLIT == 1) prologue(lj_bool<!STATE_ONLY>{});
 
     // λ^k for k = 0..BLOCK, and this thread's fixed factors: the causal decay mask of its score
     // entries (rows i = 16·warp + g (+8), columns j = jb + 8·nt + 2·t4 (+1), jb the first of the
@@ -743,6 +748,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
                     __stcg(reinterpret_cast<float2 *>(m + d * E + e), make_float2(st[mb][x], st[mb][x + 1]));
                 }
             lj_split_publish(lj_split_flag<SPLIT, D, E>(p.splitws, FLAGS_PER, b, p.H, h, j, ec), epoch);
+            if constexpr (STATE_ONLY) { // only the last segment goes on, to S_N
+                lj_split_done(p.splitws);
+                return;
+            }
         }
 #pragma unroll
         for (int mb = 0; mb < MB; mb++)
@@ -767,8 +776,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
                 }
         }
     }
-    if constexpr (SPLIT > 1) prologue(lj_bool<true>{});
-    walk(lj_bool<true>{});
+    // (STATE_ONLY: the walk without outputs, from S_in, to S_N.)
+    if constexpr (SPLIT > 1) prologue(lj_bool<!STATE_ONLY>{});
+    walk(lj_bool<!STATE_ONLY>{});
 
     // DS: the CTA's share σ Σ x·Z + ⟨dS_N, Y⟩ over its columns, added to the others' by
     // common/ds_share.cuh (fixed order, ticket, ds = −λ · sum).
