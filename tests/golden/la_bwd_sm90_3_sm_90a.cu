@@ -324,6 +324,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     for (int mb = 0; mb < MB; mb++)
 #pragma unroll
         for (int x = 0; x < NACC; x++) st[mb][x] = 0.f;
+    // Row d and column e of state register x of block mb (the layout above).
+    auto st_row = [&](int mb, int x) { return 64 * mb + 16 * warp + g + 8 * ((x & 3) >> 1); };
+    auto st_col = [&](int x) { return e0 + 8 * (x >> 2) + 2 * t4 + (x & 1); };
     // Element x of block mb of S_0 (0 when none). Its storage (float, or 16-bit read into fp32)
     // and its slot: GRAD_STATE reads dS_N, which belongs to the final state's slot
     // (common/seq.cuh: slot_out), the forward S_0.
@@ -333,8 +336,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
             using ST0 = float;
             if (rslot >= 0) {
                 const ST0 *s0 = reinterpret_cast<const ST0 *>(p.s0.ptr) + (long long)rslot * p.s0.s0 + h * p.s0.s1;
-                const int d = 64 * mb + 16 * warp + g + 8 * ((x & 3) >> 1);
-                const int e = e0 + 8 * (x >> 2) + 2 * t4 + (x & 1);
+                const int d = st_row(mb, x);
+                const int e = st_col(x);
                 return (GRAD_STATE ? 1.f / p.scale : 1.f) * lj_state_load(s0 + d * p.s0.s2 + e * p.s0.s3);
             }
         }
@@ -743,8 +746,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
             for (int mb = 0; mb < MB; mb++)
 #pragma unroll
                 for (int x = 0; x < NACC; x += 2) {
-                    const int d = 64 * mb + 16 * warp + g + 8 * ((x & 3) >> 1);
-                    const int e = e0 + 8 * (x >> 2) + 2 * t4;
+                    const int d = st_row(mb, x);
+                    const int e = st_col(x);
                     __stcg(reinterpret_cast<float2 *>(m + d * E + e), make_float2(st[mb][x], st[mb][x + 1]));
                 }
             lj_split_publish(lj_split_flag<SPLIT, D, E>(p.splitws, FLAGS_PER, b, p.H, h, j, ec), epoch);
@@ -768,8 +771,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
             for (int mb = 0; mb < MB; mb++)
 #pragma unroll
                 for (int x = 0; x < NACC; x += 2) {
-                    const int d = 64 * mb + 16 * warp + g + 8 * ((x & 3) >> 1);
-                    const int e = e0 + 8 * (x >> 2) + 2 * t4;
+                    const int d = st_row(mb, x);
+                    const int e = st_col(x);
                     const float2 mv = __ldcg(reinterpret_cast<const float2 *>(m + d * E + e));
                     st[mb][x] = fmaf(f, st[mb][x], mv.x);
                     st[mb][x + 1] = fmaf(f, st[mb][x + 1], mv.y);
@@ -791,8 +794,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
                 for (int mb = 0; mb < MB; mb++)
 #pragma unroll
                     for (int x2 = 0; x2 < NACC; x2++) {
-                        const int d = 64 * mb + 16 * warp + g + 8 * ((x2 & 3) >> 1);
-                        const int e = e0 + 8 * (x2 >> 2) + 2 * t4 + (x2 & 1);
+                        const int d = st_row(mb, x2);
+                        const int e = st_col(x2);
                         part = fmaf(dsn[d * p.dsn.s2 + e * p.dsn.s3], yt[mb][x2], part);
                     }
             }
@@ -812,8 +815,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
             for (int mb = 0; mb < MB; mb++)
 #pragma unroll
                 for (int x = 0; x < NACC; x++) {
-                    const int d = 64 * mb + 16 * warp + g + 8 * ((x & 3) >> 1);
-                    const int e = e0 + 8 * (x >> 2) + 2 * t4 + (x & 1);
+                    const int d = st_row(mb, x);
+                    const int e = st_col(x);
                     lj_state_store(sn + d * p.sn.s2 + e * p.sn.s3, out * st[mb][x]);
                 }
         }
