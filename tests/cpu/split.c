@@ -1,0 +1,210 @@
+/* split.c — the host side of a split scan (templates/common/split.cuh) with no GPU, through the
+ * fake driver: at few heads and a long sequence the default forward on sm_90a launches SPLIT
+ * segments per sequence, and the op hands the kernel two buffers of the context — flags zeroed
+ * once when allocated, states — sized by the launch's split_ws and split_flags; the next call of
+ * the same shape allocates nothing and gets the same buffers; a call whose grid fills the GPU
+ * gets none; the backward's passes get them too. */
+#include "test.h"
+
+#include "context.h"
+#include "fake_driver.h"
+
+typedef struct seqs {
+    CUcontext cuctx;
+    CUdeviceptr q, k, v, o, s;
+    int64_t shape[4], hshape[1];
+    DLTensor tq, tk, tv, to, ts;
+} seqs;
+
+static DLTensor make(CUdeviceptr p, int ndim, int64_t *shape, uint8_t code, uint8_t bits)
+{
+    DLTensor t;
+    memset(&t, 0, sizeof t);
+    t.data = (void *)(uintptr_t)p;
+    t.device.device_type = kDLCUDA;
+    t.ndim = ndim;
+    t.dtype.code = code;
+    t.dtype.bits = bits;
+    t.dtype.lanes = 1;
+    t.shape = shape;
+    return t;
+}
+
+/* bf16 q, k, v, o [B, H, N, D] (D = E) and s [H] in fake device memory. */
+static void seqs_open(seqs *u, int B, int H, int N, int D)
+{
+    const lj_driver *drv = lj_fake_driver();
+    CUdevice dev;
+    memset(u, 0, sizeof *u);
+    ASSERT_EQ(drv->cuInit(0), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuDeviceGet(&dev, 0), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuDevicePrimaryCtxRetain(&u->cuctx, dev), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuCtxSetCurrent(u->cuctx), CUDA_SUCCESS);
+    size_t bytes = (size_t)B * H * N * D * 2;
+    CUdeviceptr *all[] = {&u->q, &u->k, &u->v, &u->o};
+    for (int i = 0; i < 4; i++)
+        ASSERT_EQ(drv->cuMemAlloc(all[i], bytes), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuMemAlloc(&u->s, (size_t)H * 4), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuMemsetD8(u->s, 0, (size_t)H * 4), CUDA_SUCCESS);
+    int64_t sh[4] = {B, H, N, D};
+    memcpy(u->shape, sh, sizeof sh);
+    u->hshape[0] = H;
+    u->tq = make(u->q, 4, u->shape, kDLBfloat, 16);
+    u->tk = make(u->k, 4, u->shape, kDLBfloat, 16);
+    u->tv = make(u->v, 4, u->shape, kDLBfloat, 16);
+    u->to = make(u->o, 4, u->shape, kDLBfloat, 16);
+    u->ts = make(u->s, 1, u->hshape, kDLFloat, 32);
+}
+
+static void seqs_close(seqs *u)
+{
+    const lj_driver *drv = lj_fake_driver();
+    ASSERT_EQ(drv->cuCtxSetCurrent(u->cuctx), CUDA_SUCCESS);
+    CUdeviceptr all[] = {u->q, u->k, u->v, u->o, u->s};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        ASSERT_EQ(drv->cuMemFree(all[i]), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
+}
+
+static lajit_ctx *fake_ctx(void)
+{
+    lajit_ctx_desc desc;
+    lajit_ctx_desc_init(&desc);
+    desc.flags = LAJIT_CTX_NO_DISK_CACHE;
+    lajit_ctx *ctx;
+    ASSERT_OK(lajit_ctx_create(&desc, &ctx));
+    lajit__ctx_set_driver(ctx, lj_fake_driver());
+    return ctx;
+}
+
+static void require_nvrtc(void)
+{
+    lj_env env;
+    lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
+    int major, minor;
+    if (lj_nvrtc_version(&env, &major, &minor) != LAJIT_OK)
+        lj_test_skip("NVRTC not available");
+}
+
+static lajit_attn_fwd_args fwd_args(seqs *u)
+{
+    lajit_attn_fwd_args a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = sizeof a;
+    a.q = &u->tq;
+    a.k = &u->tk;
+    a.v = &u->tv;
+    a.o = &u->to;
+    a.s = &u->ts;
+    a.scale = 1.0f;
+    return a;
+}
+
+/* B = 1, H = 1, D = E = 64, N = 16384 on the fake sm_90 (132 SMs): one 64-column CTA per
+ * sequence, so the default cuts it into as many segments as SEG_MIN (1024 tokens) allows, 16. */
+LJ_TEST(few_heads_long_sequence_split_with_context_buffers)
+{
+    require_nvrtc();
+    lj_fake_driver_reset();
+    seqs u;
+    seqs_open(&u, 1, 1, 16384, 64);
+    lajit_ctx *ctx = fake_ctx();
+    lajit_attn_fwd_args a = fwd_args(&u);
+    int allocs = lj_fake_driver_counts()->allocs;
+    ASSERT_OK(lajit_attn_fwd(ctx, &a));
+    ASSERT_EQ(lj_fake_launch_count(), 1);
+    const lj_fake_launch *l = lj_fake_launch_get(0);
+    ASSERT_STREQ(l->entry, "la_fwd_sm90");
+    ASSERT_EQ(l->grid[0], 16u); /* one slice x SPLIT = 16 */
+    ASSERT_EQ(l->grid[1], 1u);
+    ASSERT_EQ(l->grid[2], 1u);
+    ASSERT_TRUE(l->params.splitws != 0 && l->params.splitst != 0);
+    ASSERT_TRUE(l->params.splitws != l->params.splitst);
+    ASSERT_EQ(lj_fake_driver_counts()->allocs, allocs + 2);
+    /* The flags buffer: 16 bytes of counters, then (SPLIT - 1) x E / 16 flags, all zero. */
+    const unsigned *flags = (const unsigned *)(uintptr_t)l->params.splitws;
+    for (int i = 0; i < 4 + 15 * 4; i++)
+        ASSERT_EQ(flags[i], 0u);
+    unsigned long long ws = l->params.splitws, st = l->params.splitst;
+
+    /* Same shape: no allocation, the same buffers. */
+    ASSERT_OK(lajit_attn_fwd(ctx, &a));
+    ASSERT_EQ(lj_fake_launch_count(), 2);
+    ASSERT_EQ(lj_fake_driver_counts()->allocs, allocs + 2);
+    ASSERT_EQ(lj_fake_launch_get(1)->params.splitws, ws);
+    ASSERT_EQ(lj_fake_launch_get(1)->params.splitst, st);
+
+    /* The final state only (o NULL, q NULL): the same split, the state-only kernel. */
+    CUdeviceptr sn;
+    ASSERT_EQ(lj_fake_driver()->cuMemAlloc(&sn, 64 * 64 * 4), CUDA_SUCCESS);
+    int64_t stshape[4] = {1, 1, 64, 64};
+    DLTensor tsn = make(sn, 4, stshape, kDLFloat, 32);
+    lajit_attn_fwd_args so = a;
+    so.o = NULL;
+    so.q = NULL;
+    so.final_state = &tsn;
+    ASSERT_OK(lajit_attn_fwd(ctx, &so));
+    ASSERT_EQ(lj_fake_launch_count(), 3);
+    ASSERT_EQ(lj_fake_launch_get(2)->grid[0], 16u);
+    ASSERT_EQ(lj_fake_launch_get(2)->params.o.ptr, 0u);
+    ASSERT_EQ(lj_fake_launch_get(2)->params.sn.ptr, sn);
+    so.final_state = NULL;
+    ASSERT_EQ(lajit_attn_fwd(ctx, &so), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_TRUE(strstr(lajit_errmsg(ctx), "o is NULL and so is final_state") != NULL);
+    ASSERT_EQ(lj_fake_driver()->cuMemFree(sn), CUDA_SUCCESS);
+
+    /* The backward's passes split too, on the same buffers (grown when a pass needs more). */
+    lajit_attn_bwd_args b;
+    memset(&b, 0, sizeof b);
+    b.struct_size = sizeof b;
+    b.q = &u.tq;
+    b.k = &u.tk;
+    b.v = &u.tv;
+    b.dout = &u.to;
+    CUdeviceptr g[3];
+    DLTensor tg[3];
+    for (int i = 0; i < 3; i++) {
+        ASSERT_EQ(lj_fake_driver()->cuMemAlloc(&g[i], (size_t)16384 * 64 * 2), CUDA_SUCCESS);
+        tg[i] = make(g[i], 4, u.shape, kDLBfloat, 16);
+    }
+    b.dq = &tg[0];
+    b.dk = &tg[1];
+    b.dv = &tg[2];
+    b.s = &u.ts;
+    b.scale = 1.0f;
+    ASSERT_OK(lajit_attn_bwd(ctx, &b));
+    ASSERT_EQ(lj_fake_launch_count(), 6);
+    for (int i = 3; i < 6; i++) {
+        const lj_fake_launch *p = lj_fake_launch_get(i);
+        ASSERT_STREQ(p->entry, "la_fwd_sm90");
+        ASSERT_EQ(p->grid[0], 16u);
+        ASSERT_TRUE(p->params.splitws != 0 && p->params.splitst != 0);
+    }
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(lj_fake_driver()->cuMemFree(g[i]), CUDA_SUCCESS);
+    lajit_ctx_destroy(ctx);
+    seqs_close(&u);
+    ASSERT_EQ(lj_fake_driver_counts()->allocs, lj_fake_driver_counts()->frees);
+}
+
+/* B = 4, H = 32: the grid fills the GPU without a split; no buffers. */
+LJ_TEST(many_heads_no_split_no_buffers)
+{
+    require_nvrtc();
+    lj_fake_driver_reset();
+    seqs u;
+    seqs_open(&u, 4, 32, 4096, 64);
+    lajit_ctx *ctx = fake_ctx();
+    lajit_attn_fwd_args a = fwd_args(&u);
+    int allocs = lj_fake_driver_counts()->allocs;
+    ASSERT_OK(lajit_attn_fwd(ctx, &a));
+    const lj_fake_launch *l = lj_fake_launch_get(0);
+    ASSERT_STREQ(l->entry, "la_fwd_sm90");
+    ASSERT_EQ(l->grid[1], 32u);
+    ASSERT_EQ(l->grid[2], 4u);
+    ASSERT_EQ(l->params.splitws, 0u);
+    ASSERT_EQ(l->params.splitst, 0u);
+    ASSERT_EQ(lj_fake_driver_counts()->allocs, allocs);
+    lajit_ctx_destroy(ctx);
+    seqs_close(&u);
+}
