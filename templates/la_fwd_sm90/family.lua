@@ -74,11 +74,13 @@ end
 
 -- SPLIT > 1 holds what the second walk needs across the first (the segment's bounds, addresses)
 -- and forms S_in: ~20 more registers by ptxas -v (sm_90a, CUDA 13.0, bf16, D = 128, TILE_V = 64,
--- SPLIT_QK: 170 -> 191); more with two warpgroups keeping whole scores (128 x 64 spills 16-24
--- bytes) and at D = 256 (256 x 32 spills with SPLIT_QK too): the compile sweep's findings.
+-- SPLIT_QK: 170 -> 191); more with whole scores in the registers (128 x 64 with one warpgroup
+-- spills 4-8 bytes, with two 16-24) and at D = 256 (256 x 32 spills with SPLIT_QK too): the
+-- compile sweep's findings.
 local function split_regs(cfg, problem)
     if cfg.SPLIT == 1 then return 0 end
-    return 24 + ((cfg.WGS == 2 and cfg.SPLIT_QK == 0) and 24 or 0) + (problem.D >= 256 and 32 or 0)
+    local whole_scores = cfg.SPLIT_QK == 0 and (cfg.WGS == 2 and 40 or 16) or 0
+    return 24 + whole_scores + (problem.D >= 256 and 32 or 0)
 end
 
 local function valid(cfg, problem, device)
@@ -128,15 +130,20 @@ local function valid(cfg, problem, device)
     if cfg.SPLIT > 1 then
         if problem.ds then return false, "ds walks whole sequences (SPLIT = 1)" end
         -- A sequence long enough for SPLIT segments of SEG_MIN tokens (varlen: N is the packed
-        -- length, the longest a sequence can be), and no more CTAs than it takes to fill the
-        -- SMs twice (beyond that a split only adds the chain's cost).
+        -- length, the longest a sequence can be); a whole-sequence grid that leaves half the
+        -- SMs idle, and at most four CTAs per SM with the split (beyond that a split only adds
+        -- the second read and the local states).
         if problem.N < cfg.SPLIT * SEG_MIN then
             return false, string.format("SPLIT=%d: segments under %d tokens", cfg.SPLIT, SEG_MIN)
         end
         local ctas = problem.B * problem.H * (problem.E // (cfg.WGS * cfg.TILE_V))
-        if ctas * (cfg.SPLIT // 2) >= 2 * device.sms then
-            return false, string.format("SPLIT=%d: %d CTAs fill the GPU with fewer segments",
-                                        cfg.SPLIT, ctas * cfg.SPLIT)
+        if 2 * ctas > device.sms then
+            return false, string.format("SPLIT=%d: %d whole-sequence CTAs fill half the SMs",
+                                        cfg.SPLIT, ctas)
+        end
+        if ctas * cfg.SPLIT > 4 * device.sms then
+            return false, string.format("SPLIT=%d: %d CTAs, more than four per SM", cfg.SPLIT,
+                                        ctas * cfg.SPLIT)
         end
     end
     return spec.check_smem(smem(cfg, problem) + static_smem(cfg, problem), device)
