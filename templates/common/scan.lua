@@ -57,7 +57,10 @@ local function reg_cap(cfg, device)
 end
 
 local function valid(cfg, problem, device)
-    if problem.state_only then return false, "state_only (no o) is served by la_fwd_sm90" end
+    -- state_only (a forward with o NULL: S_N alone, fwd.cu STATE_ONLY); la_bwd's passes never set it.
+    if problem.state_only and not problem.has_final then
+        return false, "state_only computes S_N (has_final)"
+    end
     local ok, why = spec.check_dtype(problem)
     if ok then ok, why = spec.check_io_dtypes(problem) end
     if ok then ok, why = spec.check_dims(problem) end

@@ -33,6 +33,9 @@ return {
           has_initial = true, has_final = true, varlen = false, vk = false },
         { op = "fwd", dtype = "f16", B = 8, H = 16, N = 4096, D = 256, E = 256, decay = true,
           has_initial = true, has_final = true, varlen = true, vk = true },
+        -- o NULL: the final state only (fwd.cu STATE_ONLY), a span's local state (issue 16).
+        { op = "fwd", dtype = "bf16", B = 1, H = 16, N = 4096, D = 128, E = 128, decay = true,
+          has_initial = true, has_final = true, varlen = true, vk = true, state_only = true },
     },
 
     valid = valid,

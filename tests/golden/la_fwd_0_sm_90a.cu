@@ -25,6 +25,12 @@
 // with the state G/σ (GRAD_STATE). GRAD_STATE changes three things: the initial state is dS_N/σ
 // and enters undecayed (G_{N−1} = dS_N + σ q_{N−1}ᵀ dO_{N−1}, so the first chunk uses λ^i and
 // λ^{L−1} where a forward uses λ^{i+1} and λ^L), and the final state written is σλ·state = dS_0.
+//
+// STATE_ONLY (a forward with o NULL, issue 16's building block): only S_N, the local state of a
+// span from a zero start (or from S_0): the walk streams K and V, keeps the state update and
+// writes the final state; q is neither loaded nor read, o neither computed nor written, and the
+// shared state copy (the q·S operand) is not kept. The spec's shared memory and register claims
+// stay those of the full kernel (an upper bound).
 #include "common/la_params.h"
 #include "common/types.cuh"
 #include "common/seq.cuh"
@@ -48,6 +54,9 @@ constexpr bool HAS_FINAL = false;
 constexpr bool VARLEN = false;
 constexpr bool REVERSE = false;         // tokens from the last to the first
 constexpr bool GRAD_STATE = false;   // the state is la_bwd's G/σ (see above)
+// The final state only (no q, no o); la_bwd's passes do not set it.
+constexpr bool STATE_ONLY = false;
+static_assert(!STATE_ONLY || (HAS_FINAL && !REVERSE && !GRAD_STATE), "STATE_ONLY: a forward's S_N");
 
 using F = lj_frag<T>;
 constexpr int NT = WARPS * 32;
@@ -128,7 +137,7 @@ __device__ __forceinline__ void load_chunk(T *sQ, T *sK, T *sV, const T *q, cons
 {
     const long long t0 = (long long)c * BLOCK;
     const int valid = n - c * BLOCK;
-    load_tile<D, LDQ>(sQ + slot * SQ_ELEMS, q + t0 * qs, qs, valid, tid);
+    if constexpr (!STATE_ONLY) load_tile<D, LDQ>(sQ + slot * SQ_ELEMS, q + t0 * qs, qs, valid, tid);
     load_tile<D, LDQ>(sK + slot * SQ_ELEMS, k + t0 * ks, ks, valid, tid);
     load_tile<TILE_V, LDV>(sV + slot * SV_ELEMS, v + t0 * vs, vs, valid, tid);
 }
@@ -215,10 +224,13 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
     // made D = 256 varlen configurations spill.)
     const int slot_in = GRAD_STATE ? seq.slot_out : seq.slot;
     const long long dir = REVERSE ? -1 : 1;
-    const T *q = reinterpret_cast<const T *>(p.q.ptr) + seq.bq * p.q.s0 + h * p.q.s1 + seq.tok0 * p.q.s2;
+    // STATE_ONLY: q and o may be NULL; no address is formed from them.
+    const T *q = STATE_ONLY ? nullptr
+                            : reinterpret_cast<const T *>(p.q.ptr) + seq.bq * p.q.s0 + h * p.q.s1 + seq.tok0 * p.q.s2;
     const T *k = reinterpret_cast<const T *>(p.k.ptr) + seq.bq * p.k.s0 + h * p.k.s1 + seq.tok0 * p.k.s2;
     const T *v = reinterpret_cast<const T *>(p.v.ptr) + seq.bq * p.v.s0 + h * p.v.s1 + seq.tok0 * p.v.s2 + e0;
-    OT *o = reinterpret_cast<OT *>(p.o.ptr) + seq.bq * p.o.s0 + h * p.o.s1 + seq.tok0 * p.o.s2 + e0;
+    OT *o = STATE_ONLY ? nullptr
+                       : reinterpret_cast<OT *>(p.o.ptr) + seq.bq * p.o.s0 + h * p.o.s1 + seq.tok0 * p.o.s2 + e0;
     const long long qs = dir * p.q.s2, ks = dir * p.k.s2, vs = dir * p.v.s2, os = dir * p.o.s2;
     const int nchunks = (n + BLOCK - 1) / BLOCK;
 
@@ -267,7 +279,7 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
             }
         }
     }
-    state_to_smem(sS, st, wsm, wsn, lane);
+    if constexpr (!STATE_ONLY) state_to_smem(sS, st, wsm, wsn, lane);
 
     const float sigma = p.scale;
     for (int c = 0; c < nchunks; c++) {
@@ -332,6 +344,14 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) la_fwd(const __grid_const
                 }
             }
         };
+
+        // STATE_ONLY: the state update alone (the top __syncthreads of the next chunk frees the
+        // ring slot; there is no state copy to refresh).
+        if constexpr (STATE_ONLY) {
+#pragma unroll
+            for (int kk = 0; kk < BLOCK / KS; kk++) state_step(kk);
+            continue;
+        }
 
         // ---------------- outputs of this chunk
 #pragma unroll
