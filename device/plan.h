@@ -25,14 +25,14 @@ typedef struct lj_plan_key {
     long long sym[LJ_MAX_SYMBOLS];
 } lj_plan_key;
 
-#define LJ_PLAN_FLAG_DECAY   0x01u
-#define LJ_PLAN_FLAG_INITIAL 0x02u
-#define LJ_PLAN_FLAG_FINAL   0x04u
-#define LJ_PLAN_FLAG_VARLEN  0x08u
-#define LJ_PLAN_FLAG_VK      0x10u
-#define LJ_PLAN_FLAG_WANT_DS 0x20u
-#define LJ_PLAN_FLAG_DSN     0x40u
-#define LJ_PLAN_FLAG_STEPS   0x80u
+#define LJ_PLAN_FLAG_DECAY       0x01u
+#define LJ_PLAN_FLAG_INITIAL     0x02u
+#define LJ_PLAN_FLAG_FINAL       0x04u
+#define LJ_PLAN_FLAG_VARLEN      0x08u
+#define LJ_PLAN_FLAG_VK          0x10u
+#define LJ_PLAN_FLAG_WANT_DS     0x20u
+#define LJ_PLAN_FLAG_DSN         0x40u
+#define LJ_PLAN_FLAG_STEPS       0x80u
 #define LJ_PLAN_FLAG2_STATE_ONLY 0x01u
 
 typedef struct lj_plan {

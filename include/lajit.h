@@ -302,7 +302,8 @@ LAJIT_API lajit_status lajit_family_param(lajit_ctx *ctx, const char *family, in
  *   Σ_t λ^{N−1−t} k_tᵀ v_t — with no initial_state, the local state M of the span of tokens
  *   given, which lajit_attn_state_scan turns into each span's incoming state (the building
  *   blocks of splitting a sequence between GPUs). final_state is then required. Served by
- *   la_fwd_sm90 (sm_90a, f16/bf16, D a multiple of 64); elsewhere LAJIT_ERR_UNSUPPORTED.
+ *   la_fwd_sm90 (sm_90a, f16/bf16, D a multiple of 64) and la_fwd (every arch and dtype);
+ *   la_recurrent refuses it.
  * family: NULL for the default forward family, or a family name ("la_recurrent").
  * stream: a CUstream (NULL: the legacy default stream). The call is asynchronous; a cached
  * kernel launches without allocation, Lua or host synchronisation (graph-capturable). With few
