@@ -152,6 +152,7 @@ static void run_case(const cp_case *c, void *comm)
                 lj_gpu_poison(rb[r].o, BH * c->n[r] * E * 2);
             lj_gpu_poison(rb[r].sn, BH * DE * 4);
         }
+        lj_gpu_sync(); /* the memsets ran on the legacy stream, which ours does not wait for */
         /* One uncaptured call on the new stream first: the workspace is the context's. */
         ASSERT_OK(lajit__cp_attn_fwd_sim(ctx, P, a));
         lj_gpu_stream_sync(stream);
@@ -160,6 +161,7 @@ static void run_case(const cp_case *c, void *comm)
                 lj_gpu_poison(rb[r].o, BH * c->n[r] * E * 2);
             lj_gpu_poison(rb[r].sn, BH * DE * 4);
         }
+        lj_gpu_sync();
         ASSERT_EQ(drv->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
                   CUDA_SUCCESS);
         st = lajit__cp_attn_fwd_sim(ctx, P, a);
