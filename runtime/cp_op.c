@@ -327,7 +327,11 @@ static lajit_status device_ready(lajit_ctx *ctx)
 {
     lj_device *dev;
     lajit_status st = lajit__ctx_device(ctx, &dev);
-    return st != LAJIT_OK ? st : lj_device_make_current(&ctx->env, dev);
+    if (st == LAJIT_OK)
+        st = lj_device_make_current(&ctx->env, dev);
+    if (st != LAJIT_OK)
+        lj_error_prefix(&ctx->env, FN ": ");
+    return st;
 }
 
 /* ---- The NCCL path -------------------------------------------------------------------------- */

@@ -3,6 +3,7 @@
  * on the fake driver — the NCCL path's in-place all-gather, and the simulated ranks' sequence of
  * launches and device-to-device copies, with the exchange buffer's layout read back from fake
  * device memory (host memory: the copies really move bytes). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -452,6 +453,48 @@ LJ_TEST(simulated_ranks_sequence)
         for (size_t i = 0; i < STATE_F32; i++)
             ASSERT_TRUE(m1[i] == 0.0f);
     }
+    for (int r = 0; r < P; r++)
+        rank_close(&u[r]);
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* Every driver call of a warm simulated call failed in turn (fault injection): each failure is a
+ * status with a message naming the step, never a crash, and the context serves the next call. */
+LJ_TEST(driver_failures_each_a_status)
+{
+    need_nvrtc();
+    lj_fake_driver_reset();
+    fake_device();
+    lajit_ctx *ctx = fake_ctx();
+    enum { P = 3 };
+    const int n[P] = {3, 0, 2};
+    rank_views u[P];
+    lajit_cp_attn_fwd_args a[P];
+    for (int r = 0; r < P; r++) {
+        rank_open(&u[r], n[r]);
+        a[r] = u[r].a;
+    }
+    ASSERT_OK(lajit__cp_attn_fwd_sim(ctx, P, a)); /* compiles, sizes the workspace */
+    lj_env *env = lajit__ctx_env(ctx);
+    const uint64_t c0 = env->fault_count[LJ_FAULT_DRIVER];
+    ASSERT_OK(lajit__cp_attn_fwd_sim(ctx, P, a));
+    const uint64_t calls = env->fault_count[LJ_FAULT_DRIVER] - c0;
+    /* At least: 2 length memsets per rank, rank 1's zero state, 6 copies, 7 launches. */
+    ASSERT_TRUE(calls >= 2 * P + 1 + 6 + 7);
+    for (uint64_t k = 1; k <= calls; k++) {
+        env->fault_at[LJ_FAULT_DRIVER] = env->fault_count[LJ_FAULT_DRIVER] + k;
+        lajit_status st = lajit__cp_attn_fwd_sim(ctx, P, a);
+        env->fault_at[LJ_FAULT_DRIVER] = 0;
+        if (st == LAJIT_OK)
+            lj_test_fail(__FILE__, __LINE__, "driver call %llu of %llu failed, the call passed",
+                         (unsigned long long)k, (unsigned long long)calls);
+        ASSERT_CONTAINS(lajit_errmsg(ctx), "lajit_cp_attn_fwd");
+        ASSERT_OK(lajit__cp_attn_fwd_sim(ctx, P, a));
+    }
+    printf("%llu driver calls failed in turn\n", (unsigned long long)calls);
+    printf("%llu driver calls failed in turn\n", (unsigned long long)calls);
     for (int r = 0; r < P; r++)
         rank_close(&u[r]);
     lajit_ctx_destroy(ctx);
