@@ -78,6 +78,7 @@ static const struct {
     LJ_ENTRY(cuMemcpyHtoD),
     LJ_ENTRY(cuMemcpyDtoH),
     LJ_ENTRY(cuMemcpyDtoHAsync),
+    LJ_ENTRY(cuMemcpyDtoDAsync),
     LJ_ENTRY(cuMemsetD8),
     LJ_ENTRY(cuMemsetD32),
     LJ_ENTRY(cuMemsetD32Async),

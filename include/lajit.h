@@ -82,12 +82,16 @@ typedef enum lajit_status {
     LAJIT_ERR_DEVICE_OUT_OF_MEMORY = 18, /* device memory ran out (CUDA_ERROR_OUT_OF_MEMORY in
                                             an allocation, module load or launch): free device
                                             memory and retry; the context stays usable */
-    LAJIT_ERR_DEVICE_FAULT = 19          /* a kernel faulted (illegal address, launch failure,
+    LAJIT_ERR_DEVICE_FAULT = 19,         /* a kernel faulted (illegal address, launch failure,
                                        misaligned address, assert, timeout, ...): the CUDA
                                        context is broken for good, every later call in it fails
                                        the same way. In the primary context (the one lajit and
                                        the CUDA runtime share) only a device reset or a new
                                        process recovers; destroy the lajit contexts first */
+    LAJIT_ERR_NO_NCCL = 20, /* libnccl.so.2 (or $LAJIT_NCCL_PATH) could not be loaded or lacks an
+                               entry point: only the context-parallel ops need it */
+    LAJIT_ERR_NCCL = 21     /* an NCCL call failed (its name, ncclResult_t and text in
+                               lajit_errmsg) */
 } lajit_status;
 
 /* A short constant description of a status ("invalid argument"); never NULL. */
@@ -473,6 +477,66 @@ typedef struct lajit_attn_state_scan_args {
 
 LAJIT_API lajit_status lajit_attn_state_scan(lajit_ctx *ctx,
                                              const lajit_attn_state_scan_args *args);
+
+/* ---- Context parallelism (one sequence over the GPUs of an NCCL communicator) ---------------
+ *
+ * Forward. The application owns an NCCL communicator of P ranks (ncclComm_t, passed as void *;
+ * NCCL is loaded at run time, like the driver: libnccl.so.2, or $LAJIT_NCCL_PATH). Rank r holds
+ * the contiguous span of tokens t = a_r + 1 .. a_r + n_r of every sequence of the batch (rank
+ * order is NCCL's; a_0 = 0, a_{r+1} = a_r + n_r, N = a_P; n_r may differ per rank, even be 0),
+ * and every rank makes the same call on its own span. In the terms of lajit_attn_state_scan:
+ *   (a) the span's local state M_r = Σ_{t in span r} λ^{a_r + n_r − t} k_tᵀ v_t (rank 0 with an
+ *       initial state exchanges λ^{n_0} S_0 + M_0 instead, its final state from S_0), computed by
+ *       lajit_attn_fwd with o NULL into the context's workspace, and n_r written beside it;
+ *   (b) one exchange: an in-place ncclAllGather of every rank's [M_r, n_r] (B·H·D·E floats and
+ *       an int64, padded to 16 bytes), so each rank receives P·B·H·D·E·4 bytes (LASP-2's
+ *       exchange; the log2(P)-step point-to-point scan that keeps that flat in P is a later step:
+ *       runtime/cp_op.c's exchange interface is where it goes);
+ *   (c) lajit_attn_state_scan over the P gathered spans: S_{a_r}, the state entering span r
+ *       (all P incoming states are computed, P·B·H·D·E floats read and written: cheap beside the
+ *       local work at the P this exchange is meant for); rank 0 skips it unless final_state is
+ *       wanted, its incoming state being S_0;
+ *   (d) lajit_attn_fwd over the span from S_{a_r}: the span's exact outputs o_t = σ q_t S_t.
+ * All on the caller's stream, with no host synchronisation; after the first call of a shape
+ * (which sizes the workspace and compiles the kernels) nothing is allocated: make that call
+ * before capturing a graph. Calls that share a context must share a stream (the workspace).
+ * - comm: a blocking communicator (ncclComm_t; a non-blocking one is refused when NCCL answers
+ *   ncclInProgress); its device (ncclCommCuDevice) must be the context's.
+ * - q, k [B,H,n_r,D], v, o [B,H,n_r,E]: this rank's span, as in lajit_attn_fwd (strided views,
+ *   one dtype; o written). n_r = 0 is allowed (the rank then contributes an empty span and
+ *   writes nothing to o). The kernels of steps (a) and (d) are those of lajit_attn_fwd, so the
+ *   state-only step needs la_fwd_sm90's problems today (sm_90a, f16/bf16, D a multiple of 64).
+ * - s, scale, flags (LAJIT_STATE_VK): as in lajit_attn_fwd, the same on every rank.
+ * - initial_state: S_0, float32 [B,H,D,E] (VK: [B,H,E,D]), read by rank 0 only (other ranks
+ *   ignore the argument, so every rank may pass the same list); NULL: zero. With n_0 = 0 it must
+ *   be contiguous (it is copied into the exchange).
+ * - final_state: S_N, float32 [B,H,D,E] (VK), written on every rank that gives it (each computes
+ *   it from the gathered spans; the values agree); NULL when not wanted.
+ * - cu_seqlens: must be NULL (varlen batches across ranks are not in this version).
+ * Checked here (LAJIT_ERR_INVALID_ARGUMENT unless said): NULL comm; a communicator whose size,
+ * rank or device cannot be queried (LAJIT_ERR_NCCL, NCCL's text in lajit_errmsg) or whose device
+ * is not the context's; q, k, v, o that disagree in B, H, n_r, D or E; states of another shape
+ * or dtype; NCCL missing (LAJIT_ERR_NO_NCCL). Not detectable without a host synchronisation,
+ * and so not checked: ranks that disagree about B, H, D, E, s, scale or flags (the all-gather's
+ * sizes then differ between ranks: NCCL's behaviour, possibly a hang), a rank that does not make
+ * the call (a hang, as with any collective), and a comm pointer that is not a live communicator
+ * (undefined behaviour). A rank's failure before the exchange returns before calling NCCL, so
+ * the other ranks wait in the all-gather: treat any failure as fatal to the group. */
+typedef struct lajit_cp_attn_fwd_args {
+    size_t struct_size; /* sizeof(lajit_cp_attn_fwd_args) */
+    void *comm;         /* ncclComm_t */
+    const DLTensor *q, *k, *v;
+    DLTensor *o;
+    const DLTensor *s;
+    float scale;
+    const DLTensor *initial_state; /* rank 0 only */
+    DLTensor *final_state;         /* every rank that gives it */
+    const DLTensor *cu_seqlens;    /* NULL */
+    uint32_t flags;                /* LAJIT_STATE_VK */
+    void *stream;
+} lajit_cp_attn_fwd_args;
+
+LAJIT_API lajit_status lajit_cp_attn_fwd(lajit_ctx *ctx, const lajit_cp_attn_fwd_args *args);
 
 /* ---- Families that declare their own arguments ------------------------------------------ */
 /* A family with op "custom" in its spec (one of the family path's, or a built-in) declares its

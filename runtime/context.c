@@ -119,6 +119,8 @@ LAJIT_API void lajit_ctx_destroy(lajit_ctx *ctx)
         const lj_driver *drv = ctx->device.drv;
         if (ctx->scratch && lj_device_make_current(env, &ctx->device) == LAJIT_OK)
             LJ_CU(env, drv, cuMemFree, ctx->scratch);
+        if (ctx->cp_ws && lj_device_make_current(env, &ctx->device) == LAJIT_OK)
+            LJ_CU(env, drv, cuMemFree, ctx->cp_ws);
         if ((ctx->split_flags || ctx->split_states) &&
             lj_device_make_current(env, &ctx->device) == LAJIT_OK) {
             if (ctx->split_flags)
@@ -205,6 +207,11 @@ lj_env *lajit__ctx_env(lajit_ctx *ctx)
 void lajit__ctx_set_driver(lajit_ctx *ctx, const lj_driver *drv)
 {
     ctx->driver_override = drv;
+}
+
+void lajit__ctx_set_nccl(lajit_ctx *ctx, const lj_nccl *nccl)
+{
+    ctx->nccl_override = nccl;
 }
 
 lajit_status lajit__ctx_lua(lajit_ctx *ctx, lj_lua **out)

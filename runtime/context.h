@@ -9,6 +9,7 @@
 #include "cache.h"
 #include "device.h"
 #include "family.h"
+#include "nccl.h"
 #include "plan.h"
 #include "roles.h"
 #include "sandbox.h"
@@ -37,7 +38,12 @@ struct lajit_ctx {
      * states (grow-only): plan_build.c's split_buffer. */
     CUdeviceptr split_flags, split_states;
     size_t split_flags_bytes, split_states_bytes;
-    uint32_t autotune; /* LAJIT_AUTOTUNE_OFF or _EAGER (resolved at creation) */
+    /* Context parallelism (cp_op.c): each call's gathered local states, span lengths and
+     * incoming states (grow-only; the simulated ranks of the tests hold P of them). */
+    CUdeviceptr cp_ws;
+    size_t cp_ws_bytes;
+    const lj_nccl *nccl_override; /* tests: a fake NCCL table */
+    uint32_t autotune;            /* LAJIT_AUTOTUNE_OFF or _EAGER (resolved at creation) */
     lj_tunedb *tunedb; /* opened on the first plan built; NULL until then or if unusable */
     int tunedb_failed; /* 1: opening failed once; not retried for this context */
     /* The shipped tuning table of the device (autotune/tuned.h), loaded on the first plan built
@@ -62,6 +68,8 @@ struct lajit_ctx {
 lj_env *lajit__ctx_env(lajit_ctx *ctx);
 /* Use drv instead of the process's libcuda for this context (tests; before any op). */
 void lajit__ctx_set_driver(lajit_ctx *ctx, const lj_driver *drv);
+/* Use nccl instead of the process's libnccl for this context (tests; before any op). */
+void lajit__ctx_set_nccl(lajit_ctx *ctx, const lj_nccl *nccl);
 lajit_status lajit__ctx_lua(lajit_ctx *ctx, lj_lua **out);
 lajit_status lajit__ctx_cache(lajit_ctx *ctx, lj_cache **out);
 lajit_status lajit__ctx_family(lajit_ctx *ctx, const char *name, lj_family **out);

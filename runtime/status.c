@@ -36,6 +36,8 @@ LAJIT_API const char *lajit_status_string(lajit_status status)
         case LAJIT_ERR_INTERNAL: return "internal error";
         case LAJIT_ERR_DEVICE_OUT_OF_MEMORY: return "out of device memory";
         case LAJIT_ERR_DEVICE_FAULT: return "a kernel faulted; the CUDA context is unusable";
+        case LAJIT_ERR_NO_NCCL: return "NCCL not available";
+        case LAJIT_ERR_NCCL: return "NCCL error";
     }
     return "unknown status";
 }

@@ -66,6 +66,7 @@ static struct {
     const void *last_image;
     lj_fake_counts counts;
     lj_fake_launch log[LJ_FAKE_MAX_LAUNCHES];
+    lj_fake_copy copies[LJ_FAKE_MAX_LAUNCHES];
 } fk = {.device_count = 1};
 
 /* The primary context: an address of ours that the fake never dereferences. */
@@ -648,6 +649,20 @@ static CUresult f_cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t bytes, CU
     return CUDA_SUCCESS;
 }
 
+static CUresult f_cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s)
+{
+    FAKE_ENTRY("cuMemcpyDtoDAsync");
+    NEED_CONTEXT();
+    if ((s && !live_handle(fk.streams, s)) || find_alloc(src, bytes) < 0 ||
+        find_alloc(dst, bytes) < 0)
+        return err(CUDA_ERROR_INVALID_VALUE);
+    memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes);
+    if (fk.counts.dtod_copies < LJ_FAKE_MAX_LAUNCHES)
+        fk.copies[fk.counts.dtod_copies] = (lj_fake_copy){dst, src, bytes, s, fk.counts.launches};
+    fk.counts.dtod_copies++;
+    return CUDA_SUCCESS;
+}
+
 static CUresult f_cuMemsetD8(CUdeviceptr dst, unsigned char v, size_t n)
 {
     FAKE_ENTRY("cuMemsetD8");
@@ -883,6 +898,7 @@ static const lj_driver fake_table = {
     .cuMemcpyHtoD = f_cuMemcpyHtoD,
     .cuMemcpyDtoH = f_cuMemcpyDtoH,
     .cuMemcpyDtoHAsync = f_cuMemcpyDtoHAsync,
+    .cuMemcpyDtoDAsync = f_cuMemcpyDtoDAsync,
     .cuMemsetD8 = f_cuMemsetD8,
     .cuMemsetD32 = f_cuMemsetD32,
     .cuMemGetInfo = f_cuMemGetInfo,
@@ -933,6 +949,11 @@ int lj_fake_driver_balanced(void)
            c->loads == c->unloads && c->allocs == c->frees &&
            c->streams_created == c->streams_destroyed && c->events_created == c->events_destroyed &&
            c->graphs_instantiated == c->graph_execs_destroyed && graphs == 0 && !fk.capture_active;
+}
+
+const lj_fake_copy *lj_fake_copy_get(int i)
+{
+    return i >= 0 && i < fk.counts.dtod_copies && i < LJ_FAKE_MAX_LAUNCHES ? &fk.copies[i] : NULL;
 }
 
 int lj_fake_launch_count(void)

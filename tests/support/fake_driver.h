@@ -39,6 +39,14 @@ typedef struct lj_fake_launch {
     la_params params; /* the first kernel parameter's bytes */
 } lj_fake_launch;
 
+/* A recorded cuMemcpyDtoDAsync (device-to-device copies: the simulated ranks' exchange). */
+typedef struct lj_fake_copy {
+    CUdeviceptr dst, src;
+    size_t bytes;
+    CUstream stream;
+    int after_launches; /* launches recorded before it: its place in the sequence */
+} lj_fake_copy;
+
 typedef struct lj_fake_counts {
     int inits;
     int retains, releases; /* primary context */
@@ -48,7 +56,8 @@ typedef struct lj_fake_counts {
     int functions;         /* cuModuleGetFunction successes */
     int smem_attrs;        /* cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) */
     int allocs, frees;
-    int launches; /* all successful launches (the log keeps the first 256) */
+    int dtod_copies; /* cuMemcpyDtoDAsync calls that succeeded (the log keeps the first 256) */
+    int launches;    /* all successful launches (the log keeps the first 256) */
     int captured_launches;
     int streams_created, streams_destroyed;
     int events_created, events_destroyed;
@@ -73,6 +82,9 @@ int lj_fake_driver_balanced(void);
  * log's capacity). */
 int lj_fake_launch_count(void);
 const lj_fake_launch *lj_fake_launch_get(int i);
+
+/* The i-th successful cuMemcpyDtoDAsync, oldest first (NULL when out of range or beyond 256). */
+const lj_fake_copy *lj_fake_copy_get(int i);
 
 /* Configuration: the number of devices cuDeviceGetCount reports (default 1); what cuInit
  * returns (default CUDA_SUCCESS); and a failure injected by name: every later call of the entry

@@ -1,0 +1,503 @@
+/* cp.c — lajit_cp_attn_fwd without a GPU: NCCL absent (the loader's status and message), the
+ * argument checks (a fake NCCL table answers the communicator's queries), and the orchestration
+ * on the fake driver — the NCCL path's in-place all-gather, and the simulated ranks' sequence of
+ * launches and device-to-device copies, with the exchange buffer's layout read back from fake
+ * device memory (host memory: the copies really move bytes). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "context.h"
+#include "cp_op.h"
+#include "fake_driver.h"
+#include "gpu.h"
+#include "nvrtc.h"
+#include "test.h"
+
+/* ---- A fake NCCL ----------------------------------------------------------------------------- */
+
+static struct {
+    int P, rank, device;
+    lj_nccl_result count_result, rank_result, gather_result;
+    int gathers;
+    const void *send;
+    void *recv;
+    size_t count;
+    int dtype;
+    CUstream stream;
+} fn;
+
+static lj_nccl_result f_version(int *v)
+{
+    *v = 22703;
+    return LJ_NCCL_SUCCESS;
+}
+static const char *f_error_string(lj_nccl_result r)
+{
+    (void)r;
+    return "fake NCCL failure";
+}
+static lj_nccl_result f_count(lj_nccl_comm c, int *n)
+{
+    (void)c;
+    *n = fn.P;
+    return fn.count_result;
+}
+static lj_nccl_result f_rank(lj_nccl_comm c, int *r)
+{
+    (void)c;
+    *r = fn.rank;
+    return fn.rank_result;
+}
+static lj_nccl_result f_device(lj_nccl_comm c, int *d)
+{
+    (void)c;
+    *d = fn.device;
+    return LJ_NCCL_SUCCESS;
+}
+static lj_nccl_result f_all_gather(const void *send, void *recv, size_t count, int dtype,
+                                   lj_nccl_comm c, CUstream s)
+{
+    (void)c;
+    fn.gathers++;
+    fn.send = send;
+    fn.recv = recv;
+    fn.count = count;
+    fn.dtype = dtype;
+    fn.stream = s;
+    return fn.gather_result;
+}
+
+static const lj_nccl fake_nccl = {
+    .ncclGetVersion = f_version,
+    .ncclGetErrorString = f_error_string,
+    .ncclCommCount = f_count,
+    .ncclCommUserRank = f_rank,
+    .ncclCommCuDevice = f_device,
+    .ncclAllGather = f_all_gather,
+    .version = 22703,
+};
+
+static void fake_nccl_reset(int P, int rank)
+{
+    memset(&fn, 0, sizeof fn);
+    fn.P = P;
+    fn.rank = rank;
+}
+
+/* ---- Calls ------------------------------------------------------------------------------------ */
+
+enum { B = 1, H = 2, D = 64, E = 64, MAXP = 4 };
+
+static lajit_ctx *fake_ctx(void)
+{
+    lajit_ctx_desc desc;
+    lajit_ctx_desc_init(&desc);
+    desc.flags = LAJIT_CTX_NO_DISK_CACHE;
+    desc.autotune = LAJIT_AUTOTUNE_OFF;
+    lajit_ctx *ctx;
+    ASSERT_OK(lajit_ctx_create(&desc, &ctx));
+    lajit__ctx_set_driver(ctx, lj_fake_driver());
+    lajit__ctx_set_nccl(ctx, &fake_nccl);
+    return ctx;
+}
+
+/* One rank's tensors in fake device memory: bf16 q, k, v, o of n tokens, s, both states. */
+typedef struct rank_views {
+    CUdeviceptr q, k, v, o, s, s0, sn;
+    lj_test_tensor tq, tk, tv, to, ts, ts0, tsn;
+    lajit_cp_attn_fwd_args a;
+} rank_views;
+
+static CUcontext cuctx;
+
+static void fake_device(void)
+{
+    const lj_driver *drv = lj_fake_driver();
+    CUdevice dev;
+    ASSERT_EQ(drv->cuInit(0), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuDeviceGet(&dev, 0), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuDevicePrimaryCtxRetain(&cuctx, dev), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuCtxSetCurrent(cuctx), CUDA_SUCCESS);
+}
+
+static CUdeviceptr alloc(size_t bytes)
+{
+    CUdeviceptr p;
+    ASSERT_EQ(lj_fake_driver()->cuMemAlloc(&p, bytes ? bytes : 16), CUDA_SUCCESS);
+    memset((void *)(uintptr_t)p, 0, bytes ? bytes : 16);
+    return p;
+}
+
+static void rank_open(rank_views *u, int n)
+{
+    memset(u, 0, sizeof *u);
+    const DLDataType bf16 = lj_test_dl_dtype(LJ_BF16), f32 = lj_test_dl_dtype(LJ_F32);
+    const int64_t qs[4] = {B, H, n, D}, vs[4] = {B, H, n, E}, ss[4] = {B, H, D, E}, hs[1] = {H};
+    u->q = alloc((size_t)B * H * n * D * 2);
+    u->k = alloc((size_t)B * H * n * D * 2);
+    u->v = alloc((size_t)B * H * n * E * 2);
+    u->o = alloc((size_t)B * H * n * E * 2);
+    u->s = alloc(H * 4);
+    u->s0 = alloc((size_t)B * H * D * E * 4);
+    u->sn = alloc((size_t)B * H * D * E * 4);
+    float *s = (float *)(uintptr_t)u->s;
+    for (int h = 0; h < H; h++)
+        s[h] = 0.5f * (float)(h + 1);
+    u->a.struct_size = sizeof u->a;
+    u->a.comm = (void *)&fn; /* any non-NULL pointer: the fake NCCL does not read it */
+    u->a.q = lj_gpu_tensor(&u->tq, u->q, 0, 4, qs, NULL, bf16);
+    u->a.k = lj_gpu_tensor(&u->tk, u->k, 0, 4, qs, NULL, bf16);
+    u->a.v = lj_gpu_tensor(&u->tv, u->v, 0, 4, vs, NULL, bf16);
+    u->a.o = lj_gpu_tensor(&u->to, u->o, 0, 4, vs, NULL, bf16);
+    u->a.s = lj_gpu_tensor(&u->ts, u->s, 0, 1, hs, NULL, f32);
+    u->a.initial_state = lj_gpu_tensor(&u->ts0, u->s0, 0, 4, ss, NULL, f32);
+    u->a.final_state = lj_gpu_tensor(&u->tsn, u->sn, 0, 4, ss, NULL, f32);
+    u->a.scale = 1.0f;
+}
+
+static void rank_close(rank_views *u)
+{
+    const lj_driver *drv = lj_fake_driver();
+    CUdeviceptr p[7] = {u->q, u->k, u->v, u->o, u->s, u->s0, u->sn};
+    for (int i = 0; i < 7; i++)
+        drv->cuMemFree(p[i]);
+}
+
+static void need_nvrtc(void)
+{
+    lj_env env;
+    lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
+    int major, minor;
+    if (lj_nvrtc_version(&env, &major, &minor) != LAJIT_OK)
+        lj_test_skip("NVRTC not available");
+}
+
+#define SLOT      ((size_t)B * H * D * E * 4 + 16) /* the exchange buffer's bytes per rank */
+#define STATE_F32 ((size_t)B * H * D * E)
+
+/* ---- Tests ------------------------------------------------------------------------------------ */
+
+/* No NCCL: LAJIT_ERR_NO_NCCL naming the path tried and the variable; the next call says the same,
+ * and nothing else in the context is affected (a state scan's argument error is its own). */
+LJ_TEST(nccl_missing)
+{
+    const char *path = "/nonexistent/lajit-test/libnccl.so.2";
+    setenv("LAJIT_NCCL_PATH", path, 1);
+    lj_env env;
+    lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
+    const lj_nccl *nccl = NULL;
+    ASSERT_STATUS(lj_nccl_load(&env, &nccl), LAJIT_ERR_NO_NCCL);
+    ASSERT_TRUE(nccl == NULL);
+    ASSERT_CONTAINS(env.errmsg, path);
+    ASSERT_CONTAINS(env.errmsg, "LAJIT_NCCL_PATH");
+
+    lj_fake_driver_reset();
+    fake_device();
+    lajit_ctx *ctx = fake_ctx();
+    lajit__ctx_set_nccl(ctx, NULL); /* the process's loader */
+    rank_views u;
+    rank_open(&u, 4);
+    for (int i = 0; i < 2; i++) {
+        ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &u.a), LAJIT_ERR_NO_NCCL);
+        ASSERT_CONTAINS(lajit_errmsg(ctx), "no NCCL: cannot load /nonexistent/lajit-test");
+    }
+    ASSERT_STREQ(lajit_status_string(LAJIT_ERR_NO_NCCL), "NCCL not available");
+    ASSERT_EQ(lj_fake_launch_count(), 0);
+    lajit_attn_state_scan_args sc;
+    memset(&sc, 0, sizeof sc);
+    sc.struct_size = sizeof sc;
+    ASSERT_STATUS(lajit_attn_state_scan(ctx, &sc), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "local_states");
+    rank_close(&u);
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* Each bad argument is its own status and message, before anything is launched or allocated. */
+LJ_TEST(argument_errors)
+{
+    lj_fake_driver_reset();
+    fake_device();
+    lajit_ctx *ctx = fake_ctx();
+    rank_views u;
+    rank_open(&u, 4);
+    lajit_cp_attn_fwd_args a;
+    fake_nccl_reset(2, 0);
+
+    ASSERT_STATUS(lajit_cp_attn_fwd(NULL, &u.a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, NULL), LAJIT_ERR_INVALID_ARGUMENT);
+    a = u.a;
+    a.struct_size--;
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_STRUCT_SIZE);
+    a = u.a;
+    a.flags = 0x4;
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    a = u.a;
+    a.scale = 0;
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    a = u.a;
+    a.comm = NULL;
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "comm is NULL");
+
+    /* The communicator's queries. */
+    fn.count_result = 4; /* ncclInvalidArgument */
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &u.a), LAJIT_ERR_NCCL);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "ncclCommCount");
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "ncclInvalidArgument (4): fake NCCL failure");
+    ASSERT_STREQ(lajit_status_string(LAJIT_ERR_NCCL), "NCCL error");
+    fake_nccl_reset(2, 0);
+    fn.rank_result = 5;
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &u.a), LAJIT_ERR_NCCL);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "ncclCommUserRank: ncclInvalidUsage");
+    fake_nccl_reset(2, 2);
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &u.a), LAJIT_ERR_NCCL);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "rank 2 of 2");
+    fake_nccl_reset(2, 0);
+    fn.device = 1;
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &u.a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "on CUDA device 1, the context on 0");
+    fake_nccl_reset(2, 0);
+
+    /* Tensors. */
+    a = u.a;
+    a.cu_seqlens = u.a.s;
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "cu_seqlens must be NULL");
+    a = u.a;
+    a.q = NULL;
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "q, k, v and o are required");
+    lj_test_tensor t;
+    const DLDataType bf16 = lj_test_dl_dtype(LJ_BF16), f32 = lj_test_dl_dtype(LJ_F32);
+    a = u.a;
+    a.q = lj_gpu_tensor(&t, u.q, 0, 4, (const int64_t[]){B, H, 3, D}, NULL, bf16);
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "q is [1, 2, 3, 64]; k and v make it [1, 2, 4, 64]");
+    a = u.a;
+    a.o = lj_gpu_tensor(&t, u.o, 0, 4, (const int64_t[]){B, H, 4, 32}, NULL, bf16);
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "o is [1, 2, 4, 32]");
+    a = u.a;
+    a.v = lj_gpu_tensor(&t, u.v, 0, 3, (const int64_t[]){B, H, 4}, NULL, bf16);
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "v must be [B, H, N, E]");
+    a = u.a;
+    a.final_state = lj_gpu_tensor(&t, u.sn, 0, 4, (const int64_t[]){B, H, D, 32}, NULL, f32);
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "final_state must be [B, H, D, E] = [1, 2, 64, 64]");
+    a = u.a;
+    a.flags = LAJIT_STATE_VK;
+    a.final_state = lj_gpu_tensor(&t, u.sn, 0, 4, (const int64_t[]){B, H, D, 32}, NULL, f32);
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "final_state must be [B, H, E, D]");
+    a = u.a;
+    a.final_state = lj_gpu_tensor(&t, u.sn, 0, 4, (const int64_t[]){B, H, D, E}, NULL, bf16);
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "final_state is bfloat16; context parallelism keeps states "
+                                       "in float32");
+    /* initial_state is rank 0's: checked there, not read elsewhere. */
+    a = u.a;
+    a.initial_state = lj_gpu_tensor(&t, u.s0, 0, 4, (const int64_t[]){B, 3, D, E}, NULL, f32);
+    lj_test_tensor t2;
+    a.final_state = lj_gpu_tensor(&t2, u.sn, 0, 4, (const int64_t[]){B, H, D, 7}, NULL, f32);
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "initial_state must be");
+    fake_nccl_reset(2, 1);
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "final_state must be");
+
+    /* The simulated ranks' own checks. */
+    lajit_cp_attn_fwd_args two[2] = {u.a, u.a};
+    ASSERT_STATUS(lajit__cp_attn_fwd_sim(ctx, 0, two), LAJIT_ERR_INVALID_ARGUMENT);
+    two[1].stream = (void *)&t;
+    ASSERT_STATUS(lajit__cp_attn_fwd_sim(ctx, 2, two), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "one stream");
+    two[1] = u.a;
+    two[1].v = lj_gpu_tensor(&t, u.v, 0, 4, (const int64_t[]){B, H, 4, 128}, NULL, bf16);
+    lj_test_tensor t3;
+    two[1].o = lj_gpu_tensor(&t3, u.o, 0, 4, (const int64_t[]){B, H, 4, 128}, NULL, bf16);
+    two[1].initial_state = two[1].final_state = NULL;
+    ASSERT_STATUS(lajit__cp_attn_fwd_sim(ctx, 2, two), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "rank 1's B, H, D, E or flags differ");
+
+    ASSERT_EQ(lj_fake_launch_count(), 0);
+    ASSERT_EQ(lj_fake_driver_counts()->allocs, 7);
+    ASSERT_EQ(fn.gathers, 0);
+    rank_close(&u);
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* The NCCL path of a rank with no tokens needs no kernel: its length and zero state go into its
+ * slot, and the all-gather is in place (send = recv + rank · slot), slot/4 floats, on the
+ * caller's stream. The buffer is allocated once; a non-blocking communicator is refused. */
+LJ_TEST(nccl_path_in_place_gather)
+{
+    need_nvrtc();
+    lj_fake_driver_reset();
+    fake_device();
+    lajit_ctx *ctx = fake_ctx();
+    rank_views u;
+    rank_open(&u, 0);
+    u.a.final_state = NULL;
+    CUstream stream;
+    ASSERT_EQ(lj_fake_driver()->cuStreamCreate(&stream, 0), CUDA_SUCCESS);
+    u.a.stream = stream;
+    fake_nccl_reset(3, 1);
+    ASSERT_OK(lajit_cp_attn_fwd(ctx, &u.a));
+    /* Rank 1 of 3 scans the gathered slots (a launch), then writes no outputs (no tokens). */
+    ASSERT_EQ(fn.gathers, 1);
+    ASSERT_EQ(lj_fake_launch_count(), 1);
+    ASSERT_STREQ(lj_fake_launch_get(0)->entry, "la_state_scan");
+    ASSERT_EQ(fn.count, SLOT / 4);
+    ASSERT_EQ(fn.dtype, LJ_NCCL_FLOAT32);
+    ASSERT_TRUE(fn.stream == stream);
+    ASSERT_TRUE((const char *)fn.send == (char *)fn.recv + SLOT);
+    ASSERT_TRUE((CUdeviceptr)(uintptr_t)fn.recv == ctx->cp_ws);
+    const char *slot1 = (const char *)fn.send;
+    int64_t n = -1;
+    memcpy(&n, slot1 + SLOT - 16, 8);
+    ASSERT_EQ(n, 0);
+    for (size_t i = 0; i < STATE_F32; i++)
+        ASSERT_TRUE(((const float *)slot1)[i] == 0.0f);
+    int allocs = lj_fake_driver_counts()->allocs;
+    fake_nccl_reset(3, 0); /* rank 0 without final_state: no scan, no launch */
+    ASSERT_OK(lajit_cp_attn_fwd(ctx, &u.a));
+    ASSERT_EQ(fn.gathers, 1);
+    ASSERT_TRUE(fn.send == fn.recv);
+    ASSERT_EQ(lj_fake_launch_count(), 1);
+    ASSERT_EQ(lj_fake_driver_counts()->allocs, allocs);
+    fn.gather_result = LJ_NCCL_IN_PROGRESS;
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &u.a), LAJIT_ERR_NCCL);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "non-blocking");
+    fn.gather_result = 2;
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &u.a), LAJIT_ERR_NCCL);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "ncclAllGather of the span states: ncclSystemError");
+    ASSERT_EQ(lj_fake_driver()->cuStreamDestroy(stream), CUDA_SUCCESS);
+    rank_close(&u);
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* Simulated ranks on the fake driver (kernels compiled by NVRTC for the fake sm_90): spans of
+ * 3, 0 and 2 tokens, S_0 and S_N. Every rank's local state first (rank 1's empty span: no
+ * launch), then per rank the P − 1 copies, the scan and (tokens permitting) the outputs; after
+ * it every rank's buffer holds every rank's length. */
+LJ_TEST(simulated_ranks_sequence)
+{
+    need_nvrtc();
+    lj_fake_driver_reset();
+    fake_device();
+    lajit_ctx *ctx = fake_ctx();
+    enum { P = 3 };
+    const int n[P] = {3, 0, 2};
+    rank_views u[P];
+    lajit_cp_attn_fwd_args a[P];
+    for (int r = 0; r < P; r++) {
+        rank_open(&u[r], n[r]);
+        a[r] = u[r].a;
+        if (r > 0)
+            a[r].initial_state = NULL;
+    }
+    lajit_status st = lajit__cp_attn_fwd_sim(ctx, P, a);
+    if (st != LAJIT_OK)
+        lj_test_fail(__FILE__, __LINE__, "%s: %s", lajit_status_string(st), lajit_errmsg(ctx));
+
+    /* Local states: ranks 0 and 2 launch (state only), rank 1 does not. Then per rank: its two
+     * copies, the scan, and outputs where it has tokens (ranks 0 and 2). */
+    static const char *const want[] = {"la_fwd_sm90", "la_fwd_sm90",   "la_state_scan",
+                                       "la_fwd_sm90", "la_state_scan", "la_state_scan",
+                                       "la_fwd_sm90"};
+    static const int copies_after[6] = {2, 2, 4, 4, 5, 5};
+    ASSERT_EQ(lj_fake_launch_count(), 7);
+    for (int i = 0; i < 7; i++)
+        ASSERT_STREQ(lj_fake_launch_get(i)->entry, want[i]);
+    ASSERT_EQ(lj_fake_driver_counts()->dtod_copies, 6);
+    for (int i = 0; i < 6; i++)
+        ASSERT_EQ(lj_fake_copy_get(i)->after_launches, copies_after[i]);
+    const size_t each = ((SLOT * P + 15) / 16 * 16) + STATE_F32 * 4 * P;
+    /* Rank r's copies: slots j != r from rank j's buffer into its own. */
+    for (int i = 0, r = 0; r < P; r++) {
+        for (int j = 0; j < P; j++) {
+            if (j == r)
+                continue;
+            const lj_fake_copy *c = lj_fake_copy_get(i++);
+            ASSERT_EQ(c->bytes, SLOT);
+            ASSERT_EQ(c->dst, ctx->cp_ws + (CUdeviceptr)(r * each + j * SLOT));
+            ASSERT_EQ(c->src, ctx->cp_ws + (CUdeviceptr)(j * each + j * SLOT));
+        }
+    }
+    /* Each scan reads its rank's gathered states: a [P, B, H, D, E] view of stride SLOT/4. */
+    static const int scan_of[P] = {2, 4, 5};
+    for (int r = 0; r < P; r++) {
+        long long first[11];
+        memcpy(first, &lj_fake_launch_get(scan_of[r])->params, sizeof first);
+        ASSERT_EQ((unsigned long long)first[0], (unsigned long long)(ctx->cp_ws + r * each));
+        ASSERT_EQ(first[1], P);
+        ASSERT_EQ(first[6], (long long)(SLOT / 4));
+    }
+    /* Every simulated rank's buffer: P slots with the lengths 3, 0, 2. */
+    for (int r = 0; r < P; r++) {
+        const char *buf = (const char *)(uintptr_t)(ctx->cp_ws + (CUdeviceptr)r * each);
+        for (int j = 0; j < P; j++) {
+            int64_t len = -1;
+            memcpy(&len, buf + (size_t)j * SLOT + SLOT - 16, 8);
+            ASSERT_EQ(len, n[j]);
+        }
+        const float *m1 = (const float *)(buf + SLOT);
+        for (size_t i = 0; i < STATE_F32; i++)
+            ASSERT_TRUE(m1[i] == 0.0f);
+    }
+    for (int r = 0; r < P; r++)
+        rank_close(&u[r]);
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* Every driver call of a warm simulated call failed in turn (fault injection): each failure is a
+ * status with a message naming the step, never a crash, and the context serves the next call. */
+LJ_TEST(driver_failures_each_a_status)
+{
+    need_nvrtc();
+    lj_fake_driver_reset();
+    fake_device();
+    lajit_ctx *ctx = fake_ctx();
+    enum { P = 3 };
+    const int n[P] = {3, 0, 2};
+    rank_views u[P];
+    lajit_cp_attn_fwd_args a[P];
+    for (int r = 0; r < P; r++) {
+        rank_open(&u[r], n[r]);
+        a[r] = u[r].a;
+    }
+    ASSERT_OK(lajit__cp_attn_fwd_sim(ctx, P, a)); /* compiles, sizes the workspace */
+    lj_env *env = lajit__ctx_env(ctx);
+    const uint64_t c0 = env->fault_count[LJ_FAULT_DRIVER];
+    ASSERT_OK(lajit__cp_attn_fwd_sim(ctx, P, a));
+    const uint64_t calls = env->fault_count[LJ_FAULT_DRIVER] - c0;
+    /* At least: 2 length memsets per rank, rank 1's zero state, 6 copies, 7 launches. */
+    ASSERT_TRUE(calls >= 2 * P + 1 + 6 + 7);
+    for (uint64_t k = 1; k <= calls; k++) {
+        env->fault_at[LJ_FAULT_DRIVER] = env->fault_count[LJ_FAULT_DRIVER] + k;
+        lajit_status st = lajit__cp_attn_fwd_sim(ctx, P, a);
+        env->fault_at[LJ_FAULT_DRIVER] = 0;
+        if (st == LAJIT_OK)
+            lj_test_fail(__FILE__, __LINE__, "driver call %llu of %llu failed, the call passed",
+                         (unsigned long long)k, (unsigned long long)calls);
+        ASSERT_CONTAINS(lajit_errmsg(ctx), "lajit_cp_attn_fwd");
+        ASSERT_OK(lajit__cp_attn_fwd_sim(ctx, P, a));
+    }
+    printf("%llu driver calls failed in turn\n", (unsigned long long)calls);
+    printf("%llu driver calls failed in turn\n", (unsigned long long)calls);
+    for (int r = 0; r < P; r++)
+        rank_close(&u[r]);
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
