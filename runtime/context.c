@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "embedded.h"
@@ -117,17 +118,10 @@ LAJIT_API void lajit_ctx_destroy(lajit_ctx *ctx)
     lj_env *env = &ctx->env;
     if (ctx->device_open) {
         const lj_driver *drv = ctx->device.drv;
-        if (ctx->scratch && lj_device_make_current(env, &ctx->device) == LAJIT_OK)
-            LJ_CU(env, drv, cuMemFree, ctx->scratch);
-        if (ctx->cp_ws && lj_device_make_current(env, &ctx->device) == LAJIT_OK)
-            LJ_CU(env, drv, cuMemFree, ctx->cp_ws);
-        if ((ctx->split_flags || ctx->split_states) &&
-            lj_device_make_current(env, &ctx->device) == LAJIT_OK) {
-            if (ctx->split_flags)
-                LJ_CU(env, drv, cuMemFree, ctx->split_flags);
-            if (ctx->split_states)
-                LJ_CU(env, drv, cuMemFree, ctx->split_states);
-        }
+        lj_ctx_buf *bufs[] = {&ctx->scratch, &ctx->split_flags, &ctx->split_states, &ctx->cp_ws};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            if (bufs[i]->ptr && lj_device_make_current(env, &ctx->device) == LAJIT_OK)
+                LJ_CU(env, drv, cuMemFree, bufs[i]->ptr);
         for (unsigned i = 0; i < ctx->plans.cap; i++)
             if (ctx->plans.slots[i].key.D != 0 && ctx->plans.slots[i].module)
                 LJ_CU(env, drv, cuModuleUnload, ctx->plans.slots[i].module);
@@ -261,6 +255,40 @@ lajit_status lajit__ctx_family(lajit_ctx *ctx, const char *name, lj_family **out
         return st;
     ctx->families[ctx->n_families++] = f;
     *out = f;
+    return LAJIT_OK;
+}
+
+lajit_status lj_ctx_buffer(lajit_ctx *ctx, lj_ctx_buf *buf, size_t bytes, int zero, void *stream,
+                           const char *what)
+{
+    if (buf->bytes >= bytes)
+        return LAJIT_OK;
+    lj_env *env = &ctx->env;
+    lj_device *dev;
+    lajit_status st;
+    if ((st = lajit__ctx_device(ctx, &dev)) != LAJIT_OK ||
+        (st = lj_device_make_current(env, dev)) != LAJIT_OK)
+        return st;
+    if (buf->ptr) {
+        LJ_CU(env, dev->drv, cuMemFree, buf->ptr);
+        buf->ptr = 0;
+        buf->bytes = 0;
+    }
+    CUdeviceptr d;
+    char text[160];
+    CUresult r = LJ_CU(env, dev->drv, cuMemAlloc, &d, bytes);
+    if (r != CUDA_SUCCESS) {
+        snprintf(text, sizeof text, "cuMemAlloc of %s", what);
+        return lj_driver_error(env, dev->drv, r, text);
+    }
+    if (zero && (r = LJ_CU(env, dev->drv, cuMemsetD32Async, d, 0u, bytes / 4, (CUstream)stream)) !=
+                    CUDA_SUCCESS) {
+        LJ_CU(env, dev->drv, cuMemFree, d);
+        snprintf(text, sizeof text, "cuMemsetD32Async of %s", what);
+        return lj_driver_error(env, dev->drv, r, text);
+    }
+    buf->ptr = d;
+    buf->bytes = bytes;
     return LAJIT_OK;
 }
 

@@ -17,6 +17,12 @@
 
 #define LJ_MAX_FAMILIES 32
 
+/* A device buffer of the context that only grows (lj_ctx_buffer). */
+typedef struct lj_ctx_buf {
+    CUdeviceptr ptr;
+    size_t bytes;
+} lj_ctx_buf;
+
 struct lajit_ctx {
     lj_env env;
     uint32_t flags;
@@ -31,17 +37,13 @@ struct lajit_ctx {
     lj_device device;
     int device_open;
     lj_plan_table plans;
-    lj_bundle *bundle;   /* the offline kernel set, NULL when none */
-    CUdeviceptr scratch; /* the backward's ds workspace when the caller gives none (grow-only) */
-    size_t scratch_bytes;
-    /* A split scan's flags (grow-only, zeroed when allocated; the kernels leave them zero) and
-     * states (grow-only): plan_build.c's split_buffer. */
-    CUdeviceptr split_flags, split_states;
-    size_t split_flags_bytes, split_states_bytes;
-    /* Context parallelism (cp_op.c): each call's gathered local states, span lengths and
-     * incoming states (grow-only; the simulated ranks of the tests hold P of them). */
-    CUdeviceptr cp_ws;
-    size_t cp_ws_bytes;
+    lj_bundle *bundle; /* the offline kernel set, NULL when none */
+    /* Device buffers the ops keep for the calls that need them, grown on the first call of a
+     * larger shape (lj_ctx_buffer) and freed with the context: the backward's ds workspace when
+     * the caller gives none; a split scan's flags (zeroed when allocated; the kernels leave them
+     * zero) and states (plan_build.c); context parallelism's gathered local states, lengths and
+     * incoming states (cp_op.c; the simulated ranks of the tests hold P of them). */
+    lj_ctx_buf scratch, split_flags, split_states, cp_ws;
     const lj_nccl *nccl_override; /* tests: a fake NCCL table */
     uint32_t autotune;            /* LAJIT_AUTOTUNE_OFF or _EAGER (resolved at creation) */
     lj_tunedb *tunedb; /* opened on the first plan built; NULL until then or if unusable */
@@ -73,6 +75,11 @@ void lajit__ctx_set_nccl(lajit_ctx *ctx, const lj_nccl *nccl);
 lajit_status lajit__ctx_lua(lajit_ctx *ctx, lj_lua **out);
 lajit_status lajit__ctx_cache(lajit_ctx *ctx, lj_cache **out);
 lajit_status lajit__ctx_family(lajit_ctx *ctx, const char *name, lj_family **out);
+/* Makes *buf at least bytes (what names it in errors): a new allocation when it is smaller (the
+ * old one freed first, which waits for the work using it), zeroed on stream when zero is set;
+ * unchanged otherwise. The call that grows it allocates: make it before capturing a graph. */
+lajit_status lj_ctx_buffer(lajit_ctx *ctx, lj_ctx_buf *buf, size_t bytes, int zero, void *stream,
+                           const char *what);
 lajit_status lajit__ctx_device(lajit_ctx *ctx, lj_device **out);
 
 #endif

@@ -156,28 +156,10 @@ static int rank_bytes(const cp_rank *r, size_t *out)
 /* The context's workspace, grown (never shrunk) to bytes. */
 static lajit_status workspace(lajit_ctx *ctx, size_t bytes, CUdeviceptr *out)
 {
-    lj_env *env = &ctx->env;
-    if (ctx->cp_ws_bytes < bytes) {
-        lj_device *dev;
-        lajit_status st;
-        if ((st = lajit__ctx_device(ctx, &dev)) != LAJIT_OK ||
-            (st = lj_device_make_current(env, dev)) != LAJIT_OK)
-            return st;
-        if (ctx->cp_ws) {
-            LJ_CU(env, dev->drv, cuMemFree, ctx->cp_ws);
-            ctx->cp_ws = 0;
-            ctx->cp_ws_bytes = 0;
-        }
-        CUdeviceptr d;
-        CUresult cr = LJ_CU(env, dev->drv, cuMemAlloc, &d, bytes);
-        if (cr != CUDA_SUCCESS)
-            return lj_driver_error(env, dev->drv, cr,
-                                   "cuMemAlloc of context parallelism's exchange buffer");
-        ctx->cp_ws = d;
-        ctx->cp_ws_bytes = bytes;
-    }
-    *out = ctx->cp_ws;
-    return LAJIT_OK;
+    lajit_status st =
+        lj_ctx_buffer(ctx, &ctx->cp_ws, bytes, 0, NULL, "context parallelism's exchange buffer");
+    *out = ctx->cp_ws.ptr;
+    return st;
 }
 
 /* ---- The steps ------------------------------------------------------------------------------ */

@@ -98,24 +98,10 @@ static lajit_status bwd_workspace(lajit_ctx *ctx, const DLTensor *given, size_t 
         *ptr = w.ptr;
         return LAJIT_OK;
     }
-    if (ctx->scratch_bytes < bytes) {
-        lj_device *dev;
-        if ((st = lajit__ctx_device(ctx, &dev)) != LAJIT_OK ||
-            (st = lj_device_make_current(env, dev)) != LAJIT_OK)
-            return st;
-        if (ctx->scratch) {
-            LJ_CU(env, dev->drv, cuMemFree, ctx->scratch);
-            ctx->scratch = 0;
-            ctx->scratch_bytes = 0;
-        }
-        CUdeviceptr d;
-        CUresult r = LJ_CU(env, dev->drv, cuMemAlloc, &d, bytes);
-        if (r != CUDA_SUCCESS)
-            return lj_driver_error(env, dev->drv, r, "cuMemAlloc of the backward's ds workspace");
-        ctx->scratch = d;
-        ctx->scratch_bytes = bytes;
-    }
-    *ptr = (unsigned long long)ctx->scratch;
+    if ((st = lj_ctx_buffer(ctx, &ctx->scratch, bytes, 0, NULL, "the backward's ds workspace")) !=
+        LAJIT_OK)
+        return st;
+    *ptr = (unsigned long long)ctx->scratch.ptr;
     return LAJIT_OK;
 }
 

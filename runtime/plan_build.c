@@ -340,39 +340,6 @@ lajit_status lj_plan_get(lajit_ctx *ctx, const char *family, const lj_problem *p
     return build_plan(ctx, family, p, out);
 }
 
-/* One of the context's split buffers (*buf of *have bytes), at least bytes (lj_split_ws_bytes):
- * grown on the first call of a larger shape (an allocation, and for the flags a memset on the
- * stream: make that call before capturing a graph); the flags stay zero as the kernels leave
- * them. */
-static lajit_status split_buffer(lajit_ctx *ctx, size_t bytes, int zero, void *stream,
-                                 CUdeviceptr *buf, size_t *have)
-{
-    lj_env *env = &ctx->env;
-    if (bytes == SIZE_MAX)
-        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                        "the split workspace of this call does not fit in size_t");
-    if (*have >= bytes)
-        return LAJIT_OK;
-    const lj_driver *drv = ctx->device.drv;
-    if (*buf) {
-        LJ_CU(env, drv, cuMemFree, *buf); /* waits for the work using it */
-        *buf = 0;
-        *have = 0;
-    }
-    CUdeviceptr d;
-    CUresult r = LJ_CU(env, drv, cuMemAlloc, &d, bytes);
-    if (r != CUDA_SUCCESS)
-        return lj_driver_error(env, drv, r, "cuMemAlloc of the split workspace");
-    if (zero && (r = LJ_CU(env, drv, cuMemsetD32Async, d, 0u, bytes / 4, (CUstream)stream)) !=
-                    CUDA_SUCCESS) {
-        LJ_CU(env, drv, cuMemFree, d);
-        return lj_driver_error(env, drv, r, "cuMemsetD32Async (split workspace)");
-    }
-    *buf = d;
-    *have = bytes;
-    return LAJIT_OK;
-}
-
 lajit_status lj_op_launch(lajit_ctx *ctx, const char *family, const lj_problem *p,
                           const la_params *lp, void *stream, unsigned *covers)
 {
@@ -394,13 +361,18 @@ lajit_status lj_op_launch(lajit_ctx *ctx, const char *family, const lj_problem *
     la_params split_lp;
     if (plan->launch.split_ws) {
         split_lp = *lp;
-        if ((st = split_buffer(ctx, lj_split_ws_bytes(lp->nseq, lp->H, plan->launch.split_flags), 1,
-                               stream, &ctx->split_flags, &ctx->split_flags_bytes)) != LAJIT_OK ||
-            (st = split_buffer(ctx, lj_split_ws_bytes(lp->nseq, lp->H, plan->launch.split_ws), 0,
-                               stream, &ctx->split_states, &ctx->split_states_bytes)) != LAJIT_OK)
+        size_t flags = lj_split_ws_bytes(lp->nseq, lp->H, plan->launch.split_flags),
+               states = lj_split_ws_bytes(lp->nseq, lp->H, plan->launch.split_ws);
+        if (flags == SIZE_MAX || states == SIZE_MAX)
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                            "the split workspace of this call does not fit in size_t");
+        if ((st = lj_ctx_buffer(ctx, &ctx->split_flags, flags, 1, stream,
+                                "the split scan's flags")) != LAJIT_OK ||
+            (st = lj_ctx_buffer(ctx, &ctx->split_states, states, 0, stream,
+                                "the split scan's states")) != LAJIT_OK)
             return st;
-        split_lp.splitws = (unsigned long long)ctx->split_flags;
-        split_lp.splitst = (unsigned long long)ctx->split_states;
+        split_lp.splitws = (unsigned long long)ctx->split_flags.ptr;
+        split_lp.splitst = (unsigned long long)ctx->split_states.ptr;
         lp = &split_lp;
     }
     void *kernel_args[] = {(void *)lp};

@@ -357,7 +357,7 @@ LJ_TEST(nccl_path_in_place_gather)
     ASSERT_EQ(fn.dtype, LJ_NCCL_FLOAT32);
     ASSERT_TRUE(fn.stream == stream);
     ASSERT_TRUE((const char *)fn.send == (char *)fn.recv + SLOT);
-    ASSERT_TRUE((CUdeviceptr)(uintptr_t)fn.recv == ctx->cp_ws);
+    ASSERT_TRUE((CUdeviceptr)(uintptr_t)fn.recv == ctx->cp_ws.ptr);
     const char *slot1 = (const char *)fn.send;
     int64_t n = -1;
     memcpy(&n, slot1 + SLOT - 16, 8);
@@ -428,8 +428,8 @@ LJ_TEST(simulated_ranks_sequence)
                 continue;
             const lj_fake_copy *c = lj_fake_copy_get(i++);
             ASSERT_EQ(c->bytes, SLOT);
-            ASSERT_EQ(c->dst, ctx->cp_ws + (CUdeviceptr)(r * each + j * SLOT));
-            ASSERT_EQ(c->src, ctx->cp_ws + (CUdeviceptr)(j * each + j * SLOT));
+            ASSERT_EQ(c->dst, ctx->cp_ws.ptr + (CUdeviceptr)(r * each + j * SLOT));
+            ASSERT_EQ(c->src, ctx->cp_ws.ptr + (CUdeviceptr)(j * each + j * SLOT));
         }
     }
     /* Each scan reads its rank's gathered states: a [P, B, H, D, E] view of stride SLOT/4. */
@@ -437,13 +437,13 @@ LJ_TEST(simulated_ranks_sequence)
     for (int r = 0; r < P; r++) {
         long long first[11];
         memcpy(first, &lj_fake_launch_get(scan_of[r])->params, sizeof first);
-        ASSERT_EQ((unsigned long long)first[0], (unsigned long long)(ctx->cp_ws + r * each));
+        ASSERT_EQ((unsigned long long)first[0], (unsigned long long)(ctx->cp_ws.ptr + r * each));
         ASSERT_EQ(first[1], P);
         ASSERT_EQ(first[6], (long long)(SLOT / 4));
     }
     /* Every simulated rank's buffer: P slots with the lengths 3, 0, 2. */
     for (int r = 0; r < P; r++) {
-        const char *buf = (const char *)(uintptr_t)(ctx->cp_ws + (CUdeviceptr)r * each);
+        const char *buf = (const char *)(uintptr_t)(ctx->cp_ws.ptr + (CUdeviceptr)r * each);
         for (int j = 0; j < P; j++) {
             int64_t len = -1;
             memcpy(&len, buf + (size_t)j * SLOT + SLOT - 16, 8);
