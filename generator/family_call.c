@@ -493,6 +493,14 @@ static int read_launch(lua_State *L, int r, call_rec *rec)
         snprintf(rec->err, sizeof rec->err, "split_ws and split_flags go together");
         return 0;
     }
+    /* The buffers come with the attention ops' la_params; lajit_launch packs only the
+     * arguments a custom family declares. */
+    if (l->split_ws && lj_family_args(rec->f)) {
+        snprintf(rec->err, sizeof rec->err,
+                 "split_ws is for the attention ops' kernels (a custom family declares its "
+                 "buffers as arguments)");
+        return 0;
+    }
     return 0;
 }
 

@@ -504,8 +504,9 @@ LAJIT_API lajit_status lajit_attn_state_scan(lajit_ctx *ctx,
  *   ncclInProgress); its device (ncclCommCuDevice) must be the context's.
  * - q, k [B,H,n_r,D], v, o [B,H,n_r,E]: this rank's span, as in lajit_attn_fwd (strided views,
  *   one dtype; o written). n_r = 0 is allowed (the rank then contributes an empty span and
- *   writes nothing to o). The kernels of steps (a) and (d) are those of lajit_attn_fwd, so the
- *   state-only step needs la_fwd_sm90's problems today (sm_90a, f16/bf16, D a multiple of 64).
+ *   writes nothing to o). The kernels of steps (a) and (d) are those of lajit_attn_fwd (the
+ *   state-only step: la_fwd_sm90 on sm_90a for f16/bf16 with D a multiple of 64, la_fwd
+ *   elsewhere).
  * - s, scale, flags (LAJIT_STATE_VK): as in lajit_attn_fwd, the same on every rank.
  * - initial_state: S_0, float32 [B,H,D,E] (VK: [B,H,E,D]), read by rank 0 only (other ranks
  *   ignore the argument, so every rank may pass the same list); NULL: zero. With n_0 = 0 it must

@@ -164,6 +164,14 @@ LJ_TEST(bad_launch_results_are_errors)
         {LAUNCH("{ grid = { 1, 1, 1 }, block = { 32, 1, 1 }, entry = 'a b' }"), "launch", "entry"},
         {LAUNCH("{ grid = { 1, 1, 1 }, block = { 32, 1, 1 }, entry = string.rep('k', 100) }"),
          "launch", "entry"},
+        {LAUNCH("{ grid = { 1, 1, 1 }, block = { 32, 1, 1 }, entry = 'k', split_ws = 4096 }"),
+         "launch", "go together"},
+        {LAUNCH("{ grid = { 1, 1, 1 }, block = { 32, 1, 1 }, entry = 'k', split_ws = 4100, "
+                "split_flags = 16 }"),
+         "launch", "split_ws"},
+        {LAUNCH("{ grid = { 1, 1, 1 }, block = { 32, 1, 1 }, entry = 'k', split_ws = 16, "
+                "split_flags = -16 }"),
+         "launch", "split_flags"},
         {LAUNCH("42"), "launch", "table"},
         {LAUNCH("nil"), "launch", "table"},
         /* Metamethods never run while results are read: an __index that loops, or a __len that
