@@ -264,7 +264,7 @@ lajit_status lj_ctx_buffer(lajit_ctx *ctx, lj_ctx_buf *buf, size_t bytes, int ze
     if (buf->bytes >= bytes)
         return LAJIT_OK;
     lj_env *env = &ctx->env;
-    lj_device *dev;
+    lj_device *dev = NULL;
     lajit_status st;
     if ((st = lajit__ctx_device(ctx, &dev)) != LAJIT_OK ||
         (st = lj_device_make_current(env, dev)) != LAJIT_OK)
