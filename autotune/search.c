@@ -118,8 +118,7 @@ typedef struct bench {
     unsigned char *host; /* one set's initial contents */
     /* A split candidate's flags (grow-only, zeroed when made; its kernels leave them zero) and
      * states, shared by the sets: every launch is on the one stream. [0] flags, [1] states. */
-    CUdeviceptr split[2];
-    size_t split_bytes[2];
+    lj_dev_buf split[2];
 } bench;
 
 static void error_text(const lj_driver *drv, CUresult r, const char *what, char *out, size_t cap)
@@ -357,10 +356,9 @@ static void bench_close(bench *b)
         if (b->sets[i])
             LJ_CU(b->env, drv, cuMemFree, b->sets[i]);
     for (int i = 0; i < 2; i++)
-        if (b->split[i])
-            LJ_CU(b->env, drv, cuMemFree, b->split[i]);
+        if (b->split[i].ptr)
+            LJ_CU(b->env, drv, cuMemFree, b->split[i].ptr);
     memset(b->split, 0, sizeof b->split);
-    memset(b->split_bytes, 0, sizeof b->split_bytes);
     if (b->start)
         LJ_CU(b->env, drv, cuEventDestroy, b->start);
     if (b->stop)
@@ -382,7 +380,6 @@ static lajit_status bench_reset(bench *b)
     LJ_CU(b->env, b->drv, cuCtxDestroy, b->ctx);
     b->ctx = NULL;
     memset(b->split, 0, sizeof b->split);
-    memset(b->split_bytes, 0, sizeof b->split_bytes);
     b->stream = NULL;
     b->start = b->stop = NULL;
     memset(b->sets, 0, sizeof b->sets);
@@ -420,30 +417,18 @@ static CUresult time_candidate(bench *b, candidate *c, int warmup, int runs)
                 set_failure(c, "%s", "the split workspace does not fit in size_t");
                 return CUDA_ERROR_INVALID_VALUE;
             }
-            if (b->split_bytes[k] >= bytes)
-                continue;
-            if (b->split[k])
-                LJ_CU(env, drv, cuMemFree, b->split[k]);
-            b->split[k] = 0;
-            b->split_bytes[k] = 0;
-            CUresult ra = LJ_CU(env, drv, cuMemAlloc, &b->split[k], bytes);
-            if (ra == CUDA_SUCCESS && k == 0)
-                ra = LJ_CU(env, drv, cuMemsetD32Async, b->split[k], 0u, bytes / 4, b->stream);
-            if (ra != CUDA_SUCCESS) {
-                char text[160];
-                error_text(drv, ra, "the split workspace", text, sizeof text);
-                set_failure(c, "%s", text);
-                if (b->split[k])
-                    LJ_CU(env, drv, cuMemFree, b->split[k]);
-                b->split[k] = 0;
-                return ra;
+            if (lj_dev_buf_grow(env, drv, &b->split[k], bytes, k == 0, b->stream,
+                                "the split workspace") != LAJIT_OK) {
+                set_failure(c, "%.200s", env->errmsg);
+                CUresult ra = (CUresult)env->driver_result;
+                lj_clear_error(env);
+                return ra != CUDA_SUCCESS ? ra : CUDA_ERROR_OUT_OF_MEMORY;
             }
-            b->split_bytes[k] = bytes;
         }
     }
     for (int i = 0; i < b->n_sets; i++) {
-        b->params[i].splitws = c->launch.split_ws ? (unsigned long long)b->split[0] : 0;
-        b->params[i].splitst = c->launch.split_ws ? (unsigned long long)b->split[1] : 0;
+        b->params[i].splitws = c->launch.split_ws ? (unsigned long long)b->split[0].ptr : 0;
+        b->params[i].splitst = c->launch.split_ws ? (unsigned long long)b->split[1].ptr : 0;
     }
     CUmodule module = NULL;
     CUfunction fn = NULL;

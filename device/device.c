@@ -144,3 +144,29 @@ lajit_status lj_module_load(lj_env *env, lj_device *d, const void *image, const 
     *fn = f;
     return LAJIT_OK;
 }
+
+lajit_status lj_dev_buf_grow(lj_env *env, const lj_driver *drv, lj_dev_buf *buf, size_t bytes,
+                             int zero, CUstream stream, const char *what)
+{
+    if (buf->bytes >= bytes)
+        return LAJIT_OK;
+    if (buf->ptr)
+        LJ_CU(env, drv, cuMemFree, buf->ptr);
+    buf->ptr = 0;
+    buf->bytes = 0;
+    CUdeviceptr d;
+    char text[160];
+    CUresult r = LJ_CU(env, drv, cuMemAlloc, &d, bytes);
+    if (r != CUDA_SUCCESS) {
+        snprintf(text, sizeof text, "cuMemAlloc of %s", what);
+        return lj_driver_error(env, drv, r, text);
+    }
+    if (zero && (r = LJ_CU(env, drv, cuMemsetD32Async, d, 0u, bytes / 4, stream)) != CUDA_SUCCESS) {
+        LJ_CU(env, drv, cuMemFree, d);
+        snprintf(text, sizeof text, "cuMemsetD32Async of %s", what);
+        return lj_driver_error(env, drv, r, text);
+    }
+    buf->ptr = d;
+    buf->bytes = bytes;
+    return LAJIT_OK;
+}

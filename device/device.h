@@ -37,4 +37,18 @@ lajit_status lj_device_make_current(lj_env *env, lj_device *d);
 lajit_status lj_module_load(lj_env *env, lj_device *d, const void *image, const char *entry,
                             unsigned smem, CUmodule *module, CUfunction *fn);
 
+/* A device buffer that only grows: its address and size (0 and 0 when none). */
+typedef struct lj_dev_buf {
+    CUdeviceptr ptr;
+    size_t bytes;
+} lj_dev_buf;
+
+/* Makes *buf at least bytes in the current context (what names it in errors): a new allocation
+ * when it is smaller (the old one freed first, which waits for the work using it), zeroed on
+ * stream when zero is set; unchanged otherwise. On failure *buf is empty, and a driver failure's
+ * CUresult is in env->driver_result. The call that grows it allocates: the runtime's ops make
+ * it before a graph can capture them (the first call of a shape). */
+lajit_status lj_dev_buf_grow(lj_env *env, const lj_driver *drv, lj_dev_buf *buf, size_t bytes,
+                             int zero, CUstream stream, const char *what);
+
 #endif

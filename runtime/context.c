@@ -118,7 +118,7 @@ LAJIT_API void lajit_ctx_destroy(lajit_ctx *ctx)
     lj_env *env = &ctx->env;
     if (ctx->device_open) {
         const lj_driver *drv = ctx->device.drv;
-        lj_ctx_buf *bufs[] = {&ctx->scratch, &ctx->split_flags, &ctx->split_states, &ctx->cp_ws};
+        lj_dev_buf *bufs[] = {&ctx->scratch, &ctx->split_flags, &ctx->split_states, &ctx->cp_ws};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]->ptr && lj_device_make_current(env, &ctx->device) == LAJIT_OK)
                 LJ_CU(env, drv, cuMemFree, bufs[i]->ptr);
@@ -258,38 +258,17 @@ lajit_status lajit__ctx_family(lajit_ctx *ctx, const char *name, lj_family **out
     return LAJIT_OK;
 }
 
-lajit_status lj_ctx_buffer(lajit_ctx *ctx, lj_ctx_buf *buf, size_t bytes, int zero, void *stream,
+lajit_status lj_ctx_buffer(lajit_ctx *ctx, lj_dev_buf *buf, size_t bytes, int zero, void *stream,
                            const char *what)
 {
     if (buf->bytes >= bytes)
         return LAJIT_OK;
-    lj_env *env = &ctx->env;
     lj_device *dev = NULL;
     lajit_status st;
     if ((st = lajit__ctx_device(ctx, &dev)) != LAJIT_OK ||
-        (st = lj_device_make_current(env, dev)) != LAJIT_OK)
+        (st = lj_device_make_current(&ctx->env, dev)) != LAJIT_OK)
         return st;
-    if (buf->ptr) {
-        LJ_CU(env, dev->drv, cuMemFree, buf->ptr);
-        buf->ptr = 0;
-        buf->bytes = 0;
-    }
-    CUdeviceptr d;
-    char text[160];
-    CUresult r = LJ_CU(env, dev->drv, cuMemAlloc, &d, bytes);
-    if (r != CUDA_SUCCESS) {
-        snprintf(text, sizeof text, "cuMemAlloc of %s", what);
-        return lj_driver_error(env, dev->drv, r, text);
-    }
-    if (zero && (r = LJ_CU(env, dev->drv, cuMemsetD32Async, d, 0u, bytes / 4, (CUstream)stream)) !=
-                    CUDA_SUCCESS) {
-        LJ_CU(env, dev->drv, cuMemFree, d);
-        snprintf(text, sizeof text, "cuMemsetD32Async of %s", what);
-        return lj_driver_error(env, dev->drv, r, text);
-    }
-    buf->ptr = d;
-    buf->bytes = bytes;
-    return LAJIT_OK;
+    return lj_dev_buf_grow(&ctx->env, dev->drv, buf, bytes, zero, (CUstream)stream, what);
 }
 
 lajit_status lajit__ctx_device(lajit_ctx *ctx, lj_device **out)

@@ -17,12 +17,6 @@
 
 #define LJ_MAX_FAMILIES 32
 
-/* A device buffer of the context that only grows (lj_ctx_buffer). */
-typedef struct lj_ctx_buf {
-    CUdeviceptr ptr;
-    size_t bytes;
-} lj_ctx_buf;
-
 struct lajit_ctx {
     lj_env env;
     uint32_t flags;
@@ -43,7 +37,7 @@ struct lajit_ctx {
      * the caller gives none; a split scan's flags (zeroed when allocated; the kernels leave them
      * zero) and states (plan_build.c); context parallelism's gathered local states, lengths and
      * incoming states (cp_op.c; the simulated ranks of the tests hold P of them). */
-    lj_ctx_buf scratch, split_flags, split_states, cp_ws;
+    lj_dev_buf scratch, split_flags, split_states, cp_ws;
     const lj_nccl *nccl_override; /* tests: a fake NCCL table */
     uint32_t autotune;            /* LAJIT_AUTOTUNE_OFF or _EAGER (resolved at creation) */
     lj_tunedb *tunedb; /* opened on the first plan built; NULL until then or if unusable */
@@ -75,10 +69,8 @@ void lajit__ctx_set_nccl(lajit_ctx *ctx, const lj_nccl *nccl);
 lajit_status lajit__ctx_lua(lajit_ctx *ctx, lj_lua **out);
 lajit_status lajit__ctx_cache(lajit_ctx *ctx, lj_cache **out);
 lajit_status lajit__ctx_family(lajit_ctx *ctx, const char *name, lj_family **out);
-/* Makes *buf at least bytes (what names it in errors): a new allocation when it is smaller (the
- * old one freed first, which waits for the work using it), zeroed on stream when zero is set;
- * unchanged otherwise. The call that grows it allocates: make it before capturing a graph. */
-lajit_status lj_ctx_buffer(lajit_ctx *ctx, lj_ctx_buf *buf, size_t bytes, int zero, void *stream,
+/* lj_dev_buf_grow on one of the context's buffers, its device made current first. */
+lajit_status lj_ctx_buffer(lajit_ctx *ctx, lj_dev_buf *buf, size_t bytes, int zero, void *stream,
                            const char *what);
 lajit_status lajit__ctx_device(lajit_ctx *ctx, lj_device **out);
 

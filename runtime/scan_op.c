@@ -40,16 +40,7 @@ static const char *layout(int spans, int vk)
 /* "[8, 2, 3, 64, 32]" into out. */
 static void shape_text(const DLTensor *t, char *out, size_t cap)
 {
-    size_t used = 0;
-    out[0] = 0;
-    for (int i = 0; i < t->ndim && used + 1 < cap; i++) {
-        int n = snprintf(out + used, cap - used, "%s%lld", i ? ", " : "[", (long long)t->shape[i]);
-        if (n < 0)
-            break;
-        used += (size_t)n;
-    }
-    if (used + 1 < cap)
-        snprintf(out + used, cap - used, "]");
+    lj_shape_text(t->shape, t->ndim, ", ", out, cap);
 }
 
 /* A state argument: float32, the layout's rank, and (when want is not NULL) want's sizes. */

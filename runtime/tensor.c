@@ -100,17 +100,16 @@ static void mask_text(unsigned mask, char *out, size_t cap)
         snprintf(out, cap, "nothing");
 }
 
-/* "[2,3,4,64]"; entries below 0 print as "*". */
-static void shape_text(const int64_t *shape, int ndim, char *out, size_t cap)
+void lj_shape_text(const int64_t *shape, int ndim, const char *sep, char *out, size_t cap)
 {
     size_t len = 0;
     int w = snprintf(out, cap, "[");
     len = w > 0 ? (size_t)w : 0;
     for (int i = 0; i < ndim && len < cap; i++) {
         if (shape[i] < 0)
-            w = snprintf(out + len, cap - len, "%s*", i ? "," : "");
+            w = snprintf(out + len, cap - len, "%s*", i ? sep : "");
         else
-            w = snprintf(out + len, cap - len, "%s%lld", i ? "," : "", (long long)shape[i]);
+            w = snprintf(out + len, cap - len, "%s%lld", i ? sep : "", (long long)shape[i]);
         if (w < 0)
             return;
         len += (size_t)w;
@@ -196,14 +195,14 @@ lajit_status lj_tensor_view(lj_env *env, const char *name, const DLTensor *t, in
     char got[96];
     for (int i = 0; i < ndim; i++) {
         if (t->shape[i] <= 0) {
-            shape_text(t->shape, ndim, got, sizeof got);
+            lj_shape_text(t->shape, ndim, ",", got, sizeof got);
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s has a %s dimension: %s %s", name,
                             t->shape[i] == 0 ? "zero" : "negative", name, got);
         }
         /* Sizes reach the kernels as int (la_params: B, H, N, P, ...) with room for a chunk's
          * rounding; offsets are 64-bit. */
         if (t->shape[i] > LJ_TENSOR_MAX_SIZE) {
-            shape_text(t->shape, ndim, got, sizeof got);
+            lj_shape_text(t->shape, ndim, ",", got, sizeof got);
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                             "%s's dimension %d has %lld elements: each size must be at most "
                             "2^31 - 2^16 (%s %s)",
@@ -213,9 +212,9 @@ lajit_status lj_tensor_view(lj_env *env, const char *name, const DLTensor *t, in
     if (shape) {
         for (int i = 0; i < ndim; i++) {
             if (shape[i] >= 0 && shape[i] != t->shape[i]) {
-                shape_text(t->shape, ndim, got, sizeof got);
+                lj_shape_text(t->shape, ndim, ",", got, sizeof got);
                 char exp[96];
-                shape_text(shape, ndim, exp, sizeof exp);
+                lj_shape_text(shape, ndim, ",", exp, sizeof exp);
                 return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                                 "%s is %s, expected %s (dimension %d differs)", name, got, exp, i);
             }
@@ -224,7 +223,7 @@ lajit_status lj_tensor_view(lj_env *env, const char *name, const DLTensor *t, in
 
     int64_t stride[MAX_DIMS];
     if (!strides_of(t, stride)) {
-        shape_text(t->shape, ndim, got, sizeof got);
+        lj_shape_text(t->shape, ndim, ",", got, sizeof got);
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                         "%s's offsets overflow 64 bits: %s %s has more elements than a 64-bit "
                         "offset can count",
@@ -283,7 +282,7 @@ lajit_status lj_tensor_view(lj_env *env, const char *name, const DLTensor *t, in
         int64_t term;
         if (__builtin_mul_overflow(t->shape[i] - 1, stride[i], &term) ||
             __builtin_add_overflow(max_offset, term, &max_offset) || max_offset == INT64_MAX) {
-            shape_text(t->shape, ndim, got, sizeof got);
+            lj_shape_text(t->shape, ndim, ",", got, sizeof got);
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                             "%s's offsets overflow 64 bits: %s %s with stride %lld in dimension "
                             "%d reaches an element offset of 2^63 - 1 or more",

@@ -62,6 +62,10 @@ lajit_status lj_tensor_view(lj_env *env, const char *name, const DLTensor *t, in
 lajit_status lj_tensor_tile_span(lj_env *env, const char *name, const char *what, int64_t rows,
                                  int64_t row_stride, int64_t cols, int64_t col_stride);
 
+/* A shape for messages: "[2,3,4,64]" with sep ",", or "[2, 3, 4, 64]" with ", "; entries below
+ * 0 print as "*" (a size left free). */
+void lj_shape_text(const int64_t *shape, int ndim, const char *sep, char *out, size_t cap);
+
 /* The following take tensors already accepted by lj_tensor_view. */
 
 /* t must be on CUDA device `ordinal` (the context's): "q is on CUDA device 1, but the context
