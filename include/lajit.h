@@ -539,6 +539,48 @@ typedef struct lajit_cp_attn_fwd_args {
 
 LAJIT_API lajit_status lajit_cp_attn_fwd(lajit_ctx *ctx, const lajit_cp_attn_fwd_args *args);
 
+/* Backward of lajit_cp_attn_fwd: every rank makes the same call on its own span, with dO of its
+ * span (and nothing saved from the forward). In the terms of lajit_attn_state_scan:
+ *   (a) the forward's exchange again (each rank's local state and length, the scan): S_{a_r},
+ *       the state entering span r;
+ *   (b) the span's local gradient state Mg_r (lajit_attn_bwd with dq, dk, dv NULL: the reversed
+ *       walk over q and dO without outputs; the last rank with a d_final_state exchanges
+ *       λ^{n_{P−1}} dS_N + Mg_{P−1}, its dS_0), one exchange of [Mg_r, n_r] and the reverse scan:
+ *       H_r, the gradient reaching the span's last state from every later token and dS_N;
+ *   (c) lajit_attn_bwd over the span with initial_state S_{a_r} and d_final_state H_r: the
+ *       span's exact dq, dk, dv, and its part of ds (the decay's uses inside the span);
+ *   (d) ds: the ranks' parts exchanged (an all-gather of P·H floats) and summed in rank order,
+ *       so every rank holds the same bits.
+ * - q, k, v, dout (like o), dq, dk, dv: this rank's span, [B,H,n_r,D] / [B,H,n_r,E] as in
+ *   lajit_cp_attn_fwd; dq, dk, dv written (n_r = 0: nothing written).
+ * - s, scale, flags: as in the forward, the same on every rank. ds: float32 [H], the gradient of
+ *   s over the whole sequence and batch, written on every rank that gives it (NULL: not wanted;
+ *   when any rank wants it every rank must give it, since its exchange is a collective). Needs s.
+ * - initial_state: S_0 as in the forward (rank 0 only). d_initial_state: dS_0, float32, written
+ *   by rank 0 only (other ranks ignore it). d_final_state: dS_N, float32, read by the last rank
+ *   only; NULL: zero.
+ * - cu_seqlens: must be NULL (as in the forward).
+ * Memory: the context's exchange buffer (as the forward's) and, for ds, lajit_attn_bwd's
+ * workspace; nothing is allocated after the first call of a shape (capture after it). Checks,
+ * what cannot be checked and the failure rule: as for lajit_cp_attn_fwd. */
+typedef struct lajit_cp_attn_bwd_args {
+    size_t struct_size; /* sizeof(lajit_cp_attn_bwd_args) */
+    void *comm;         /* ncclComm_t */
+    const DLTensor *q, *k, *v, *dout;
+    DLTensor *dq, *dk, *dv;
+    const DLTensor *s;
+    DLTensor *ds; /* every rank's, or none */
+    float scale;
+    const DLTensor *initial_state; /* rank 0 only */
+    DLTensor *d_initial_state;     /* rank 0 only */
+    const DLTensor *d_final_state; /* the last rank only */
+    const DLTensor *cu_seqlens;    /* NULL */
+    uint32_t flags;                /* LAJIT_STATE_VK */
+    void *stream;
+} lajit_cp_attn_bwd_args;
+
+LAJIT_API lajit_status lajit_cp_attn_bwd(lajit_ctx *ctx, const lajit_cp_attn_bwd_args *args);
+
 /* ---- Families that declare their own arguments ------------------------------------------ */
 /* A family with op "custom" in its spec (one of the family path's, or a built-in) declares its
  * kernel's arguments (`args`: tensors with a dtype and a shape of named symbols, scalars) and is
