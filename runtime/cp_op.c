@@ -1,87 +1,51 @@
 /* cp_op.c — context parallelism (include/lajit.h has the mathematics): one sequence's tokens
  * spread over the ranks of an NCCL communicator, forward (lajit_cp_attn_fwd) and backward
- * (lajit_cp_attn_bwd).
- *
- * A rank's call is a few steps, the exchange behind a function pointer:
- *   cp_local     the span's carry into this rank's slot of the exchange buffer, and the span's
- *                length n_r beside it (two 32-bit memsets: no host copy): forward, its local
- *                state M_r (rank 0 from S_0); backward's second exchange, its local gradient
- *                state Mg_r (the last rank from dS_N);
- *   cp_gather_fn the exchange: every rank's slot into every rank's buffer. nccl_gather is an
- *                in-place ncclAllGather (LASP-2's exchange); the tests' sim_gather copies the
- *                other simulated ranks' slots with cuMemcpyDtoDAsync. The log2(P)-step
- *                point-to-point scan (issue 17's "exchange that scales") is to be a third
- *                function here, producing this rank's incoming state instead of P slots;
- *   cp_scan      the state scan over the P gathered slots (forward, or reverse for gradients);
- *   cp_outputs   forward: the span's outputs from its incoming state; backward: the span's
- *                gradients from its incoming state and the gradient reaching its end, then
- *                (ds) every rank's part gathered and summed in rank order.
- * Every kernel runs through the public ops (lajit_attn_fwd, lajit_attn_bwd,
- * lajit_attn_state_scan), so their checks, plans and hot path are the ones used.
- *
- * The exchange buffer of one rank is P slots of `slot` bytes: the [B,H,D,E] float32 state
- * (padded to 16 bytes), then n_r as an int64 (and 8 bytes of padding), so one all-gather of
- * slot/4 floats moves states and lengths together; the scan reads the states as a [P,B,H,D,E]
- * view of stride slot/4 and the lengths as an int64 [P] view of stride slot/8. The incoming
- * states follow, [P,B,H,D,E]; the backward adds the gradient scan's [P,B,H,D,E] and, for ds, P
- * slots of H floats (padded to 16 bytes), the scan's P outputs and the sum. The buffer is the
- * context's (grow-only, like the backward's ds workspace): after the first call of a shape
- * nothing is allocated and no call synchronises. */
+ * (lajit_cp_attn_bwd). A rank's call is a short program of steps:
+ *   local     the span's carry into this rank's exchange slot with its length n_r beside it
+ *             (two 32-bit memsets: no host copy): forward, its local state M_r (rank 0 from S_0);
+ *             gradient, its local gradient state Mg_r (the last rank from dS_N);
+ *   exchange  the carries of all ranks turned into the carry entering this rank's span, in
+ *             rounds (cp_exchange.c: an all-gather and a scan, or the log2(P)-step scan);
+ *   outputs   forward: the span's outputs from its incoming state; backward: its gradients from
+ *             its incoming state and the gradient reaching its end;
+ *   ds        backward with ds: every rank's part exchanged and summed in rank order.
+ * Every kernel runs through the public ops (lajit_attn_fwd, lajit_attn_bwd, the state scan), so
+ * their checks, plans and hot path are the ones used. The buffer is the context's (grow-only,
+ * like the backward's ds workspace): after the first call of a shape nothing is allocated and no
+ * call synchronises. The simulated ranks (tests) run the same program with each exchange round's
+ * transfers done for every rank before any rank computes. */
 #include <stdio.h>
 #include <string.h>
 
+#include "cp.h"
 #include "cp_op.h"
 #include "op_args.h"
 
 #define FN_FWD "lajit_cp_attn_fwd"
 #define FN_BWD "lajit_cp_attn_bwd"
 
-/* One rank's call, forward or backward, in common terms (the other direction's fields NULL). */
-typedef struct cp_call {
-    const char *fn;
-    int bwd;
-    const DLTensor *q, *k, *v;
-    DLTensor *o;                 /* forward */
-    const DLTensor *dout;        /* backward */
-    DLTensor *dq, *dk, *dv, *ds; /* backward */
-    const DLTensor *s;
-    float scale;
-    const DLTensor *initial_state; /* rank 0's S_0 */
-    DLTensor *final_state;         /* forward: S_N */
-    DLTensor *d_initial_state;     /* backward: rank 0's dS_0 */
-    const DLTensor *d_final_state; /* backward: the last rank's dS_N */
-    const DLTensor *cu_seqlens;
-    uint32_t flags;
-    void *stream;
-} cp_call;
-
-/* One rank's call: its arguments, its place and the sizes every rank must share. */
-typedef struct cp_rank {
-    cp_call c;
-    int rank, P, vk;
-    int64_t B, H, N, D, E;  /* N: this rank's n_r */
-    size_t state_bytes;     /* B·H·D·E·4 */
-    size_t slot;            /* bytes per rank in the exchange buffer */
-    size_t len_off;         /* the length's offset inside a slot */
-    size_t ds_slot;         /* bytes per rank of ds's exchange: H floats, padded to 16 bytes */
-    CUdeviceptr gather;     /* [P][slot] */
-    CUdeviceptr incoming;   /* [P,B,H,D,E] float32: the forward scan's */
-    CUdeviceptr incoming_g; /* backward: [P,B,H,D,E], the reverse scan's */
-    CUdeviceptr ds_gather;  /* backward with ds: [P][ds_slot], then the scan's [P][ds_slot] and
-                              the sum [ds_slot] */
-} cp_rank;
-
-/* The exchange: fills the P slots of `bytes` bytes at base (this rank's buffer) from every
- * rank's own slot (base + rank·bytes). */
-typedef lajit_status (*cp_gather_fn)(lajit_ctx *ctx, const cp_rank *r, CUdeviceptr base,
-                                     size_t bytes, void *user);
-
 static const DLDataType F32 = {kDLFloat, 32, 1};
-static const DLDataType I64 = {kDLInt, 64, 1};
 
 static size_t round16(size_t n)
 {
     return (n + 15) & ~(size_t)15;
+}
+
+/* The exchange the flags force: 0 the all-gather, 1 the log-step scan, −1 the choice by P. */
+static int exchange_choice(uint32_t flags)
+{
+    return (flags & LAJIT_CP_LOGSTEP) ? 1 : (flags & LAJIT_CP_ALLGATHER) ? 0 : -1;
+}
+
+/* lj_check_args with the context-parallel flags taken out (both at once: refused). */
+static lajit_status check_args(lj_env *env, const char *fn, const size_t *struct_size,
+                               size_t expected, uint32_t flags, float scale)
+{
+    const uint32_t both = LAJIT_CP_ALLGATHER | LAJIT_CP_LOGSTEP;
+    if (struct_size && (flags & both) == both)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "%s: LAJIT_CP_ALLGATHER and LAJIT_CP_LOGSTEP are exclusive", fn);
+    return lj_check_args(env, fn, struct_size, expected, flags & ~both, scale);
 }
 
 static cp_call fwd_call(const lajit_cp_attn_fwd_args *a)
@@ -98,7 +62,8 @@ static cp_call fwd_call(const lajit_cp_attn_fwd_args *a)
     c.initial_state = a->initial_state;
     c.final_state = a->final_state;
     c.cu_seqlens = a->cu_seqlens;
-    c.flags = a->flags;
+    c.flags = a->flags & LAJIT_STATE_VK;
+    c.logstep = exchange_choice(a->flags);
     c.stream = a->stream;
     return c;
 }
@@ -123,17 +88,10 @@ static cp_call bwd_call(const lajit_cp_attn_bwd_args *a)
     c.d_initial_state = a->d_initial_state;
     c.d_final_state = a->d_final_state;
     c.cu_seqlens = a->cu_seqlens;
-    c.flags = a->flags;
+    c.flags = a->flags & LAJIT_STATE_VK;
+    c.logstep = exchange_choice(a->flags);
     c.stream = a->stream;
     return c;
-}
-
-/* A failed driver call of r's call: "fn: what" (lj_driver_error takes a fixed text). */
-static lajit_status drv_fail(lajit_ctx *ctx, const cp_call *c, CUresult cr, const char *what)
-{
-    char text[160];
-    snprintf(text, sizeof text, "%s: %s", c->fn, what);
-    return lj_driver_error(&ctx->env, ctx->device.drv, cr, text);
 }
 
 /* ---- Argument checks ------------------------------------------------------------------------ */
@@ -229,6 +187,8 @@ static lajit_status check_rank(lj_env *env, const cp_call *c, int rank, int P, c
     r->rank = rank;
     r->P = P;
     r->vk = (c->flags & LAJIT_STATE_VK) != 0;
+    if (r->c.logstep < 0)
+        r->c.logstep = P > LJ_CP_ALLGATHER_MAX_P;
     lajit_status st;
     if ((st = check_seqs(env, r)) != LAJIT_OK)
         return st;
@@ -266,33 +226,6 @@ static lajit_status check_rank(lj_env *env, const cp_call *c, int rank, int P, c
     return LAJIT_OK;
 }
 
-/* One rank's buffer, in bytes: the exchange slots and the incoming states; the backward adds
- * the gradient scan's states and, with ds, its parts, their scan and their sum. */
-static int rank_bytes(const cp_rank *r, size_t *out)
-{
-    size_t a, b, d = 0;
-    if (__builtin_mul_overflow(r->slot, (size_t)r->P, &a) ||
-        __builtin_mul_overflow(r->state_bytes, (size_t)r->P, &b) ||
-        __builtin_add_overflow(round16(a), round16(b), out))
-        return 0;
-    if (r->c.bwd && __builtin_add_overflow(*out, round16(b), out))
-        return 0;
-    if (r->c.ds && (__builtin_mul_overflow(r->ds_slot, (size_t)(2 * r->P + 1), &d) ||
-                    __builtin_add_overflow(*out, d, out)))
-        return 0;
-    return 1;
-}
-
-/* r's regions inside its buffer at base (rank_bytes's order). */
-static void place(cp_rank *r, CUdeviceptr base)
-{
-    const size_t states = round16(r->state_bytes * (size_t)r->P);
-    r->gather = base;
-    r->incoming = r->gather + round16(r->slot * (size_t)r->P);
-    r->incoming_g = r->c.bwd ? r->incoming + states : 0;
-    r->ds_gather = r->c.ds ? r->incoming_g + states : 0;
-}
-
 /* The context's workspace, grown (never shrunk) to bytes. */
 static lajit_status workspace(lajit_ctx *ctx, size_t bytes, CUdeviceptr *out)
 {
@@ -328,7 +261,7 @@ static lajit_status copy_state(lajit_ctx *ctx, const cp_rank *r, CUdeviceptr dst
 {
     CUresult cr = LJ_CU(&ctx->env, ctx->device.drv, cuMemcpyDtoDAsync, dst, src, bytes,
                         (CUstream)r->c.stream);
-    return cr == CUDA_SUCCESS ? LAJIT_OK : drv_fail(ctx, &r->c, cr, what);
+    return cr == CUDA_SUCCESS ? LAJIT_OK : lj_cp_driver_fail(ctx, &r->c, cr, what);
 }
 
 static CUdeviceptr address(const DLTensor *t)
@@ -343,7 +276,7 @@ static lajit_status cp_local(lajit_ctx *ctx, const cp_rank *r, int grad)
     lj_env *env = &ctx->env;
     const cp_call *c = &r->c;
     const lj_driver *drv = ctx->device.drv;
-    const CUdeviceptr mine = r->gather + (CUdeviceptr)r->rank * r->slot;
+    const CUdeviceptr mine = r->carry;
     const CUstream stream = (CUstream)c->stream;
     const DLTensor *carry_in = grad ? (r->rank == r->P - 1 ? c->d_final_state : NULL)
                                     : (r->rank == 0 ? c->initial_state : NULL);
@@ -354,7 +287,7 @@ static lajit_status cp_local(lajit_ctx *ctx, const cp_rank *r, int grad)
         cr = LJ_CU(env, drv, cuMemsetD32Async, mine + r->len_off + 4, (unsigned)(n >> 32), 1,
                    stream);
     if (cr != CUDA_SUCCESS)
-        return drv_fail(ctx, c, cr, "cuMemsetD32Async (the span's length)");
+        return lj_cp_driver_fail(ctx, c, cr, "cuMemsetD32Async (the span's length)");
     if (r->N > 0) {
         int64_t shape[4];
         DLTensor m;
@@ -395,7 +328,7 @@ static lajit_status cp_local(lajit_ctx *ctx, const cp_rank *r, int grad)
         cr = LJ_CU(env, drv, cuMemsetD32Async, mine, 0u, r->state_bytes / 4, stream);
         return cr == CUDA_SUCCESS
                    ? LAJIT_OK
-                   : drv_fail(ctx, c, cr, "cuMemsetD32Async (an empty span's state)");
+                   : lj_cp_driver_fail(ctx, c, cr, "cuMemsetD32Async (an empty span's state)");
     }
     /* An end rank with no tokens passes its carry (S_0, or dS_N) on as it is. */
     if (!compact(carry_in))
@@ -407,69 +340,26 @@ static lajit_status cp_local(lajit_ctx *ctx, const cp_rank *r, int grad)
                       grad ? "cuMemcpyDtoDAsync (dS_N)" : "cuMemcpyDtoDAsync (S_0)");
 }
 
-/* The scan of the gathered slots into `out` ([P,B,H,D,E]): forward S_{a_j}, or (grad) the
- * reverse H_j; `final` (may be NULL) receives the walk's carry (S_N). */
-static lajit_status cp_scan(lajit_ctx *ctx, const cp_rank *r, int grad, CUdeviceptr out,
-                            DLTensor *final)
+/* The state entering r's span in direction grad: what the exchange computed, or for the first
+ * rank in walk order what it holds (S_0 on rank 0, dS_N on the last; NULL: zero). */
+static const DLTensor *incoming_state(lajit_ctx *ctx, const cp_rank *r, int grad, DLTensor *t,
+                                      int64_t shape[4])
 {
-    const cp_call *c = &r->c;
-    const int64_t R = r->vk ? r->E : r->D, C = r->vk ? r->D : r->E;
-    int64_t ls_shape[5] = {r->P, r->B, r->H, R, C};
-    int64_t ls_strides[5] = {(int64_t)(r->slot / 4), r->H * R * C, R * C, C, 1};
-    int64_t len_shape[1] = {r->P}, len_strides[1] = {(int64_t)(r->slot / 8)};
-    DLTensor ls, len, in;
-    memset(&ls, 0, sizeof ls);
-    ls.data = (void *)(uintptr_t)r->gather;
-    ls.device = (DLDevice){kDLCUDA, ctx->ordinal};
-    ls.ndim = 5;
-    ls.dtype = F32;
-    ls.shape = ls_shape;
-    ls.strides = ls_strides;
-    len = ls;
-    len.byte_offset = r->len_off;
-    len.ndim = 1;
-    len.dtype = I64;
-    len.shape = len_shape;
-    len.strides = len_strides;
-    in = ls;
-    in.data = (void *)(uintptr_t)out;
-    in.strides = NULL;
-    lajit_attn_state_scan_args sc;
-    memset(&sc, 0, sizeof sc);
-    sc.struct_size = sizeof sc;
-    sc.local_states = &ls;
-    sc.lengths = &len;
-    sc.s = c->s;
-    sc.incoming_states = &in;
-    sc.final_state = final;
-    sc.flags = (c->flags & LAJIT_STATE_VK) | (grad ? LAJIT_SCAN_REVERSE : 0);
-    sc.stream = c->stream;
-    lajit_status st = lajit_attn_state_scan(ctx, &sc);
-    if (st != LAJIT_OK)
-        lj_error_prefix(&ctx->env, "%s (rank %d, the scan of the gathered %sstates): ", c->fn,
-                        r->rank, grad ? "gradient " : "");
-    return st;
+    if (!grad && r->rank == 0)
+        return r->c.initial_state;
+    if (grad && r->rank == r->P - 1)
+        return r->c.d_final_state;
+    return state_view(t, shape, r, lj_cp_incoming(r, grad), 0, ctx->ordinal);
 }
 
-/* Forward: the incoming state (and S_N), then the span's outputs. */
+/* Forward: the span's outputs from its incoming state. */
 static lajit_status cp_fwd_outputs(lajit_ctx *ctx, const cp_rank *r)
 {
-    lj_env *env = &ctx->env;
     const cp_call *c = &r->c;
-    lajit_status st;
-    int64_t in_shape[4];
-    DLTensor in_state;
-    const DLTensor *incoming = r->rank == 0 ? c->initial_state : NULL;
-    /* Rank 0's incoming state is S_0: it scans only for S_N. */
-    if (r->rank > 0 || c->final_state) {
-        if ((st = cp_scan(ctx, r, 0, r->incoming, c->final_state)) != LAJIT_OK)
-            return st;
-        if (r->rank > 0)
-            incoming = state_view(&in_state, in_shape, r, r->incoming,
-                                  (size_t)r->rank * r->state_bytes, ctx->ordinal);
-    }
     if (r->N == 0)
         return LAJIT_OK;
+    int64_t in_shape[4];
+    DLTensor in_state;
     lajit_attn_fwd_args f;
     memset(&f, 0, sizeof f);
     f.struct_size = sizeof f;
@@ -479,39 +369,25 @@ static lajit_status cp_fwd_outputs(lajit_ctx *ctx, const cp_rank *r)
     f.o = c->o;
     f.s = c->s;
     f.scale = c->scale;
-    f.initial_state = incoming;
+    f.initial_state = incoming_state(ctx, r, 0, &in_state, in_shape);
     f.flags = c->flags;
     f.stream = c->stream;
-    if ((st = lajit_attn_fwd(ctx, &f)) != LAJIT_OK)
-        lj_error_prefix(env, "%s (rank %d, its span's outputs): ", c->fn, r->rank);
+    lajit_status st = lajit_attn_fwd(ctx, &f);
+    if (st != LAJIT_OK)
+        lj_error_prefix(&ctx->env, "%s (rank %d, its span's outputs): ", c->fn, r->rank);
     return st;
 }
 
-/* Backward, after the forward exchange: S_{a_r} (rank 0: S_0) into r->incoming's slot r. */
-static lajit_status cp_bwd_incoming(lajit_ctx *ctx, const cp_rank *r)
-{
-    return r->rank > 0 ? cp_scan(ctx, r, 0, r->incoming, NULL) : LAJIT_OK;
-}
-
-/* Backward, after the gradient exchange: H_r (the last rank: dS_N), then the span's gradients
- * from S_{a_r} and H_r, ds's part of this rank into its ds slot. */
+/* Backward: the span's gradients from S_{a_r} and H_r; ds's part of this rank into its slot. */
 static lajit_status cp_bwd_grads(lajit_ctx *ctx, const cp_rank *r)
 {
     lj_env *env = &ctx->env;
     const cp_call *c = &r->c;
-    const int last = r->rank == r->P - 1;
     lajit_status st;
-    if (!last && (st = cp_scan(ctx, r, 1, r->incoming_g, NULL)) != LAJIT_OK)
-        return st;
     int64_t in_shape[4], h_shape[4], ds_shape[1] = {r->H};
     DLTensor in_state, h_state, ds_part;
-    const DLTensor *incoming = r->rank == 0
-                                   ? c->initial_state
-                                   : state_view(&in_state, in_shape, r, r->incoming,
-                                                (size_t)r->rank * r->state_bytes, ctx->ordinal);
-    const DLTensor *reaching = last ? c->d_final_state
-                                    : state_view(&h_state, h_shape, r, r->incoming_g,
-                                                 (size_t)r->rank * r->state_bytes, ctx->ordinal);
+    const DLTensor *incoming = incoming_state(ctx, r, 0, &in_state, in_shape);
+    const DLTensor *reaching = incoming_state(ctx, r, 1, &h_state, h_shape);
     const CUdeviceptr part = r->ds_gather + (CUdeviceptr)r->rank * r->ds_slot;
     if (r->N == 0) {
         /* No tokens: no gradients, a zero part of ds, and rank 0's dS_0 is what reaches it. */
@@ -519,7 +395,8 @@ static lajit_status cp_bwd_grads(lajit_ctx *ctx, const cp_rank *r)
             CUresult cr = LJ_CU(env, ctx->device.drv, cuMemsetD32Async, part, 0u, r->ds_slot / 4,
                                 (CUstream)c->stream);
             if (cr != CUDA_SUCCESS)
-                return drv_fail(ctx, c, cr, "cuMemsetD32Async (an empty span's part of ds)");
+                return lj_cp_driver_fail(ctx, c, cr,
+                                         "cuMemsetD32Async (an empty span's part of ds)");
         }
         if (r->rank != 0 || !c->d_initial_state)
             return LAJIT_OK;
@@ -531,7 +408,8 @@ static lajit_status cp_bwd_grads(lajit_ctx *ctx, const cp_rank *r)
         if (!reaching) { /* P = 1, no tokens, no dS_N: dS_0 = 0 */
             CUresult cr = LJ_CU(env, ctx->device.drv, cuMemsetD32Async, address(c->d_initial_state),
                                 0u, r->state_bytes / 4, (CUstream)c->stream);
-            return cr == CUDA_SUCCESS ? LAJIT_OK : drv_fail(ctx, c, cr, "cuMemsetD32Async (dS_0)");
+            return cr == CUDA_SUCCESS ? LAJIT_OK
+                                      : lj_cp_driver_fail(ctx, c, cr, "cuMemsetD32Async (dS_0)");
         }
         if (!compact(reaching))
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
@@ -572,54 +450,6 @@ static lajit_status cp_bwd_grads(lajit_ctx *ctx, const cp_rank *r)
     return st;
 }
 
-/* Backward with ds, after the parts' exchange: their sum in rank order (the state scan with no
- * decay over P spans of [1, 1, 1, H'] "states", H' = ds_slot/4: X = X + part_j, the same order
- * and so the same bits on every rank), copied into ds. */
-static lajit_status cp_ds_sum(lajit_ctx *ctx, const cp_rank *r)
-{
-    const cp_call *c = &r->c;
-    const int64_t w = (int64_t)(r->ds_slot / 4);
-    int64_t ls_shape[5] = {r->P, 1, 1, 1, w}, sum_shape[4] = {1, 1, 1, w};
-    int64_t len_shape[1] = {r->P}, len_strides[1] = {(int64_t)(r->slot / 8)};
-    DLTensor ls, in, sum, len;
-    memset(&ls, 0, sizeof ls);
-    ls.data = (void *)(uintptr_t)r->ds_gather;
-    ls.device = (DLDevice){kDLCUDA, ctx->ordinal};
-    ls.ndim = 5;
-    ls.dtype = F32;
-    ls.shape = ls_shape;
-    in = ls;
-    in.byte_offset = r->ds_slot * (size_t)r->P;
-    sum = ls;
-    sum.byte_offset = 2 * r->ds_slot * (size_t)r->P;
-    sum.ndim = 4;
-    sum.shape = sum_shape;
-    /* Lengths are not read without s; the exchange's are a valid [P] view. */
-    memset(&len, 0, sizeof len);
-    len.data = (void *)(uintptr_t)r->gather;
-    len.byte_offset = r->len_off;
-    len.device = ls.device;
-    len.ndim = 1;
-    len.dtype = I64;
-    len.shape = len_shape;
-    len.strides = len_strides;
-    lajit_attn_state_scan_args sc;
-    memset(&sc, 0, sizeof sc);
-    sc.struct_size = sizeof sc;
-    sc.local_states = &ls;
-    sc.lengths = &len;
-    sc.incoming_states = &in;
-    sc.final_state = &sum;
-    sc.stream = c->stream;
-    lajit_status st = lajit_attn_state_scan(ctx, &sc);
-    if (st != LAJIT_OK) {
-        lj_error_prefix(&ctx->env, "%s (rank %d, the sum of ds's parts): ", c->fn, r->rank);
-        return st;
-    }
-    return copy_state(ctx, r, address(c->ds), r->ds_gather + 2 * r->ds_slot * (size_t)r->P,
-                      (size_t)r->H * 4, "cuMemcpyDtoDAsync (ds)");
-}
-
 /* The device current, its driver in ctx->device.drv (cp_local reads it). */
 static lajit_status device_ready(lajit_ctx *ctx, const char *fn)
 {
@@ -632,63 +462,75 @@ static lajit_status device_ready(lajit_ctx *ctx, const char *fn)
     return st;
 }
 
-/* ---- One rank's whole call ------------------------------------------------------------------ */
+/* ---- A rank's program ----------------------------------------------------------------------- */
 
-/* The steps of r's call in order, every exchange through gather. The simulated ranks run the
- * same steps phase by phase over all ranks (cp_run_sim). */
-enum { CP_PHASES = 7 };
+/* The steps of a call, in order. An exchange step has rounds (lj_cp_exchange_rounds); each round
+ * is a transfer and then a compute, and the simulated ranks do every rank's transfer of a round
+ * before any rank's compute. */
+typedef enum cp_step_kind {
+    CP_LOCAL_STATE, /* the forward carry into the exchange slot */
+    CP_EXCHANGE,    /* the forward states (S_{a_r}; the forward's S_N) */
+    CP_FWD_OUTPUTS, /* o */
+    CP_LOCAL_GRAD,  /* the gradient carry into the exchange slot (after the exchange above) */
+    CP_EXCHANGE_G,  /* the gradient states (H_r) */
+    CP_BWD_GRADS,   /* dq, dk, dv, dS_0, ds's part */
+    CP_DS,          /* ds's parts: one all-gather round, then the sum */
+} cp_step_kind;
 
-static lajit_status cp_phase(lajit_ctx *ctx, const cp_rank *r, int phase, cp_gather_fn gather,
-                             void *user)
+static const cp_step_kind fwd_program[] = {CP_LOCAL_STATE, CP_EXCHANGE, CP_FWD_OUTPUTS};
+static const cp_step_kind bwd_program[] = {CP_LOCAL_STATE, CP_EXCHANGE,  CP_LOCAL_GRAD,
+                                           CP_EXCHANGE_G,  CP_BWD_GRADS, CP_DS};
+
+static int step_rounds(const cp_rank *r, cp_step_kind k)
 {
-    const cp_call *c = &r->c;
-    switch (phase) {
-        case 0: return cp_local(ctx, r, 0);
-        case 1: return gather(ctx, r, r->gather, r->slot, user);
-        case 2: return c->bwd ? cp_bwd_incoming(ctx, r) : cp_fwd_outputs(ctx, r);
-        case 3: /* the gradient exchange reuses the slots: the forward scan before it has read them */
-            return c->bwd ? cp_local(ctx, r, 1) : LAJIT_OK;
-        case 4: return c->bwd ? gather(ctx, r, r->gather, r->slot, user) : LAJIT_OK;
-        case 5: return c->bwd ? cp_bwd_grads(ctx, r) : LAJIT_OK;
-        default:
-            if (!c->ds)
-                return LAJIT_OK;
-            lajit_status st = gather(ctx, r, r->ds_gather, r->ds_slot, user);
-            return st == LAJIT_OK ? cp_ds_sum(ctx, r) : st;
+    if (k == CP_EXCHANGE)
+        return lj_cp_exchange_rounds(r, !r->c.bwd && r->c.final_state != NULL);
+    if (k == CP_EXCHANGE_G)
+        return lj_cp_exchange_rounds(r, 0);
+    if (k == CP_DS)
+        return r->c.ds ? 1 : 0;
+    return 1;
+}
+
+/* Round i of step k: the transfer (exchanges only; `t` NULL: none), then the compute. */
+static lajit_status step_transfer(lajit_ctx *ctx, cp_rank *r, cp_step_kind k, int i,
+                                  const cp_transport *t)
+{
+    const int want_final = !r->c.bwd && r->c.final_state != NULL;
+    switch (k) {
+        case CP_EXCHANGE: return lj_cp_exchange_transfer(ctx, r, 0, want_final, i, t);
+        case CP_EXCHANGE_G: return lj_cp_exchange_transfer(ctx, r, 1, 0, i, t);
+        case CP_DS: return lj_cp_ds_transfer(ctx, r, t);
+        default: return LAJIT_OK;
     }
+}
+
+static lajit_status step_compute(lajit_ctx *ctx, cp_rank *r, cp_step_kind k, int i)
+{
+    const int want_final = !r->c.bwd && r->c.final_state != NULL;
+    switch (k) {
+        case CP_LOCAL_STATE: return cp_local(ctx, r, 0);
+        case CP_EXCHANGE: return lj_cp_exchange_compute(ctx, r, 0, want_final, i);
+        case CP_FWD_OUTPUTS: return cp_fwd_outputs(ctx, r);
+        case CP_LOCAL_GRAD: /* the gradient exchange reuses the slots the forward one has read */
+            return cp_local(ctx, r, 1);
+        case CP_EXCHANGE_G: return lj_cp_exchange_compute(ctx, r, 1, 0, i);
+        case CP_BWD_GRADS: return cp_bwd_grads(ctx, r);
+        default: return lj_cp_ds_sum(ctx, r);
+    }
+}
+
+static void program_of(const cp_call *c, const cp_step_kind **steps, int *n)
+{
+    *steps = c->bwd ? bwd_program : fwd_program;
+    *n = c->bwd ? (int)(sizeof bwd_program / sizeof bwd_program[0])
+                : (int)(sizeof fwd_program / sizeof fwd_program[0]);
 }
 
 /* ---- The NCCL path -------------------------------------------------------------------------- */
 
-typedef struct nccl_user {
-    const lj_nccl *nccl;
-    lj_nccl_comm comm;
-} nccl_user;
-
-/* The exchange as LASP-2 does it: one in-place all-gather of every rank's slot. */
-static lajit_status nccl_gather(lajit_ctx *ctx, const cp_rank *r, CUdeviceptr base, size_t bytes,
-                                void *user)
-{
-    const nccl_user *u = user;
-    void *all = (void *)(uintptr_t)base;
-    const void *mine = (const char *)all + (size_t)r->rank * bytes;
-    lj_nccl_result nr = u->nccl->ncclAllGather(mine, all, bytes / 4, LJ_NCCL_FLOAT32, u->comm,
-                                               (CUstream)r->c.stream);
-    if (nr == LJ_NCCL_IN_PROGRESS) /* the kernels after it would not be ordered behind it */
-        return lj_error(&ctx->env, LAJIT_ERR_NCCL,
-                        "%s: ncclAllGather returned ncclInProgress: a non-blocking communicator; "
-                        "use a blocking one",
-                        r->c.fn);
-    if (nr == LJ_NCCL_SUCCESS)
-        return LAJIT_OK;
-    char what[96];
-    snprintf(what, sizeof what, "%s: ncclAllGather of the span %s", r->c.fn,
-             base == r->gather ? "states" : "parts of ds");
-    return lj_nccl_error(&ctx->env, u->nccl, nr, what);
-}
-
 /* The communicator's size, this rank and its device (which must be the context's), then the
- * rank's whole call. */
+ * rank's program. */
 static lajit_status cp_run_nccl(lajit_ctx *ctx, const cp_call *c, void *comm)
 {
     lj_env *env = &ctx->env;
@@ -697,7 +539,7 @@ static lajit_status cp_run_nccl(lajit_ctx *ctx, const cp_call *c, void *comm)
                         "%s: comm is NULL (an ncclComm_t of the ranks sharing the sequence)",
                         c->fn);
     lajit_status st;
-    nccl_user u = {ctx->nccl_override, (lj_nccl_comm)comm};
+    cp_nccl_user u = {ctx->nccl_override, (lj_nccl_comm)comm};
     if (!u.nccl && (st = lj_nccl_load(env, &u.nccl)) != LAJIT_OK)
         return st;
     int P = 0, rank = -1, dev = -1;
@@ -723,20 +565,27 @@ static lajit_status cp_run_nccl(lajit_ctx *ctx, const cp_call *c, void *comm)
                         "%s: the communicator's rank %d is on CUDA device %d, the context on %d",
                         c->fn, rank, dev, ctx->ordinal);
     cp_rank r;
-    size_t bytes;
     CUdeviceptr base;
     if ((st = check_rank(env, c, rank, P, &r)) != LAJIT_OK)
         return st;
-    if (!rank_bytes(&r, &bytes))
+    const size_t bytes = lj_cp_rank_bytes(&r);
+    if (!bytes)
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                         "%s: %d ranks' states do not fit in memory", c->fn, P);
     if ((st = device_ready(ctx, c->fn)) != LAJIT_OK ||
         (st = workspace(ctx, bytes, &base)) != LAJIT_OK)
         return st;
-    place(&r, base);
-    for (int phase = 0; phase < CP_PHASES; phase++)
-        if ((st = cp_phase(ctx, &r, phase, nccl_gather, &u)) != LAJIT_OK)
-            return st;
+    lj_cp_place(&r, base);
+    cp_transport t = lj_cp_nccl_transport;
+    t.user = &u;
+    const cp_step_kind *prog;
+    int n;
+    program_of(c, &prog, &n);
+    for (int s = 0; s < n; s++)
+        for (int i = 0; i < step_rounds(&r, prog[s]); i++)
+            if ((st = step_transfer(ctx, &r, prog[s], i, &t)) != LAJIT_OK ||
+                (st = step_compute(ctx, &r, prog[s], i)) != LAJIT_OK)
+                return st;
     return LAJIT_OK;
 }
 
@@ -744,8 +593,8 @@ LAJIT_API lajit_status lajit_cp_attn_fwd(lajit_ctx *ctx, const lajit_cp_attn_fwd
 {
     if (!ctx)
         return LAJIT_ERR_INVALID_ARGUMENT;
-    lajit_status st = lj_check_args(&ctx->env, FN_FWD, a ? &a->struct_size : NULL, sizeof *a,
-                                    a ? a->flags : 0, a ? a->scale : 0);
+    lajit_status st = check_args(&ctx->env, FN_FWD, a ? &a->struct_size : NULL, sizeof *a,
+                                 a ? a->flags : 0, a ? a->scale : 0);
     if (st != LAJIT_OK)
         return st;
     const cp_call c = fwd_call(a);
@@ -756,8 +605,8 @@ LAJIT_API lajit_status lajit_cp_attn_bwd(lajit_ctx *ctx, const lajit_cp_attn_bwd
 {
     if (!ctx)
         return LAJIT_ERR_INVALID_ARGUMENT;
-    lajit_status st = lj_check_args(&ctx->env, FN_BWD, a ? &a->struct_size : NULL, sizeof *a,
-                                    a ? a->flags : 0, a ? a->scale : 0);
+    lajit_status st = check_args(&ctx->env, FN_BWD, a ? &a->struct_size : NULL, sizeof *a,
+                                 a ? a->flags : 0, a ? a->scale : 0);
     if (st != LAJIT_OK)
         return st;
     const cp_call c = bwd_call(a);
@@ -766,33 +615,9 @@ LAJIT_API lajit_status lajit_cp_attn_bwd(lajit_ctx *ctx, const lajit_cp_attn_bwd
 
 /* ---- Simulated ranks (tests) ---------------------------------------------------------------- */
 
-typedef struct sim_user {
-    const cp_rank *ranks;
-} sim_user;
-
-/* The exchange with the other simulated ranks' buffers at hand: their own slots copied into r's
- * (each rank's region at the same offset in its buffer). */
-static lajit_status sim_gather(lajit_ctx *ctx, const cp_rank *r, CUdeviceptr base, size_t bytes,
-                               void *user)
-{
-    const sim_user *u = user;
-    lj_env *env = &ctx->env;
-    const CUdeviceptr region = base - r->gather;
-    for (int j = 0; j < r->P; j++) {
-        if (j == r->rank)
-            continue;
-        const CUdeviceptr off = region + (CUdeviceptr)j * bytes;
-        CUresult cr = LJ_CU(env, ctx->device.drv, cuMemcpyDtoDAsync, r->gather + off,
-                            u->ranks[j].gather + off, bytes, (CUstream)r->c.stream);
-        if (cr != CUDA_SUCCESS)
-            return drv_fail(ctx, &r->c, cr, "cuMemcpyDtoDAsync (the simulated exchange)");
-    }
-    return LAJIT_OK;
-}
-
-/* P simulated ranks' calls: every rank's buffer in the context's workspace, then each phase for
- * every rank in rank order (on one stream, so an exchange's copies follow every rank's writes
- * of the phase before). */
+/* P simulated ranks' calls: every rank's buffer in the context's workspace, then the program
+ * step by step and round by round, every rank's transfer of a round before any rank's compute
+ * (one stream, so a round's copies follow every rank's writes of the round before). */
 static lajit_status cp_run_sim(lajit_ctx *ctx, int P, const cp_call *calls)
 {
     lj_env *env = &ctx->env;
@@ -805,8 +630,9 @@ static lajit_status cp_run_sim(lajit_ctx *ctx, int P, const cp_call *calls)
     for (int j = 0; j < P && st == LAJIT_OK; j++) {
         if ((st = check_rank(env, &calls[j], j, P, &r[j])) != LAJIT_OK)
             lj_error_prefix(env, "rank %d: ", j);
-        else if (j > 0 && (r[j].B != r[0].B || r[j].H != r[0].H || r[j].D != r[0].D ||
-                           r[j].E != r[0].E || r[j].vk != r[0].vk))
+        else if (j > 0 &&
+                 (r[j].B != r[0].B || r[j].H != r[0].H || r[j].D != r[0].D || r[j].E != r[0].E ||
+                  r[j].vk != r[0].vk || r[j].c.logstep != r[0].c.logstep))
             st = lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                           "%s (simulated): rank %d's B, H, D, E or flags differ from rank 0's", fn,
                           j);
@@ -816,26 +642,33 @@ static lajit_status cp_run_sim(lajit_ctx *ctx, int P, const cp_call *calls)
         else if ((calls[j].ds != NULL) != (calls[0].ds != NULL))
             st = lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                           "%s (simulated): ds is given by some ranks and not others", fn);
+        else if (r[0].c.logstep && (calls[j].final_state != NULL) != (calls[0].final_state != NULL))
+            st = lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                          "%s (simulated): with the log-step exchange final_state is given by "
+                          "every rank or none",
+                          fn);
     }
-    if (st == LAJIT_OK &&
-        (!rank_bytes(&r[0], &each) || __builtin_mul_overflow(round16(each), (size_t)P, &total)))
+    if (st == LAJIT_OK && ((each = lj_cp_rank_bytes(&r[0])) == 0 ||
+                           __builtin_mul_overflow(round16(each), (size_t)P, &total)))
         st = lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                       "%s (simulated): %d ranks' states do not fit in memory", fn, P);
     CUdeviceptr base = 0;
     if (st == LAJIT_OK && (st = device_ready(ctx, fn)) == LAJIT_OK)
         st = workspace(ctx, total, &base);
     for (int j = 0; j < P && st == LAJIT_OK; j++)
-        place(&r[j], base + (CUdeviceptr)j * round16(each));
-    sim_user u = {r};
-    for (int phase = 0; phase < CP_PHASES && st == LAJIT_OK; phase++) {
-        /* The forward's scan and outputs follow each rank's own copies (as a rank's stream
-         * orders them): phases 1 and 2 run per rank together, as the earlier version did. */
-        if (phase == 2 && !calls[0].bwd)
-            continue;
-        for (int j = 0; j < P && st == LAJIT_OK; j++) {
-            st = cp_phase(ctx, &r[j], phase, sim_gather, &u);
-            if (st == LAJIT_OK && phase == 1 && !calls[0].bwd)
-                st = cp_phase(ctx, &r[j], 2, sim_gather, &u);
+        lj_cp_place(&r[j], base + (CUdeviceptr)j * round16(each));
+    cp_transport t = lj_cp_sim_transport;
+    t.user = r;
+    const cp_step_kind *prog;
+    int n;
+    program_of(&calls[0], &prog, &n);
+    for (int s = 0; s < n && st == LAJIT_OK; s++) {
+        const int rounds = step_rounds(&r[0], prog[s]);
+        for (int i = 0; i < rounds && st == LAJIT_OK; i++) {
+            for (int j = 0; j < P && st == LAJIT_OK; j++)
+                st = step_transfer(ctx, &r[j], prog[s], i, &t);
+            for (int j = 0; j < P && st == LAJIT_OK; j++)
+                st = step_compute(ctx, &r[j], prog[s], i);
         }
     }
     lj_free(env, r);
@@ -859,8 +692,8 @@ lajit_status lajit__cp_attn_fwd_sim(lajit_ctx *ctx, int P, const lajit_cp_attn_f
     if (st == LAJIT_OK && !c)
         st = lj_oom(&ctx->env);
     for (int j = 0; j < P && st == LAJIT_OK; j++)
-        if ((st = lj_check_args(&ctx->env, FN_FWD, &ranks[j].struct_size, sizeof ranks[j],
-                                ranks[j].flags, ranks[j].scale)) == LAJIT_OK)
+        if ((st = check_args(&ctx->env, FN_FWD, &ranks[j].struct_size, sizeof ranks[j],
+                             ranks[j].flags, ranks[j].scale)) == LAJIT_OK)
             c[j] = fwd_call(&ranks[j]);
     if (st == LAJIT_OK)
         st = cp_run_sim(ctx, P, c);
@@ -877,8 +710,8 @@ lajit_status lajit__cp_attn_bwd_sim(lajit_ctx *ctx, int P, const lajit_cp_attn_b
     if (st == LAJIT_OK && !c)
         st = lj_oom(&ctx->env);
     for (int j = 0; j < P && st == LAJIT_OK; j++)
-        if ((st = lj_check_args(&ctx->env, FN_BWD, &ranks[j].struct_size, sizeof ranks[j],
-                                ranks[j].flags, ranks[j].scale)) == LAJIT_OK)
+        if ((st = check_args(&ctx->env, FN_BWD, &ranks[j].struct_size, sizeof ranks[j],
+                             ranks[j].flags, ranks[j].scale)) == LAJIT_OK)
             c[j] = bwd_call(&ranks[j]);
     if (st == LAJIT_OK)
         st = cp_run_sim(ctx, P, c);

@@ -30,12 +30,13 @@
 enum { B = 2, H = 2, MAXP = 8 };
 
 typedef struct cp_case {
-    int P, D;    /* E = D */
-    int decay;   /* 0: s NULL; 1: s = 0 (the decay path, λ = 1); 2: strong */
-    int init;    /* S_0 given (rank 0 reads it) */
-    int dsn;     /* dS_N given (the last rank reads it) */
-    int graph;   /* check a captured graph's replay of the call */
-    int n[MAXP]; /* span lengths */
+    int P, D;      /* E = D */
+    int decay;     /* 0: s NULL; 1: s = 0 (the decay path, λ = 1); 2: strong */
+    int init;      /* S_0 given (rank 0 reads it) */
+    int dsn;       /* dS_N given (the last rank reads it) */
+    int graph;     /* check a captured graph's replay of the call */
+    unsigned xchg; /* LAJIT_CP_ALLGATHER, LAJIT_CP_LOGSTEP or 0 (the choice by P) */
+    int n[MAXP];   /* span lengths */
     unsigned seed;
 } cp_case;
 
@@ -169,6 +170,7 @@ static void run_case(const cp_case *c, void *comm)
         a[r].s = c->decay ? lj_gpu_tensor(&ts, d_s, 0, 1, hshape, NULL, f32) : NULL;
         a[r].ds = c->decay ? lj_gpu_tensor(&u->tds, u->ds, 0, 1, hshape, NULL, f32) : NULL;
         a[r].scale = sigma;
+        a[r].flags = c->xchg;
         /* Every rank passes the same list: rank 0 reads S_0 and writes dS_0, the last reads dS_N. */
         a[r].initial_state = c->init ? lj_gpu_tensor(&ts0, d_s0, 0, 4, sshape, NULL, f32) : NULL;
         a[r].d_final_state = c->dsn ? lj_gpu_tensor(&tdsn, d_dsn, 0, 4, sshape, NULL, f32) : NULL;
@@ -385,6 +387,8 @@ LJ_TEST(nccl_one_rank)
             c.n[0] = 150;
             c.seed = 1234u + (unsigned)(decay + st);
             run_case(&c, comm);
+            c.xchg = LAJIT_CP_LOGSTEP;
+            run_case(&c, comm);
         }
     ASSERT_EQ(nccl->ncclCommDestroy(comm), LJ_NCCL_SUCCESS);
 }
@@ -487,4 +491,32 @@ LJ_TEST(bwd_state_only_la_bwd)
     state_only_case("la_bwd", 1, 64, 64, 1, 1, 21);
     state_only_case("la_bwd", 333, 64, 96, 1, 0, 22);
     state_only_case("la_bwd", 2000, 128, 128, 0, 1, 23);
+}
+
+/* The log-step exchange (LAJIT_CP_LOGSTEP) in both directions: P = 2, 3 (an empty first, last and
+ * middle span), 5 and 8, S_0, dS_N and ds; a graph replay. */
+LJ_TEST(logstep_ranks)
+{
+    need_sm90a();
+    static const int spans[5][MAXP] = {
+        {97, 160}, {0, 77, 5}, {70, 90, 0}, {10, 20, 0, 40, 7}, {50, 1, 0, 128, 17, 64, 200, 3}};
+    static const int Ps[5] = {2, 3, 3, 5, 8};
+    for (int i = 0; i < 5; i++)
+        for (int decay = 1; decay < 3; decay++) {
+            cp_case c = {
+                .P = Ps[i], .D = 64, .decay = decay, .init = 1, .dsn = 1, .xchg = LAJIT_CP_LOGSTEP};
+            memcpy(c.n, spans[i], sizeof spans[i]);
+            c.seed = 6000u + (unsigned)(10 * i + decay);
+            run_case(&c, NULL);
+        }
+    cp_case g = {.P = 5,
+                 .D = 128,
+                 .decay = 2,
+                 .init = 1,
+                 .dsn = 1,
+                 .graph = 1,
+                 .xchg = LAJIT_CP_LOGSTEP,
+                 .n = {40, 0, 90, 3, 64}};
+    g.seed = 6999;
+    run_case(&g, NULL);
 }
