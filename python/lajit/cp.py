@@ -39,8 +39,8 @@ from . import _torch as _ops
 
 # A state slot is padded to 16 bytes (4 floats), then 4 floats hold n_r as an int64 (and 8 bytes
 # of padding), so one all-gather of floats moves states and lengths together, the gathered
-# states are a [P, B, H, D, E] view whose strides are multiples of 16 bytes (the scan's rule),
-# and the lengths an int64 [P] view beside them.
+# states are a [P, B, H, D, E] view whose span stride is a multiple of 16 bytes (the scan's
+# alignment rule), and the lengths an int64 [P] view beside them.
 _LEN_FLOATS = 4
 
 
@@ -74,8 +74,9 @@ def _exchange(buf, shape, n, group, P):
 
 
 def _sum_fixed_order(parts):
-    """parts [P, H] summed pairwise in one fixed order (rank order within each pair): log2(P)
-    launches, and the same bits on every rank that runs it on the same values."""
+    """parts [P, H] summed as a fixed tree (part j plus part j + ⌊P/2⌋, halving; an odd last
+    part carried): ⌈log2 P⌉ launches, and the same bits on every rank that runs it on the same
+    values."""
     while parts.shape[0] > 1:
         h = parts.shape[0] // 2
         head = parts[:h] + parts[h:2 * h]
@@ -203,6 +204,7 @@ class _CPAttn(torch.autograd.Function):
         return o, final
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, do, dfinal):
         q, k, v, s, s_in = ctx.saved_tensors
         rank, P, group, scale = ctx.rank, ctx.P, ctx.group, ctx.scale
@@ -311,14 +313,24 @@ def cp_lightning_attn(q, k, v, s=None, *, group=None, scale=1.0, initial_state=N
 
     Traffic: one all-gather in the forward (each rank sends its state and length, B·H·D·E·4 +
     16 bytes, and receives the P − 1 others'), two in the backward (the gradient states, and
-    ds's P·H floats). Eager only: torch.compile does
-    not trace it (collectives), it runs as a graph break."""
-    return _cp_lightning_attn(q, k, v, s, group=group, scale=scale, initial_state=initial_state,
-                              output_final_state=output_final_state, head_first=head_first,
-                              state_vk=state_vk, check_ranks=check_ranks)
+    ds's P·H floats). Under torch.compile the call is a graph break, run eagerly (collectives
+    and ctypes calls are not traced). Not twice differentiable."""
+    global _eager
+    if _eager is None:
+        _eager = _not_traced(_cp_lightning_attn)
+    return _eager(q, k, v, s, group=group, scale=scale, initial_state=initial_state,
+                  output_final_state=output_final_state, head_first=head_first,
+                  state_vk=state_vk, check_ranks=check_ranks)
 
 
-try:
-    cp_lightning_attn = torch.compiler.disable(cp_lightning_attn)
-except AttributeError:  # torch < 2.1
-    pass
+_eager = None
+
+
+def _not_traced(fn):
+    """fn behind torch.compiler.disable: under torch.compile the call is a graph break, run
+    eagerly (collectives and ctypes calls cannot be traced). Applied on the first call, not at
+    import: it imports torch._dynamo (about a second), which lajit's import otherwise avoids."""
+    try:
+        return torch.compiler.disable(fn)
+    except AttributeError:  # torch < 2.1
+        return fn

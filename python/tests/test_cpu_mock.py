@@ -218,5 +218,16 @@ def test_cp_one_rank_matches_lightning_attn_and_refuses_bad_arguments():
             assert o.shape == (B, H, 0, E) and torch.equal(hn, h0k.detach()), (o.shape, hn)
             (hn * dsn.transpose(-1, -2)).sum().backward()
             assert torch.equal(h0k.grad, dsn.transpose(-1, -2)), "dS_0 = dS_N through no tokens"
+            # Under torch.compile: a graph break around the call, the same values and gradients.
+            torch._dynamo.reset()
+
+            def layer(x, s):
+                return (cp(x.sin(), x, x, s) * 2).sum()
+            res = []
+            for fn in (layer, torch.compile(layer, backend="aot_eager")):
+                x, sx = qh.clone().requires_grad_(), s.clone().requires_grad_()
+                fn(x, sx).backward()
+                res.append((x.grad, sx.grad))
+            assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*res)), res
         finally:
             dist.destroy_process_group()
