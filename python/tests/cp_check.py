@@ -140,6 +140,7 @@ def _worker(rank, P, names, backend, init_file, out_dir):
         for i, name in enumerate(names):
             res = _run_disagree(rank) if name == DISAGREE else _run_case(rank, CASES[name])
             torch.save(res, os.path.join(out_dir, f"{i}.{rank}.pt"))
+        dist.barrier()  # no rank tears down its connections while another still uses them
     finally:
         dist.destroy_process_group()
 
