@@ -348,6 +348,11 @@ LAJIT_API lajit_status lajit_attn_fwd(lajit_ctx *ctx, const lajit_attn_fwd_args 
  * - workspace: device scratch for ds, at least lajit_attn_bwd_workspace_size() bytes, 16-byte
  *   aligned (uint8 [bytes]); NULL: the context keeps one, allocated on the first call that needs
  *   it (make that call before capturing a graph; calls that share it must share a stream).
+ * - dq, dk and dv all NULL: d_initial_state alone (required; ds must be NULL), the reversed walk
+ *   over q and dout without outputs (k and v may be NULL: they are not read): with no
+ *   d_final_state, the span's local gradient state Mg = σ Σ_t λ^t q_tᵀ dO_t (t = 1..N) that
+ *   lajit_attn_state_scan's reverse walk exchanges (context parallelism's backward); with one,
+ *   λ^N dS_N + Mg. One of the three kernels' work, or less.
  * - scale, flags, family (NULL: "la_bwd"), stream: as in the forward. Every output is
  *   deterministic (no floating-point atomics). No output may share an element with an input or
  *   another output; views that only interleave in one buffer (dq, dk, dv as the column slices of

@@ -501,3 +501,216 @@ LJ_TEST(driver_failures_each_a_status)
     lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
     ASSERT_TRUE(lj_fake_driver_balanced());
 }
+
+/* ---- The backward ------------------------------------------------------------------------------ */
+
+/* A rank's backward arguments over rank_views u (its o as dout, q/k/v's twins as dq/dk/dv). */
+typedef struct bwd_views {
+    CUdeviceptr dq, dk, dv, ds, ds0;
+    lj_test_tensor tdo, tdq, tdk, tdv, tds, tds0;
+    lajit_cp_attn_bwd_args a;
+} bwd_views;
+
+static void bwd_open(bwd_views *w, rank_views *u, int n)
+{
+    memset(w, 0, sizeof *w);
+    const DLDataType bf16 = lj_test_dl_dtype(LJ_BF16), f32 = lj_test_dl_dtype(LJ_F32);
+    const int64_t qs[4] = {B, H, n, D}, vs[4] = {B, H, n, E}, ss[4] = {B, H, D, E}, hs[1] = {H};
+    w->dq = alloc((size_t)B * H * n * D * 2);
+    w->dk = alloc((size_t)B * H * n * D * 2);
+    w->dv = alloc((size_t)B * H * n * E * 2);
+    w->ds = alloc(H * 4);
+    w->ds0 = alloc((size_t)B * H * D * E * 4);
+    lajit_cp_attn_bwd_args *a = &w->a;
+    a->struct_size = sizeof *a;
+    a->comm = u->a.comm;
+    a->q = u->a.q;
+    a->k = u->a.k;
+    a->v = u->a.v;
+    a->dout = lj_gpu_tensor(&w->tdo, u->o, 0, 4, vs, NULL, bf16);
+    a->dq = lj_gpu_tensor(&w->tdq, w->dq, 0, 4, qs, NULL, bf16);
+    a->dk = lj_gpu_tensor(&w->tdk, w->dk, 0, 4, qs, NULL, bf16);
+    a->dv = lj_gpu_tensor(&w->tdv, w->dv, 0, 4, vs, NULL, bf16);
+    a->s = u->a.s;
+    a->ds = lj_gpu_tensor(&w->tds, w->ds, 0, 1, hs, NULL, f32);
+    a->scale = 1.0f;
+    a->initial_state = u->a.initial_state;
+    a->d_initial_state = lj_gpu_tensor(&w->tds0, w->ds0, 0, 4, ss, NULL, f32);
+    a->d_final_state = u->a.final_state;
+}
+
+static void bwd_close(bwd_views *w)
+{
+    const lj_driver *drv = lj_fake_driver();
+    CUdeviceptr p[5] = {w->dq, w->dk, w->dv, w->ds, w->ds0};
+    for (int i = 0; i < 5; i++)
+        drv->cuMemFree(p[i]);
+}
+
+/* The number of launches of `entry` among the fake driver's. */
+static int launches_of(const char *entry)
+{
+    int n = 0;
+    for (int i = 0; i < lj_fake_launch_count(); i++)
+        n += strcmp(lj_fake_launch_get(i)->entry, entry) == 0;
+    return n;
+}
+
+/* lajit_attn_bwd with dq, dk and dv NULL runs the one pass that writes a state (dv's, for dS_0)
+ * without outputs: one launch, of a state-only kernel; it needs d_initial_state and refuses ds. */
+LJ_TEST(bwd_state_only_is_one_pass)
+{
+    need_nvrtc();
+    lj_fake_driver_reset();
+    fake_device();
+    lajit_ctx *ctx = fake_ctx();
+    rank_views u;
+    bwd_views w;
+    rank_open(&u, 5);
+    bwd_open(&w, &u, 5);
+    lajit_attn_bwd_args b;
+    memset(&b, 0, sizeof b);
+    b.struct_size = sizeof b;
+    b.q = w.a.q;
+    b.dout = w.a.dout;
+    b.s = w.a.s;
+    b.scale = 1.0f;
+    b.d_final_state = w.a.d_final_state;
+    ASSERT_STATUS(lajit_attn_bwd(ctx, &b), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "only d_initial_state can be computed");
+    b.d_initial_state = w.a.d_initial_state;
+    b.ds = w.a.ds;
+    ASSERT_STATUS(lajit_attn_bwd(ctx, &b), LAJIT_ERR_INVALID_ARGUMENT);
+    b.ds = NULL;
+    b.q = NULL;
+    ASSERT_STATUS(lajit_attn_bwd(ctx, &b), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "q and dout are required");
+    ASSERT_EQ(lj_fake_launch_count(), 0);
+    b.q = w.a.q;
+    ASSERT_OK(lajit_attn_bwd(ctx, &b));
+    ASSERT_EQ(lj_fake_launch_count(), 1);
+    /* Its plan: the dv pass (part 1), state only, writing a state. */
+    const lj_plan *plan = NULL;
+    for (unsigned i = 0; i < ctx->plans.cap && !plan; i++)
+        if (ctx->plans.slots[i].key.D && ctx->plans.slots[i].key.op == LJ_OP_BWD)
+            plan = &ctx->plans.slots[i];
+    ASSERT_TRUE(plan != NULL);
+    ASSERT_EQ(ctx->plans.count, 1);
+    ASSERT_EQ(plan->key.part, 1);
+    ASSERT_EQ(plan->key.flags2, LJ_PLAN_FLAG2_STATE_ONLY);
+    ASSERT_TRUE(plan->key.flags & LJ_PLAN_FLAG_FINAL);
+    bwd_close(&w);
+    rank_close(&u);
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* Simulated ranks' backward on the fake driver, spans of 3, 0 and 2 tokens, S_0, dS_N and ds:
+ * the forward's local states (ranks 0 and 2) and scans (ranks 1 and 2); the local gradient
+ * states (ranks 0 and 2, one kernel each); the reverse scans (ranks 0 and 1: the last rank's H is
+ * dS_N); the spans' backward (ranks 0 and 2); ds's parts summed by one scan per rank and copied
+ * out. Every rank's ds slot ends holding every rank's part. */
+LJ_TEST(bwd_simulated_ranks_sequence)
+{
+    need_nvrtc();
+    lj_fake_driver_reset();
+    fake_device();
+    lajit_ctx *ctx = fake_ctx();
+    enum { P = 3 };
+    const int n[P] = {3, 0, 2};
+    rank_views u[P];
+    bwd_views w[P];
+    lajit_cp_attn_bwd_args a[P];
+    for (int r = 0; r < P; r++) {
+        rank_open(&u[r], n[r]);
+        bwd_open(&w[r], &u[r], n[r]);
+        a[r] = w[r].a;
+    }
+    lajit_status st = lajit__cp_attn_bwd_sim(ctx, P, a);
+    if (st != LAJIT_OK)
+        lj_test_fail(__FILE__, __LINE__, "%s: %s", lajit_status_string(st), lajit_errmsg(ctx));
+    /* la_bwd_sm90's passes are la_fwd_sm90's kernel. In order: the local states (ranks 0, 2),
+     * the forward scans (ranks 1, 2), the local gradient states (ranks 0, 2: one kernel each),
+     * rank 0's reverse scan and its three passes (dq with ds, dv, dk), rank 1's reverse scan
+     * (no tokens: no passes), rank 2's passes (its H is dS_N: no scan), the three sums of ds. */
+    static const char *const want[] = {
+        "la_fwd_sm90",   "la_fwd_sm90",   "la_state_scan", "la_state_scan", "la_fwd_sm90",
+        "la_fwd_sm90",   "la_state_scan", "la_fwd_sm90",   "la_fwd_sm90",   "la_fwd_sm90",
+        "la_state_scan", "la_fwd_sm90",   "la_fwd_sm90",   "la_fwd_sm90",   "la_state_scan",
+        "la_state_scan", "la_state_scan"};
+    ASSERT_EQ(lj_fake_launch_count(), (int)(sizeof want / sizeof want[0]));
+    for (int i = 0; i < lj_fake_launch_count(); i++)
+        ASSERT_STREQ(lj_fake_launch_get(i)->entry, want[i]);
+    ASSERT_EQ(launches_of("la_state_scan"), 7);
+    /* Copies: two exchanges of states and one of ds's parts (P − 1 = 2 per rank each), and each
+     * rank's ds out of its sum. */
+    ASSERT_EQ(lj_fake_driver_counts()->dtod_copies, 3 * 2 * 3 + 3);
+    ASSERT_EQ(fn.gathers, 0);
+    for (int r = 0; r < P; r++) {
+        bwd_close(&w[r]);
+        rank_close(&u[r]);
+    }
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* The backward's own checks, each its status and message before anything runs. */
+LJ_TEST(bwd_argument_errors)
+{
+    lj_fake_driver_reset();
+    fake_device();
+    lajit_ctx *ctx = fake_ctx();
+    rank_views u;
+    bwd_views w;
+    rank_open(&u, 4);
+    bwd_open(&w, &u, 4);
+    fake_nccl_reset(2, 0);
+    lajit_cp_attn_bwd_args a;
+    ASSERT_STATUS(lajit_cp_attn_bwd(NULL, &w.a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_STATUS(lajit_cp_attn_bwd(ctx, NULL), LAJIT_ERR_INVALID_ARGUMENT);
+    a = w.a;
+    a.struct_size--;
+    ASSERT_STATUS(lajit_cp_attn_bwd(ctx, &a), LAJIT_ERR_STRUCT_SIZE);
+    a = w.a;
+    a.comm = NULL;
+    ASSERT_STATUS(lajit_cp_attn_bwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "lajit_cp_attn_bwd: comm is NULL");
+    a = w.a;
+    a.dk = NULL;
+    ASSERT_STATUS(lajit_cp_attn_bwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "q, k, v, dout, dq, dk and dv are required");
+    lj_test_tensor t;
+    const DLDataType bf16 = lj_test_dl_dtype(LJ_BF16), f32 = lj_test_dl_dtype(LJ_F32);
+    a = w.a;
+    a.dv = lj_gpu_tensor(&t, w.dv, 0, 4, (const int64_t[]){B, H, 4, 32}, NULL, bf16);
+    ASSERT_STATUS(lajit_cp_attn_bwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "dv is [1, 2, 4, 32]");
+    a = w.a;
+    a.s = NULL;
+    ASSERT_STATUS(lajit_cp_attn_bwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "ds (the gradient of s) needs s");
+    a = w.a;
+    a.ds = lj_gpu_tensor(&t, w.ds, 0, 1, (const int64_t[]){H + 1}, NULL, f32);
+    ASSERT_STATUS(lajit_cp_attn_bwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "ds must be float32 [H] = [2], contiguous");
+    a = w.a;
+    a.d_initial_state = lj_gpu_tensor(&t, w.ds0, 0, 4, (const int64_t[]){B, H, D, 3}, NULL, f32);
+    ASSERT_STATUS(lajit_cp_attn_bwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "d_initial_state must be");
+    fake_nccl_reset(2, 1); /* rank 1 of 2, the last: it reads dS_N (and ignores dS_0) */
+    a = w.a;
+    a.d_final_state = lj_gpu_tensor(&t, w.ds0, 0, 4, (const int64_t[]){B, H, D, 3}, NULL, f32);
+    ASSERT_STATUS(lajit_cp_attn_bwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "d_final_state must be");
+    lajit_cp_attn_bwd_args two[2] = {w.a, w.a};
+    two[1].ds = NULL;
+    ASSERT_STATUS(lajit__cp_attn_bwd_sim(ctx, 2, two), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "ds is given by some ranks and not others");
+    bwd_close(&w);
+    rank_close(&u);
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}

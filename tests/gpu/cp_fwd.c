@@ -14,7 +14,6 @@
  * site-packages/nvidia/nccl/lib/libnccl.so.2; the test looks there through python3 when the
  * variable is unset and the system has no libnccl.so.2). Needs an sm_90a GPU: the local states
  * come from la_fwd_sm90's state-only walk. */
-#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +24,7 @@
 #include "cp_op.h"
 #include "gpu.h"
 #include "la_ref.h"
+#include "nccl.h"
 #include "test.h"
 
 enum { B = 2, H = 2, MAXP = 8 };
@@ -313,36 +313,7 @@ LJ_TEST(graph_replay)
 LJ_TEST(nccl_one_rank)
 {
     need_sm90a();
-    const char *env_path = getenv("LAJIT_NCCL_PATH");
-    if (!env_path || !*env_path) {
-        void *probe = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-        if (probe) {
-            dlclose(probe);
-        } else {
-            /* The nvidia-nccl wheel's copy, when python3 can say where it is. */
-            FILE *p = popen("python3 -c 'import nvidia.nccl, os; "
-                            "print(os.path.join(list(nvidia.nccl.__path__)[0], \"lib\", "
-                            "\"libnccl.so.2\"))' 2>/dev/null",
-                            "r");
-            char line[1024] = "";
-            if (p) {
-                if (!fgets(line, sizeof line, p))
-                    line[0] = 0;
-                pclose(p);
-            }
-            line[strcspn(line, "\n")] = 0;
-            if (line[0])
-                setenv("LAJIT_NCCL_PATH", line, 1);
-        }
-    }
-    const lj_nccl *nccl;
-    lj_env env;
-    lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
-    if (lj_nccl_load(&env, &nccl) != LAJIT_OK) {
-        char why[sizeof env.errmsg + 64];
-        snprintf(why, sizeof why, "%s (set LAJIT_NCCL_PATH to libnccl.so.2)", env.errmsg);
-        lj_test_skip(why);
-    }
+    const lj_nccl *nccl = lj_gpu_nccl();
     printf("NCCL %d\n", nccl->version);
     lj_nccl_comm comm = NULL;
     const int devs[1] = {0};
