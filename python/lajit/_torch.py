@@ -308,36 +308,24 @@ def state_scan_into(incoming, final, local_states, lengths, s, initial_state, re
     return incoming
 
 
-# THE SWITCH POINT (one constant): lajit_attn_bwd with dq, dk and dv all NULL and d_initial_state
-# given computes dS_0 alone (the reversed walk without outputs). Until the loaded library has that
-# call, bwd_d_initial_into runs the full backward into scratch dq, dk, dv it then drops (correct,
-# at the cost of the forward-direction pass and three gradient-sized allocations). Set True once
-# the C library takes it; nothing else changes.
-BWD_STATE_ONLY = False
-
-
-def bwd_d_initial_into(out, q, k, v, dout, s, scale, d_final_state, head_first, state_vk):
+def bwd_d_initial_into(out, q, dout, s, scale, d_final_state, head_first, state_vk):
     """The gradient reaching the initial state of a span from its outputs' gradient dout (and
     from d_final_state when given, else none): lajit_attn_bwd's d_initial_state with no
     initial_state, written into out (float32 [B, H, D, E] or [.., E, D], e.g. a slot of an
     exchange buffer). It does not depend on S_0: σ Σ_{t=1..N} λ^t q_tᵀ dO_t (+ λ^N dS_N). Returns
     out."""
     lib = N.library()
-    q, k, v, dout = _unit_last(q), _unit_last(k), _unit_last(v), _unit_last(dout)
-    if BWD_STATE_ONLY:
-        dq = dk = dv = None
-    else:
-        dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
-        dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    q, dout = _unit_last(q), _unit_last(dout)
     sc = _scratch(lib)
     a = sc.bwd
     hf = head_first
-    p = _views(sc, _bhnd(q, hf), _bhnd(k, hf), _bhnd(v, hf), _bhnd(dout, hf), _bhnd(dq, hf),
-               _bhnd(dk, hf), _bhnd(dv, hf), s, out, d_final_state)
+    # dq, dk and dv NULL: the C backward's dS_0-only call, the reversed walk over q and dout with
+    # no outputs (k and v are not read, so not given).
+    p = _views(sc, _bhnd(q, hf), _bhnd(dout, hf), s, out, d_final_state)
     a.struct_size = N.ctypes.sizeof(N.BwdArgs)
-    (a.q, a.k, a.v, a.dout, a.dq, a.dk, a.dv, a.s, a.d_initial_state, a.d_final_state) = p
-    a.ds = a.initial_state = a.cu_seqlens = a.state_slots = a.workspace = None
+    (a.q, a.dout, a.s, a.d_initial_state, a.d_final_state) = p
+    a.k = a.v = a.dq = a.dk = a.dv = a.ds = a.initial_state = a.cu_seqlens = None
+    a.state_slots = a.workspace = None
     a.scale = scale
     a.flags = N.STATE_VK if state_vk else 0
     a.family = None

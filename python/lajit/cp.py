@@ -18,7 +18,8 @@ S_in,r (one fp32 state) is saved for the backward, which so needs no second forw
 
 Backward, per rank:
   (a) the span's gradient state Mg_r = the d_initial_state of lajit_attn_bwd over the span with
-      no d_final_state (the last rank with dS_N exchanges its dS_0 of (dS_N, span) instead);
+      no d_final_state, computed alone (dq, dk, dv NULL: the reversed walk over q and dO); the
+      last rank with dS_N exchanges its dS_0 of (dS_N, span) instead;
   (b) one all_gather of [Mg_r, n_r] and the reverse scan (LAJIT_SCAN_REVERSE): H_r, the
       gradient reaching the span's last state from every later token (the last rank: dS_N);
   (c) lajit_attn_bwd over the span from S_in,r with d_final_state H_r: dq, dk, dv, the span's
@@ -223,7 +224,7 @@ class _CPAttn(torch.autograd.Function):
         # (a) the span's gradient state (the last rank: its dS_0 of (dS_N, span)).
         slot, mg = _slot(shape, v.device)
         if n > 0:
-            _ops.bwd_d_initial_into(mg, q, k, v, do, s, scale, dsn, hf, vk)
+            _ops.bwd_d_initial_into(mg, q, do, s, scale, dsn, hf, vk)
         elif dsn is not None:
             mg.copy_(dsn)
         else:

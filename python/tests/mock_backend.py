@@ -144,7 +144,12 @@ def _bwd(argp):
     s64 = s.double().requires_grad_() if s is not None else None
     for b, st, en in _sequences(q, cu):
         i = _state_index(b, slots)
-        xs = [_seq(t, b, st, en, packed).requires_grad_() for t in (q, k, v)]
+        if k is None:  # the dS_0-only call (dq, dk, dv NULL): dS_0 depends on neither k nor v
+            qs, dos = _seq(q, b, st, en, packed), _seq(do, b, st, en, packed)
+            xs = [qs.clone().requires_grad_(), torch.zeros_like(qs).requires_grad_(),
+                  torch.zeros_like(dos).requires_grad_()]
+        else:
+            xs = [_seq(t, b, st, en, packed).requires_grad_() for t in (q, k, v)]
         init = (h0[i].double().requires_grad_() if (h0 is not None and i is not None) else None)
         if init is None and h0 is None and dh0 is not None and i is not None:
             init = dh0[i].double().zero_().requires_grad_()  # dS_0 does not depend on S_0

@@ -201,6 +201,19 @@ def test_state_scan_binding_reaches_the_c_checks():
         raise AssertionError("lengths [3] beside 2 local states were accepted")
 
 
+def test_d_initial_state_only_backward_passes_the_null_checks():
+    """bwd_d_initial_into's call (dq, dk, dv, k, v NULL; d_initial_state given) is one the C
+    library takes: refused here only because the tensors are in host memory."""
+    from lajit import _torch as ops
+    q = torch.zeros(1, 2, 5, 4)
+    try:
+        ops.bwd_d_initial_into(torch.zeros(1, 2, 4, 4), q, q, None, 1.0, None, True, False)
+    except lajit.LajitArgumentError as e:
+        assert e.argument == "q" and "host memory" in str(e), str(e)
+    else:
+        raise AssertionError("host tensors were accepted")
+
+
 def test_cp_reaches_the_c_library_in_a_one_rank_group():
     """cp_lightning_attn on host tensors in a one-rank gloo group: its argument check and
     exchange run, and the C library refuses the span's tensors by name (the real library,
