@@ -84,6 +84,18 @@ LAJIT_API lajit_status lajit_ctx_create(const lajit_ctx_desc *desc, lajit_ctx **
     lajit_status st = LAJIT_OK;
     if (bundle && (st = lj_bundle_open(&ctx->env, bundle, &ctx->bundle)) != LAJIT_OK)
         return create_failed(ctx, st);
+    const char *segs = getenv("LAJIT_DS_SEGMENTS");
+    if (segs && *segs) {
+        char *end;
+        long v = strtol(segs, &end, 10);
+        if (strcmp(segs, "off") == 0)
+            ctx->ds_segments = 1;
+        else if (*end == 0 && v >= 0 && v <= 64)
+            ctx->ds_segments = (int)v;
+        else
+            lj_log(&ctx->env, LAJIT_LOG_WARN,
+                   "LAJIT_DS_SEGMENTS=%s is not off or 0..64: the automatic choice", segs);
+    }
     const char *tdir = getenv("LAJIT_TEMPLATE_DIR");
     if (tdir && *tdir && !(ctx->template_dir = lj_strdup(&ctx->env, tdir)))
         st = LAJIT_ERR_OUT_OF_MEMORY;
@@ -118,7 +130,8 @@ LAJIT_API void lajit_ctx_destroy(lajit_ctx *ctx)
     lj_env *env = &ctx->env;
     if (ctx->device_open) {
         const lj_driver *drv = ctx->device.drv;
-        lj_dev_buf *bufs[] = {&ctx->scratch, &ctx->split_flags, &ctx->split_states, &ctx->cp_ws};
+        lj_dev_buf *bufs[] = {&ctx->scratch, &ctx->split_flags, &ctx->split_states, &ctx->cp_ws,
+                              &ctx->seg_ws};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]->ptr && lj_device_make_current(env, &ctx->device) == LAJIT_OK)
                 LJ_CU(env, drv, cuMemFree, bufs[i]->ptr);

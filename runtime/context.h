@@ -38,6 +38,13 @@ struct lajit_ctx {
      * zero) and states (plan_build.c); context parallelism's gathered local states, lengths and
      * incoming states (cp_op.c; the simulated ranks of the tests hold P of them). */
     lj_dev_buf scratch, split_flags, split_states, cp_ws;
+    /* The backward's segments for ds (bwd_segments.c): boundaries, slots, lengths and six pools
+     * of states; the boundaries were written for seg_N tokens in seg_P segments at seg_at. */
+    lj_dev_buf seg_ws;
+    CUdeviceptr seg_at;
+    long long seg_N;
+    int seg_P;
+    int ds_segments; /* LAJIT_DS_SEGMENTS: 0 automatic, 1 never, n >= 2 always n (tests) */
     const lj_nccl *nccl_override; /* tests: a fake NCCL table */
     uint32_t autotune;            /* LAJIT_AUTOTUNE_OFF or _EAGER (resolved at creation) */
     lj_tunedb *tunedb; /* opened on the first plan built; NULL until then or if unusable */

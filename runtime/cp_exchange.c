@@ -335,10 +335,11 @@ static lajit_status nccl_gather(lajit_ctx *ctx, const cp_rank *r, CUdeviceptr ba
     const void *mine = (const char *)all + (size_t)r->rank * bytes;
     lj_nccl_result nr = u->nccl->ncclAllGather(mine, all, bytes / 4, LJ_NCCL_FLOAT32, u->comm,
                                                (CUstream)r->c.stream);
-    return nr == LJ_NCCL_SUCCESS ? LAJIT_OK
-                                 : nccl_fail(ctx, r, u, nr,
-                                             base == r->ds_gather ? "ncclAllGather of ds's parts"
-                                                                  : "ncclAllGather of the span states");
+    return nr == LJ_NCCL_SUCCESS
+               ? LAJIT_OK
+               : nccl_fail(ctx, r, u, nr,
+                           base == r->ds_gather ? "ncclAllGather of ds's parts"
+                                                : "ncclAllGather of the span states");
 }
 
 static lajit_status nccl_sendrecv(lajit_ctx *ctx, const cp_rank *r, int to, CUdeviceptr dst,

@@ -121,4 +121,12 @@ lajit_status lj_seq_finish(lajit_ctx *ctx, const lj_io_tensor *io, int n_io, con
 lajit_status lj_state_scan(lajit_ctx *ctx, const lajit_attn_state_scan_args *a,
                            DLTensor *total_lengths);
 
+/* The backward's decay gradient by segments of one long sequence (bwd_segments.c): the number of
+ * segments lajit_attn_bwd should use for a, already checked, with H heads, N tokens and value
+ * width E (0: the plain passes), and the call that runs them. */
+int lj_bwd_segments(lajit_ctx *ctx, const lajit_attn_bwd_args *a, long long H, long long N,
+                    long long E);
+lajit_status lj_bwd_ds_by_segments(lajit_ctx *ctx, const lajit_attn_bwd_args *a, int P, long long H,
+                                   long long N, long long D, long long E);
+
 #endif

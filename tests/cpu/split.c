@@ -208,3 +208,74 @@ LJ_TEST(many_heads_no_split_no_buffers)
     lajit_ctx_destroy(ctx);
     seqs_close(&u);
 }
+
+/* The backward with ds at B = 1, H = 1, N = 16384 on the fake sm_90 (132 SMs): by segments
+ * (runtime/bwd_segments.c) — as many as the SMs would take (1 head, one 64-column slice: 64,
+ * the most), but no segment under 4096 tokens, so four. In order: the segments' local states (one
+ * state-only varlen forward over 4 sequences), their scan, the local gradient states (one
+ * state-only varlen pass), the reverse scan, then the backward over the 4 segments as a varlen
+ * batch (its dq pass computing ds, dv, dk). The boundaries are written once per shape; a second
+ * call allocates nothing. LAJIT_DS_SEGMENTS=off: the plain passes. */
+LJ_TEST(backward_ds_by_segments)
+{
+    require_nvrtc();
+    lj_fake_driver_reset();
+    seqs u;
+    seqs_open(&u, 1, 1, 16384, 64);
+    unsetenv("LAJIT_DS_SEGMENTS");
+    lajit_ctx *ctx = fake_ctx();
+    lajit_attn_bwd_args b;
+    memset(&b, 0, sizeof b);
+    b.struct_size = sizeof b;
+    b.q = &u.tq;
+    b.k = &u.tk;
+    b.v = &u.tv;
+    b.dout = &u.to;
+    CUdeviceptr g[4];
+    DLTensor tg[3];
+    for (int i = 0; i < 3; i++) {
+        ASSERT_EQ(lj_fake_driver()->cuMemAlloc(&g[i], (size_t)16384 * 64 * 2), CUDA_SUCCESS);
+        tg[i] = make(g[i], 4, u.shape, kDLBfloat, 16);
+    }
+    ASSERT_EQ(lj_fake_driver()->cuMemAlloc(&g[3], 16), CUDA_SUCCESS);
+    DLTensor tds = make(g[3], 1, u.hshape, kDLFloat, 32);
+    b.dq = &tg[0];
+    b.dk = &tg[1];
+    b.dv = &tg[2];
+    b.s = &u.ts;
+    b.ds = &tds;
+    b.scale = 1.0f;
+    ASSERT_OK(lajit_attn_bwd(ctx, &b));
+    static const char *const want[] = {"la_fwd_sm90",   "la_state_scan", "la_fwd_sm90",
+                                       "la_state_scan", "la_fwd_sm90",   "la_fwd_sm90",
+                                       "la_fwd_sm90"};
+    ASSERT_EQ(lj_fake_launch_count(), 7);
+    for (int i = 0; i < 7; i++)
+        ASSERT_STREQ(lj_fake_launch_get(i)->entry, want[i]);
+    ASSERT_EQ(ctx->seg_P, 4);
+    ASSERT_EQ(ctx->seg_N, 16384);
+    const int32_t *cu = (const int32_t *)(uintptr_t)ctx->seg_ws.ptr;
+    for (int j = 0; j <= 4; j++)
+        ASSERT_EQ(cu[j], 4096 * j);
+    /* The varlen passes see 4 sequences (grid z) and the segment pools. */
+    ASSERT_EQ(lj_fake_launch_get(0)->grid[2], 4u);
+    ASSERT_EQ(lj_fake_launch_get(6)->grid[2], 4u);
+    ASSERT_EQ(lj_fake_launch_get(4)->params.cu_seqlens, ctx->seg_ws.ptr);
+    const int allocs = lj_fake_driver_counts()->allocs;
+    ASSERT_OK(lajit_attn_bwd(ctx, &b));
+    ASSERT_EQ(lj_fake_launch_count(), 14);
+    ASSERT_EQ(lj_fake_driver_counts()->allocs, allocs);
+    lajit_ctx_destroy(ctx);
+
+    setenv("LAJIT_DS_SEGMENTS", "off", 1);
+    ctx = fake_ctx();
+    ASSERT_OK(lajit_attn_bwd(ctx, &b));
+    ASSERT_EQ(lj_fake_launch_count(), 14 + 3);
+    ASSERT_EQ(ctx->seg_ws.bytes, 0u);
+    lajit_ctx_destroy(ctx);
+    unsetenv("LAJIT_DS_SEGMENTS");
+    for (int i = 0; i < 4; i++)
+        ASSERT_EQ(lj_fake_driver()->cuMemFree(g[i]), CUDA_SUCCESS);
+    seqs_close(&u);
+    ASSERT_EQ(lj_fake_driver_counts()->allocs, lj_fake_driver_counts()->frees);
+}
