@@ -23,6 +23,7 @@ static const struct {
     LJ_NCCL_ENTRY(ncclCommCount),    LJ_NCCL_ENTRY(ncclCommUserRank),
     LJ_NCCL_ENTRY(ncclCommCuDevice), LJ_NCCL_ENTRY(ncclAllGather),
     LJ_NCCL_ENTRY(ncclCommInitAll),  LJ_NCCL_ENTRY(ncclCommDestroy),
+    LJ_NCCL_ENTRY(ncclGetUniqueId),  LJ_NCCL_ENTRY(ncclCommInitRank),
 };
 #undef LJ_NCCL_ENTRY
 
