@@ -22,8 +22,11 @@ static const struct {
     LJ_NCCL_ENTRY(ncclGetVersion),   LJ_NCCL_ENTRY(ncclGetErrorString),
     LJ_NCCL_ENTRY(ncclCommCount),    LJ_NCCL_ENTRY(ncclCommUserRank),
     LJ_NCCL_ENTRY(ncclCommCuDevice), LJ_NCCL_ENTRY(ncclAllGather),
-    LJ_NCCL_ENTRY(ncclCommInitAll),  LJ_NCCL_ENTRY(ncclCommDestroy),
-    LJ_NCCL_ENTRY(ncclGetUniqueId),  LJ_NCCL_ENTRY(ncclCommInitRank),
+    LJ_NCCL_ENTRY(ncclSend),         LJ_NCCL_ENTRY(ncclRecv),
+    LJ_NCCL_ENTRY(ncclGroupStart),   LJ_NCCL_ENTRY(ncclGroupEnd),
+    LJ_NCCL_ENTRY(ncclBroadcast),    LJ_NCCL_ENTRY(ncclCommInitAll),
+    LJ_NCCL_ENTRY(ncclCommDestroy),  LJ_NCCL_ENTRY(ncclGetUniqueId),
+    LJ_NCCL_ENTRY(ncclCommInitRank),
 };
 #undef LJ_NCCL_ENTRY
 

@@ -48,6 +48,17 @@ typedef struct lj_nccl {
      * sendbuff is recvbuff + rank * sendcount elements. */
     lj_nccl_result (*ncclAllGather)(const void *sendbuff, void *recvbuff, size_t sendcount,
                                     int datatype, lj_nccl_comm, CUstream);
+    /* Point-to-point (the log-step exchange): count elements to / from rank peer; a send and a
+     * receive issued between ncclGroupStart and ncclGroupEnd proceed together. */
+    lj_nccl_result (*ncclSend)(const void *sendbuff, size_t count, int datatype, int peer,
+                               lj_nccl_comm, CUstream);
+    lj_nccl_result (*ncclRecv)(void *recvbuff, size_t count, int datatype, int peer, lj_nccl_comm,
+                               CUstream);
+    lj_nccl_result (*ncclGroupStart)(void);
+    lj_nccl_result (*ncclGroupEnd)(void);
+    /* count elements of root's sendbuff into every rank's recvbuff. */
+    lj_nccl_result (*ncclBroadcast)(const void *sendbuff, void *recvbuff, size_t count,
+                                    int datatype, int root, lj_nccl_comm, CUstream);
     /* For tests that make their own communicator (one rank per listed device). */
     lj_nccl_result (*ncclCommInitAll)(lj_nccl_comm *, int ndev, const int *devlist);
     lj_nccl_result (*ncclCommDestroy)(lj_nccl_comm);

@@ -125,7 +125,8 @@ typedef struct lj_problem {
     int want_ds;       /* backward: decay gradient requested */
     int has_dsn;       /* backward: dS_N given */
     int step_states;   /* decode: per-step states written */
-    int state_only;    /* forward: the final state only (o neither read nor written; q unread) */
+    int state_only;    /* the final state only: a forward's S_N (o neither read nor written; q
+                          unread), or the backward's dv pass's dS_0 (dv neither, k unread) */
     int part;          /* an op of several kernels (la_bwd): which one (0 for single-kernel ops) */
     lj_dtype state_dtype; /* storage of the states and pools (S_0, S_N, decode's pool and step
                              states); LJ_F32 (0) by default. Accumulation is fp32 whatever it is */

@@ -348,6 +348,11 @@ LAJIT_API lajit_status lajit_attn_fwd(lajit_ctx *ctx, const lajit_attn_fwd_args 
  * - workspace: device scratch for ds, at least lajit_attn_bwd_workspace_size() bytes, 16-byte
  *   aligned (uint8 [bytes]); NULL: the context keeps one, allocated on the first call that needs
  *   it (make that call before capturing a graph; calls that share it must share a stream).
+ * - dq, dk and dv all NULL: d_initial_state alone (required; ds must be NULL), the reversed walk
+ *   over q and dout without outputs (k and v may be NULL: they are not read): with no
+ *   d_final_state, the span's local gradient state Mg = σ Σ_t λ^t q_tᵀ dO_t (t = 1..N) that
+ *   lajit_attn_state_scan's reverse walk exchanges (context parallelism's backward); with one,
+ *   λ^N dS_N + Mg. One of the three kernels' work, or less.
  * - scale, flags, family (NULL: "la_bwd"), stream: as in the forward. Every output is
  *   deterministic (no floating-point atomics). No output may share an element with an input or
  *   another output; views that only interleave in one buffer (dq, dk, dv as the column slices of
@@ -488,14 +493,17 @@ LAJIT_API lajit_status lajit_attn_state_scan(lajit_ctx *ctx,
  *   (a) the span's local state M_r = Σ_{t in span r} λ^{a_r + n_r − t} k_tᵀ v_t (rank 0 with an
  *       initial state exchanges λ^{n_0} S_0 + M_0 instead, its final state from S_0), computed by
  *       lajit_attn_fwd with o NULL into the context's workspace, and n_r written beside it;
- *   (b) one exchange: an in-place ncclAllGather of every rank's [M_r, n_r] (B·H·D·E floats and
- *       an int64, padded to 16 bytes), so each rank receives P·B·H·D·E·4 bytes (LASP-2's
- *       exchange; the log2(P)-step point-to-point scan that keeps that flat in P is a later step:
- *       runtime/cp_op.c's exchange interface is where it goes);
- *   (c) lajit_attn_state_scan over the P gathered spans: S_{a_r}, the state entering span r
- *       (all P incoming states are computed, P·B·H·D·E floats read and written: cheap beside the
- *       local work at the P this exchange is meant for); rank 0 skips it unless final_state is
- *       wanted, its incoming state being S_0;
+ *   (b, c) one exchange of every rank's [M_r, n_r] (B·H·D·E floats and an int64, padded to 16
+ *       bytes) that gives S_{a_r}, the state entering span r, in one of two ways (flags):
+ *       LAJIT_CP_ALLGATHER — an in-place ncclAllGather (LASP-2's exchange: each rank receives
+ *       P·B·H·D·E·4 bytes), then lajit_attn_state_scan over the P gathered spans (rank 0 skips
+ *       it unless final_state is wanted, its incoming state being S_0);
+ *       LAJIT_CP_LOGSTEP — ⌈log2 P⌉ steps of ncclSend/ncclRecv in which rank r sends its running
+ *       (carry, length) to r + 2^i and combines what r − 2^i sent (X ← λ^L X_received + X, by
+ *       the state scan over two spans), one shift to r + 1, and with final_state an
+ *       ncclBroadcast of S_N from the last rank: one state per step whatever P. Neither flag:
+ *       the all-gather up to 8 ranks, the log-step scan beyond (docs/notes/context_parallel.md:
+ *       the model, the crossover);
  *   (d) lajit_attn_fwd over the span from S_{a_r}: the span's exact outputs o_t = σ q_t S_t.
  * All on the caller's stream, with no host synchronisation; after the first call of a shape
  * (which sizes the workspace and compiles the kernels) nothing is allocated: make that call
@@ -512,7 +520,8 @@ LAJIT_API lajit_status lajit_attn_state_scan(lajit_ctx *ctx,
  *   ignore the argument, so every rank may pass the same list); NULL: zero. With n_0 = 0 it must
  *   be contiguous (it is copied into the exchange).
  * - final_state: S_N, float32 [B,H,D,E] (VK), written on every rank that gives it (each computes
- *   it from the gathered spans; the values agree); NULL when not wanted.
+ *   it from the gathered spans; the values agree); NULL when not wanted. With the log-step
+ *   exchange it is a broadcast, a collective: every rank gives it, or none.
  * - cu_seqlens: must be NULL (varlen batches across ranks are not in this version).
  * Checked here (LAJIT_ERR_INVALID_ARGUMENT unless said): NULL comm; a communicator whose size,
  * rank or device cannot be queried (LAJIT_ERR_NCCL, NCCL's text in lajit_errmsg) or whose device
@@ -523,6 +532,11 @@ LAJIT_API lajit_status lajit_attn_state_scan(lajit_ctx *ctx,
  * the call (a hang, as with any collective), and a comm pointer that is not a live communicator
  * (undefined behaviour). A rank's failure before the exchange returns before calling NCCL, so
  * the other ranks wait in the all-gather: treat any failure as fatal to the group. */
+/* The exchange of lajit_cp_attn_fwd and _bwd (flags; neither: the all-gather up to 8 ranks, the
+ * log-step scan beyond — docs/notes/context_parallel.md has the crossover). */
+#define LAJIT_CP_ALLGATHER 0x10u /* one all-gather of every rank's state: P states per rank */
+#define LAJIT_CP_LOGSTEP   0x20u /* ⌈log2 P⌉ + 1 point-to-point steps of one state each */
+
 typedef struct lajit_cp_attn_fwd_args {
     size_t struct_size; /* sizeof(lajit_cp_attn_fwd_args) */
     void *comm;         /* ncclComm_t */
@@ -533,7 +547,7 @@ typedef struct lajit_cp_attn_fwd_args {
     const DLTensor *initial_state; /* rank 0 only */
     DLTensor *final_state;         /* every rank that gives it */
     const DLTensor *cu_seqlens;    /* NULL */
-    uint32_t flags;                /* LAJIT_STATE_VK */
+    uint32_t flags;                /* LAJIT_STATE_VK, LAJIT_CP_ALLGATHER or LAJIT_CP_LOGSTEP */
     void *stream;
 } lajit_cp_attn_fwd_args;
 
@@ -541,8 +555,8 @@ LAJIT_API lajit_status lajit_cp_attn_fwd(lajit_ctx *ctx, const lajit_cp_attn_fwd
 
 /* Backward of lajit_cp_attn_fwd: every rank makes the same call on its own span, with dO of its
  * span (and nothing saved from the forward). In the terms of lajit_attn_state_scan:
- *   (a) the forward's exchange again (each rank's local state and length, the scan): S_{a_r},
- *       the state entering span r;
+ *   (a) the forward's exchange again (each rank's local state and length; the same exchange,
+ *       chosen by the same flags): S_{a_r}, the state entering span r;
  *   (b) the span's local gradient state Mg_r (lajit_attn_bwd with dq, dk, dv NULL: the reversed
  *       walk over q and dO without outputs; the last rank with a d_final_state exchanges
  *       λ^{n_{P−1}} dS_N + Mg_{P−1}, its dS_0), one exchange of [Mg_r, n_r] and the reverse scan:
@@ -575,7 +589,7 @@ typedef struct lajit_cp_attn_bwd_args {
     DLTensor *d_initial_state;     /* rank 0 only */
     const DLTensor *d_final_state; /* the last rank only */
     const DLTensor *cu_seqlens;    /* NULL */
-    uint32_t flags;                /* LAJIT_STATE_VK */
+    uint32_t flags;                /* LAJIT_STATE_VK, LAJIT_CP_ALLGATHER or LAJIT_CP_LOGSTEP */
     void *stream;
 } lajit_cp_attn_bwd_args;
 

@@ -8,7 +8,8 @@
 # It installs every wheel of WHEEL_DIR offline (--no-index --no-deps) into a private folder on
 # PYTHONPATH beside the machine's PyTorch, and from a directory outside
 # the source tree runs: the GPU tests (pytest when installed, else python/tests/run.py), the
-# README's example as written, and bench_overhead.py. Exit status: 0 when all passed.
+# context-parallel check (python/tests/cp_check.py: spawned ranks), the README's example as
+# written, and bench_overhead.py. Exit status: 0 when all passed.
 set -uo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 whl=$(cd "$1" && pwd)
@@ -39,6 +40,12 @@ if "$py" -c "import pytest" 2>/dev/null; then
 else
   "$py" "$src/python/tests/run.py" "$src"/python/tests/test_gpu_*.py 2>&1 | tee "$out/gpu_tests.log"
 fi
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+echo "== Context parallelism: P = 2, 3 ranks on this GPU (gloo), P = 1 (NCCL)"
+# The script's own folder (python/tests, first on sys.path) holds no package, so the installed
+# lajit is the one imported, in the spawned ranks too (they inherit PYTHONPATH).
+"$py" "$src/python/tests/cp_check.py" 2>&1 | tee "$out/cp_check.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 echo "== CPU package tests against this install"

@@ -1,92 +1,143 @@
-/* cp_op.c — lajit_cp_attn_fwd: the forward of context parallelism (include/lajit.h has the
- * mathematics), one sequence's tokens spread over the ranks of an NCCL communicator.
- *
- * A rank's call is three pieces, the middle one behind a function pointer:
- *   cp_local     (a) the span's local state into this rank's slot of the exchange buffer, and
- *                    the span's length n_r beside it (two 32-bit memsets: no host copy);
- *   cp_gather_fn (b) the exchange: every rank's slot into every rank's buffer. nccl_gather is an
- *                    in-place ncclAllGather (LASP-2's exchange); the tests' sim_gather copies
- *                    the other simulated ranks' slots with cuMemcpyDtoDAsync. The log2(P)-step
- *                    point-to-point scan (issue 17's "exchange that scales") is to be a third
- *                    function here, producing this rank's incoming state instead of P slots;
- *   cp_finish    (c) the state scan over the P gathered slots, (d) the outputs from the
- *                    incoming state, both through the public ops (lajit_attn_state_scan,
- *                    lajit_attn_fwd), so their checks, plans and hot path are the ones used.
- *
- * The exchange buffer of one rank is P slots of `slot` bytes: the [B,H,D,E] float32 state
- * (padded to 16 bytes), then n_r as an int64 (and 8 bytes of padding), so one all-gather of
- * slot/4 floats moves states and lengths together; the scan reads the states as a [P,B,H,D,E]
- * view of stride slot/4 and the lengths as an int64 [P] view of stride slot/8. The incoming
- * states follow, [P,B,H,D,E]. The buffer is the context's (grow-only, like the backward's ds
- * workspace): after the first call of a shape nothing is allocated and no call synchronises. */
+/* cp_op.c — context parallelism (include/lajit.h has the mathematics): one sequence's tokens
+ * spread over the ranks of an NCCL communicator, forward (lajit_cp_attn_fwd) and backward
+ * (lajit_cp_attn_bwd). A rank's call is a short program of steps:
+ *   local     the span's carry into this rank's exchange slot with its length n_r beside it
+ *             (two 32-bit memsets: no host copy): forward, its local state M_r (rank 0 from S_0);
+ *             gradient, its local gradient state Mg_r (the last rank from dS_N);
+ *   exchange  the carries of all ranks turned into the carry entering this rank's span, in
+ *             rounds (cp_exchange.c: an all-gather and a scan, or the log2(P)-step scan);
+ *   outputs   forward: the span's outputs from its incoming state; backward: its gradients from
+ *             its incoming state and the gradient reaching its end;
+ *   ds        backward with ds: every rank's part exchanged and summed in rank order.
+ * Every kernel runs through the public ops (lajit_attn_fwd, lajit_attn_bwd, the state scan), so
+ * their checks, plans and hot path are the ones used. The buffer is the context's (grow-only,
+ * like the backward's ds workspace): after the first call of a shape nothing is allocated and no
+ * call synchronises. The simulated ranks (tests) run the same program with each exchange round's
+ * transfers done for every rank before any rank computes. */
+#include <stdio.h>
 #include <string.h>
 
+#include "cp.h"
 #include "cp_op.h"
 #include "op_args.h"
 
-#define FN "lajit_cp_attn_fwd"
-
-/* One rank's call: its arguments, its place and the sizes every rank must share. */
-typedef struct cp_rank {
-    const lajit_cp_attn_fwd_args *a;
-    int rank, P, vk;
-    int64_t B, H, N, D, E; /* N: this rank's n_r */
-    size_t state_bytes;    /* B·H·D·E·4 */
-    size_t slot;           /* bytes per rank in the exchange buffer */
-    size_t len_off;        /* the length's offset inside a slot */
-    CUdeviceptr gather;    /* [P][slot] */
-    CUdeviceptr incoming;  /* [P,B,H,D,E] float32 */
-} cp_rank;
-
-/* (b): fills r->gather's P slots from every rank's own slot (r->gather + rank·slot). */
-typedef lajit_status (*cp_gather_fn)(lajit_ctx *ctx, const cp_rank *r, void *user);
+#define FN_FWD "lajit_cp_attn_fwd"
+#define FN_BWD "lajit_cp_attn_bwd"
 
 static const DLDataType F32 = {kDLFloat, 32, 1};
-static const DLDataType I64 = {kDLInt, 64, 1};
 
 static size_t round16(size_t n)
 {
     return (n + 15) & ~(size_t)15;
 }
 
+/* The exchange the flags force: 0 the all-gather, 1 the log-step scan, −1 the choice by P. */
+static int exchange_choice(uint32_t flags)
+{
+    return (flags & LAJIT_CP_LOGSTEP) ? 1 : (flags & LAJIT_CP_ALLGATHER) ? 0 : -1;
+}
+
+/* lj_check_args with the context-parallel flags taken out (both at once: refused). */
+static lajit_status check_args(lj_env *env, const char *fn, const size_t *struct_size,
+                               size_t expected, uint32_t flags, float scale)
+{
+    const uint32_t both = LAJIT_CP_ALLGATHER | LAJIT_CP_LOGSTEP;
+    if (struct_size && (flags & both) == both)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "%s: LAJIT_CP_ALLGATHER and LAJIT_CP_LOGSTEP are exclusive", fn);
+    return lj_check_args(env, fn, struct_size, expected, flags & ~both, scale);
+}
+
+static cp_call fwd_call(const lajit_cp_attn_fwd_args *a)
+{
+    cp_call c;
+    memset(&c, 0, sizeof c);
+    c.fn = FN_FWD;
+    c.q = a->q;
+    c.k = a->k;
+    c.v = a->v;
+    c.o = a->o;
+    c.s = a->s;
+    c.scale = a->scale;
+    c.initial_state = a->initial_state;
+    c.final_state = a->final_state;
+    c.cu_seqlens = a->cu_seqlens;
+    c.flags = a->flags & LAJIT_STATE_VK;
+    c.logstep = exchange_choice(a->flags);
+    c.stream = a->stream;
+    return c;
+}
+
+static cp_call bwd_call(const lajit_cp_attn_bwd_args *a)
+{
+    cp_call c;
+    memset(&c, 0, sizeof c);
+    c.fn = FN_BWD;
+    c.bwd = 1;
+    c.q = a->q;
+    c.k = a->k;
+    c.v = a->v;
+    c.dout = a->dout;
+    c.dq = a->dq;
+    c.dk = a->dk;
+    c.dv = a->dv;
+    c.ds = a->ds;
+    c.s = a->s;
+    c.scale = a->scale;
+    c.initial_state = a->initial_state;
+    c.d_initial_state = a->d_initial_state;
+    c.d_final_state = a->d_final_state;
+    c.cu_seqlens = a->cu_seqlens;
+    c.flags = a->flags & LAJIT_STATE_VK;
+    c.logstep = exchange_choice(a->flags);
+    c.stream = a->stream;
+    return c;
+}
+
 /* ---- Argument checks ------------------------------------------------------------------------ */
 
-/* q, k [B,H,n,D], v, o [B,H,n,E]: rank 4, the same B, H, n; q's D is k's, o's E is v's. n may be
- * 0 (an empty span); everything else at least 1. What lajit_attn_fwd checks on top (dtype,
- * strides, device, aliasing) it checks when it runs. */
-static lajit_status check_seqs(lj_env *env, const lajit_cp_attn_fwd_args *a, cp_rank *r)
+/* The span's tensors: forward q, k [B,H,n,D], v, o [B,H,n,E]; backward q, k, dq, dk [B,H,n,D],
+ * v, dout, dv [B,H,n,E]: rank 4, the same B, H, n; D from k, E from v. n may be 0 (an empty
+ * span); everything else at least 1. What the ops check on top (dtype, strides, device,
+ * aliasing) they check when they run. */
+static lajit_status check_seqs(lj_env *env, cp_rank *r)
 {
-    const DLTensor *t[4] = {a->q, a->k, a->v, a->o};
-    static const char *const names[4] = {"q", "k", "v", "o"};
-    for (int i = 0; i < 4; i++) {
+    const cp_call *c = &r->c;
+    const DLTensor *t[7] = {c->q, c->k, c->v, c->bwd ? c->dout : c->o, c->dq, c->dk, c->dv};
+    static const char *const fwd_names[4] = {"q", "k", "v", "o"};
+    static const char *const bwd_names[7] = {"q", "k", "v", "dout", "dq", "dk", "dv"};
+    static const int e_like[7] = {0, 0, 1, 1, 0, 0, 1};
+    const char *const *names = c->bwd ? bwd_names : fwd_names;
+    const int n = c->bwd ? 7 : 4;
+    for (int i = 0; i < n; i++) {
         if (!t[i])
-            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, FN ": q, k, v and o are required");
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s: %s are required", c->fn,
+                            c->bwd ? "q, k, v, dout, dq, dk and dv" : "q, k, v and o");
         if (!t[i]->shape || t[i]->ndim != 4)
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                            FN
-                            ": %s must be [B, H, N, %c] (this rank's span); it has %d dimensions",
-                            names[i], i < 2 ? 'D' : 'E', t[i]->shape ? t[i]->ndim : 0);
+                            "%s: %s must be [B, H, N, %c] (this rank's span); it has %d dimensions",
+                            c->fn, names[i], e_like[i] ? 'E' : 'D', t[i]->shape ? t[i]->ndim : 0);
         for (int d = 0; d < 4; d++)
             if (t[i]->shape[d] < (d == 2 ? 0 : 1))
                 return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                                FN ": %s has size %lld in dimension %d", names[i],
+                                "%s: %s has size %lld in dimension %d", c->fn, names[i],
                                 (long long)t[i]->shape[d], d);
     }
-    r->B = a->k->shape[0];
-    r->H = a->k->shape[1];
-    r->N = a->k->shape[2];
-    r->D = a->k->shape[3];
-    r->E = a->v->shape[3];
-    for (int i = 0; i < 4; i++) {
+    r->B = c->k->shape[0];
+    r->H = c->k->shape[1];
+    r->N = c->k->shape[2];
+    r->D = c->k->shape[3];
+    r->E = c->v->shape[3];
+    for (int i = 0; i < n; i++) {
         const int64_t *s = t[i]->shape;
-        int64_t w = i < 2 ? r->D : r->E;
+        int64_t w = e_like[i] ? r->E : r->D;
         if (s[0] != r->B || s[1] != r->H || s[2] != r->N || s[3] != w)
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                            FN ": %s is [%lld, %lld, %lld, %lld]; k and v make it [%lld, %lld, "
-                               "%lld, %lld] (B, H, this rank's N, %c)",
-                            names[i], (long long)s[0], (long long)s[1], (long long)s[2],
+                            "%s: %s is [%lld, %lld, %lld, %lld]; k and v make it [%lld, %lld, "
+                            "%lld, %lld] (B, H, this rank's N, %c)",
+                            c->fn, names[i], (long long)s[0], (long long)s[1], (long long)s[2],
                             (long long)s[3], (long long)r->B, (long long)r->H, (long long)r->N,
-                            (long long)w, i < 2 ? 'D' : 'E');
+                            (long long)w, e_like[i] ? 'E' : 'D');
     }
     return LAJIT_OK;
 }
@@ -98,59 +149,81 @@ static lajit_status check_state(lj_env *env, const char *name, const DLTensor *t
     lj_elem e;
     if (!t->shape || t->ndim != 4 || memcmp(t->shape, want, sizeof want) != 0)
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                        FN ": %s must be [B, H, %s] = [%lld, %lld, %lld, %lld]", name,
+                        "%s: %s must be [B, H, %s] = [%lld, %lld, %lld, %lld]", r->c.fn, name,
                         r->vk ? "E, D" : "D, E", (long long)want[0], (long long)want[1],
                         (long long)want[2], (long long)want[3]);
     if (!lj_tensor_elem(t->dtype, &e) || e != LJ_ELEM_F32)
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                        FN ": %s is %s; context parallelism keeps states in float32", name,
+                        "%s: %s is %s; context parallelism keeps states in float32", r->c.fn, name,
                         lj_tensor_dtype_name(t->dtype));
     return LAJIT_OK;
 }
 
-/* Everything one rank's call can check alone; fills r's sizes and layout (not its buffers). */
-static lajit_status check_rank(lj_env *env, const lajit_cp_attn_fwd_args *a, int rank, int P,
-                               cp_rank *r)
+/* Compact float32 of `count` elements from its first (a copy source or destination). */
+static int compact(const DLTensor *t)
 {
-    lajit_status st = lj_check_args(env, FN, a ? &a->struct_size : NULL, sizeof *a,
-                                    a ? a->flags : 0, a ? a->scale : 0);
-    if (st != LAJIT_OK)
-        return st;
-    if (a->cu_seqlens)
+    if (!t->strides)
+        return 1;
+    int64_t want = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] > 1 && t->strides[d] != want)
+            return 0;
+        want *= t->shape[d];
+    }
+    return 1;
+}
+
+/* Everything one rank's call can check alone; fills r's sizes and layout (not its buffers). */
+static lajit_status check_rank(lj_env *env, const cp_call *c, int rank, int P, cp_rank *r)
+{
+    if (c->cu_seqlens)
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                        FN ": cu_seqlens must be NULL: a varlen batch across ranks is not "
-                           "supported yet (each rank holds a span of every sequence of a "
-                           "[B, H, N, D] batch)");
+                        "%s: cu_seqlens must be NULL: a varlen batch across ranks is not "
+                        "supported yet (each rank holds a span of every sequence of a "
+                        "[B, H, N, D] batch)",
+                        c->fn);
     memset(r, 0, sizeof *r);
-    r->a = a;
+    r->c = *c;
     r->rank = rank;
     r->P = P;
-    r->vk = (a->flags & LAJIT_STATE_VK) != 0;
-    if ((st = check_seqs(env, a, r)) != LAJIT_OK)
+    r->vk = (c->flags & LAJIT_STATE_VK) != 0;
+    if (r->c.logstep < 0)
+        r->c.logstep = P > LJ_CP_ALLGATHER_MAX_P;
+    lajit_status st;
+    if ((st = check_seqs(env, r)) != LAJIT_OK)
         return st;
-    if (rank == 0 && a->initial_state &&
-        (st = check_state(env, "initial_state", a->initial_state, r)) != LAJIT_OK)
+    if (rank == 0 && c->initial_state &&
+        (st = check_state(env, "initial_state", c->initial_state, r)) != LAJIT_OK)
         return st;
-    if (a->final_state && (st = check_state(env, "final_state", a->final_state, r)) != LAJIT_OK)
+    if (c->final_state && (st = check_state(env, "final_state", c->final_state, r)) != LAJIT_OK)
         return st;
+    if (rank == 0 && c->d_initial_state &&
+        (st = check_state(env, "d_initial_state", c->d_initial_state, r)) != LAJIT_OK)
+        return st;
+    if (rank == P - 1 && c->d_final_state &&
+        (st = check_state(env, "d_final_state", c->d_final_state, r)) != LAJIT_OK)
+        return st;
+    if (c->ds) {
+        lj_elem e;
+        if (!c->s)
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s: ds (the gradient of s) needs s",
+                            c->fn);
+        if (!c->ds->shape || c->ds->ndim != 1 || c->ds->shape[0] != r->H ||
+            !lj_tensor_elem(c->ds->dtype, &e) || e != LJ_ELEM_F32 || !compact(c->ds))
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                            "%s: ds must be float32 [H] = [%lld], contiguous", c->fn,
+                            (long long)r->H);
+    }
     size_t n;
     if (__builtin_mul_overflow((size_t)r->B * (size_t)r->H, (size_t)r->D * (size_t)r->E, &n) ||
         __builtin_mul_overflow(n, (size_t)4, &r->state_bytes) || r->state_bytes > ((size_t)1 << 40))
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                        FN ": the state of B = %lld, H = %lld, D = %lld, E = %lld is too large",
-                        (long long)r->B, (long long)r->H, (long long)r->D, (long long)r->E);
+                        "%s: the state of B = %lld, H = %lld, D = %lld, E = %lld is too large",
+                        c->fn, (long long)r->B, (long long)r->H, (long long)r->D, (long long)r->E);
     r->len_off = round16(r->state_bytes);
     r->slot = r->len_off + 16;
+    r->ds_slot = round16((size_t)r->H * 4);
     return LAJIT_OK;
-}
-
-/* One rank's exchange buffer and incoming states, in bytes. */
-static int rank_bytes(const cp_rank *r, size_t *out)
-{
-    size_t a, b;
-    return !__builtin_mul_overflow(r->slot, (size_t)r->P, &a) &&
-           !__builtin_mul_overflow(r->state_bytes, (size_t)r->P, &b) &&
-           !__builtin_add_overflow(round16(a), round16(b), out);
 }
 
 /* The context's workspace, grown (never shrunk) to bytes. */
@@ -182,15 +255,31 @@ static DLTensor *state_view(DLTensor *t, int64_t shape[4], const cp_rank *r, CUd
     return t;
 }
 
-/* (a): M_r (rank 0: its final state from S_0) and n_r into this rank's slot. */
-static lajit_status cp_local(lajit_ctx *ctx, const cp_rank *r)
+/* A device copy of a compact tensor's bytes (S_0 or dS_N into the exchange, H_0 out to dS_0). */
+static lajit_status copy_state(lajit_ctx *ctx, const cp_rank *r, CUdeviceptr dst, CUdeviceptr src,
+                               size_t bytes, const char *what)
+{
+    CUresult cr = LJ_CU(&ctx->env, ctx->device.drv, cuMemcpyDtoDAsync, dst, src, bytes,
+                        (CUstream)r->c.stream);
+    return cr == CUDA_SUCCESS ? LAJIT_OK : lj_cp_driver_fail(ctx, &r->c, cr, what);
+}
+
+static CUdeviceptr address(const DLTensor *t)
+{
+    return (CUdeviceptr)(uintptr_t)t->data + t->byte_offset;
+}
+
+/* The carry of this rank's span and n_r into its slot. Forward (grad = 0): M_r, rank 0's from
+ * S_0 (its final state). Gradient (grad = 1): Mg_r, the last rank's from dS_N (its dS_0). */
+static lajit_status cp_local(lajit_ctx *ctx, const cp_rank *r, int grad)
 {
     lj_env *env = &ctx->env;
-    const lajit_cp_attn_fwd_args *a = r->a;
+    const cp_call *c = &r->c;
     const lj_driver *drv = ctx->device.drv;
-    const CUdeviceptr mine = r->gather + (CUdeviceptr)r->rank * r->slot;
-    const CUstream stream = (CUstream)a->stream;
-    const DLTensor *s0 = r->rank == 0 ? a->initial_state : NULL;
+    const CUdeviceptr mine = r->carry;
+    const CUstream stream = (CUstream)c->stream;
+    const DLTensor *carry_in = grad ? (r->rank == r->P - 1 ? c->d_final_state : NULL)
+                                    : (r->rank == 0 ? c->initial_state : NULL);
     const uint64_t n = (uint64_t)r->N;
     CUresult cr = LJ_CU(env, drv, cuMemsetD32Async, mine + r->len_off, (unsigned)(n & 0xffffffffu),
                         1, stream);
@@ -198,214 +287,399 @@ static lajit_status cp_local(lajit_ctx *ctx, const cp_rank *r)
         cr = LJ_CU(env, drv, cuMemsetD32Async, mine + r->len_off + 4, (unsigned)(n >> 32), 1,
                    stream);
     if (cr != CUDA_SUCCESS)
-        return lj_driver_error(env, drv, cr, FN ": cuMemsetD32Async (the span's length)");
+        return lj_cp_driver_fail(ctx, c, cr, "cuMemsetD32Async (the span's length)");
     if (r->N > 0) {
         int64_t shape[4];
         DLTensor m;
-        lajit_attn_fwd_args f;
-        memset(&f, 0, sizeof f);
-        f.struct_size = sizeof f;
-        f.k = a->k;
-        f.v = a->v;
-        f.s = a->s;
-        f.scale = a->scale;
-        f.initial_state = s0;
-        f.final_state = state_view(&m, shape, r, mine, 0, ctx->ordinal);
-        f.flags = a->flags;
-        f.stream = a->stream;
-        lajit_status st = lajit_attn_fwd(ctx, &f);
+        lajit_status st;
+        if (!grad) {
+            lajit_attn_fwd_args f;
+            memset(&f, 0, sizeof f);
+            f.struct_size = sizeof f;
+            f.k = c->k;
+            f.v = c->v;
+            f.s = c->s;
+            f.scale = c->scale;
+            f.initial_state = carry_in;
+            f.final_state = state_view(&m, shape, r, mine, 0, ctx->ordinal);
+            f.flags = c->flags;
+            f.stream = c->stream;
+            st = lajit_attn_fwd(ctx, &f);
+        } else {
+            lajit_attn_bwd_args b;
+            memset(&b, 0, sizeof b);
+            b.struct_size = sizeof b;
+            b.q = c->q;
+            b.dout = c->dout;
+            b.s = c->s;
+            b.scale = c->scale;
+            b.d_final_state = carry_in;
+            b.d_initial_state = state_view(&m, shape, r, mine, 0, ctx->ordinal);
+            b.flags = c->flags;
+            b.stream = c->stream;
+            st = lajit_attn_bwd(ctx, &b);
+        }
         if (st != LAJIT_OK)
-            lj_error_prefix(env, FN " (rank %d, its span's local state): ", r->rank);
+            lj_error_prefix(env, "%s (rank %d, its span's local %sstate): ", c->fn, r->rank,
+                            grad ? "gradient " : "");
         return st;
     }
-    if (!s0) { /* an empty span: M = 0 */
+    if (!carry_in) { /* an empty span: M = 0 */
         cr = LJ_CU(env, drv, cuMemsetD32Async, mine, 0u, r->state_bytes / 4, stream);
         return cr == CUDA_SUCCESS
                    ? LAJIT_OK
-                   : lj_driver_error(env, drv, cr, FN ": cuMemsetD32Async (an empty span's state)");
+                   : lj_cp_driver_fail(ctx, c, cr, "cuMemsetD32Async (an empty span's state)");
     }
-    /* Rank 0 with no tokens passes S_0 on as it is. */
-    const int64_t *st = s0->strides, *sh = s0->shape;
-    if (st && !(st[3] == 1 && st[2] == sh[3] && st[1] == sh[2] * sh[3] && st[0] == sh[1] * st[1]))
+    /* An end rank with no tokens passes its carry (S_0, or dS_N) on as it is. */
+    if (!compact(carry_in))
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                        FN ": rank 0 has no tokens, so initial_state is copied into the exchange "
-                           "as it is: it must be contiguous");
-    cr = LJ_CU(env, drv, cuMemcpyDtoDAsync, mine,
-               (CUdeviceptr)(uintptr_t)s0->data + s0->byte_offset, r->state_bytes, stream);
-    return cr == CUDA_SUCCESS ? LAJIT_OK
-                              : lj_driver_error(env, drv, cr, FN ": cuMemcpyDtoDAsync (S_0)");
+                        "%s: rank %d has no tokens, so %s is copied into the exchange as it is: it "
+                        "must be contiguous",
+                        c->fn, r->rank, grad ? "d_final_state" : "initial_state");
+    return copy_state(ctx, r, mine, address(carry_in), r->state_bytes,
+                      grad ? "cuMemcpyDtoDAsync (dS_N)" : "cuMemcpyDtoDAsync (S_0)");
 }
 
-/* (c) and (d): the incoming state from the gathered slots, then the span's outputs. */
-static lajit_status cp_finish(lajit_ctx *ctx, const cp_rank *r)
+/* The state entering r's span in direction grad: what the exchange computed, or for the first
+ * rank in walk order what it holds (S_0 on rank 0, dS_N on the last; NULL: zero). */
+static const DLTensor *incoming_state(lajit_ctx *ctx, const cp_rank *r, int grad, DLTensor *t,
+                                      int64_t shape[4])
 {
-    lj_env *env = &ctx->env;
-    const lajit_cp_attn_fwd_args *a = r->a;
-    lajit_status st;
-    int64_t in_shape[4];
-    DLTensor in_state;
-    const DLTensor *incoming = r->rank == 0 ? a->initial_state : NULL;
-    if (r->rank > 0 || a->final_state) {
-        const int64_t R = r->vk ? r->E : r->D, C = r->vk ? r->D : r->E;
-        int64_t ls_shape[5] = {r->P, r->B, r->H, R, C};
-        int64_t ls_strides[5] = {(int64_t)(r->slot / 4), r->H * R * C, R * C, C, 1};
-        int64_t len_shape[1] = {r->P}, len_strides[1] = {(int64_t)(r->slot / 8)};
-        DLTensor ls, len, in;
-        memset(&ls, 0, sizeof ls);
-        ls.data = (void *)(uintptr_t)r->gather;
-        ls.device = (DLDevice){kDLCUDA, ctx->ordinal};
-        ls.ndim = 5;
-        ls.dtype = F32;
-        ls.shape = ls_shape;
-        ls.strides = ls_strides;
-        len = ls;
-        len.byte_offset = r->len_off;
-        len.ndim = 1;
-        len.dtype = I64;
-        len.shape = len_shape;
-        len.strides = len_strides;
-        in = ls;
-        in.data = (void *)(uintptr_t)r->incoming;
-        in.strides = NULL;
-        lajit_attn_state_scan_args sc;
-        memset(&sc, 0, sizeof sc);
-        sc.struct_size = sizeof sc;
-        sc.local_states = &ls;
-        sc.lengths = &len;
-        sc.s = a->s;
-        sc.incoming_states = &in;
-        sc.final_state = a->final_state;
-        sc.flags = a->flags & LAJIT_STATE_VK;
-        sc.stream = a->stream;
-        if ((st = lajit_attn_state_scan(ctx, &sc)) != LAJIT_OK) {
-            lj_error_prefix(env, FN " (rank %d, the scan of the gathered states): ", r->rank);
-            return st;
-        }
-        if (r->rank > 0)
-            incoming = state_view(&in_state, in_shape, r, r->incoming,
-                                  (size_t)r->rank * r->state_bytes, ctx->ordinal);
-    }
+    if (!grad && r->rank == 0)
+        return r->c.initial_state;
+    if (grad && r->rank == r->P - 1)
+        return r->c.d_final_state;
+    return state_view(t, shape, r, lj_cp_incoming(r, grad), 0, ctx->ordinal);
+}
+
+/* Forward: the span's outputs from its incoming state. */
+static lajit_status cp_fwd_outputs(lajit_ctx *ctx, const cp_rank *r)
+{
+    const cp_call *c = &r->c;
     if (r->N == 0)
         return LAJIT_OK;
+    int64_t in_shape[4];
+    DLTensor in_state;
     lajit_attn_fwd_args f;
     memset(&f, 0, sizeof f);
     f.struct_size = sizeof f;
-    f.q = a->q;
-    f.k = a->k;
-    f.v = a->v;
-    f.o = a->o;
-    f.s = a->s;
-    f.scale = a->scale;
-    f.initial_state = incoming;
-    f.flags = a->flags;
-    f.stream = a->stream;
-    if ((st = lajit_attn_fwd(ctx, &f)) != LAJIT_OK)
-        lj_error_prefix(env, FN " (rank %d, its span's outputs): ", r->rank);
+    f.q = c->q;
+    f.k = c->k;
+    f.v = c->v;
+    f.o = c->o;
+    f.s = c->s;
+    f.scale = c->scale;
+    f.initial_state = incoming_state(ctx, r, 0, &in_state, in_shape);
+    f.flags = c->flags;
+    f.stream = c->stream;
+    lajit_status st = lajit_attn_fwd(ctx, &f);
+    if (st != LAJIT_OK)
+        lj_error_prefix(&ctx->env, "%s (rank %d, its span's outputs): ", c->fn, r->rank);
+    return st;
+}
+
+/* Backward: the span's gradients from S_{a_r} and H_r; ds's part of this rank into its slot. */
+static lajit_status cp_bwd_grads(lajit_ctx *ctx, const cp_rank *r)
+{
+    lj_env *env = &ctx->env;
+    const cp_call *c = &r->c;
+    lajit_status st;
+    int64_t in_shape[4], h_shape[4], ds_shape[1] = {r->H};
+    DLTensor in_state, h_state, ds_part;
+    const DLTensor *incoming = incoming_state(ctx, r, 0, &in_state, in_shape);
+    const DLTensor *reaching = incoming_state(ctx, r, 1, &h_state, h_shape);
+    const CUdeviceptr part = r->ds_gather + (CUdeviceptr)r->rank * r->ds_slot;
+    if (r->N == 0) {
+        /* No tokens: no gradients, a zero part of ds, and rank 0's dS_0 is what reaches it. */
+        if (c->ds) {
+            CUresult cr = LJ_CU(env, ctx->device.drv, cuMemsetD32Async, part, 0u, r->ds_slot / 4,
+                                (CUstream)c->stream);
+            if (cr != CUDA_SUCCESS)
+                return lj_cp_driver_fail(ctx, c, cr,
+                                         "cuMemsetD32Async (an empty span's part of ds)");
+        }
+        if (r->rank != 0 || !c->d_initial_state)
+            return LAJIT_OK;
+        if (!compact(c->d_initial_state))
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                            "%s: rank 0 has no tokens, so d_initial_state is copied from the "
+                            "exchange as it is: it must be contiguous",
+                            c->fn);
+        if (!reaching) { /* P = 1, no tokens, no dS_N: dS_0 = 0 */
+            CUresult cr = LJ_CU(env, ctx->device.drv, cuMemsetD32Async, address(c->d_initial_state),
+                                0u, r->state_bytes / 4, (CUstream)c->stream);
+            return cr == CUDA_SUCCESS ? LAJIT_OK
+                                      : lj_cp_driver_fail(ctx, c, cr, "cuMemsetD32Async (dS_0)");
+        }
+        if (!compact(reaching))
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                            "%s: rank 0 has no tokens and is the last rank, so d_final_state is "
+                            "copied to d_initial_state: it must be contiguous",
+                            c->fn);
+        return copy_state(ctx, r, address(c->d_initial_state), address(reaching), r->state_bytes,
+                          "cuMemcpyDtoDAsync (dS_0)");
+    }
+    lajit_attn_bwd_args b;
+    memset(&b, 0, sizeof b);
+    b.struct_size = sizeof b;
+    b.q = c->q;
+    b.k = c->k;
+    b.v = c->v;
+    b.dout = c->dout;
+    b.dq = c->dq;
+    b.dk = c->dk;
+    b.dv = c->dv;
+    b.s = c->s;
+    b.scale = c->scale;
+    b.initial_state = incoming;
+    b.d_final_state = reaching;
+    b.d_initial_state = r->rank == 0 ? c->d_initial_state : NULL;
+    if (c->ds) {
+        memset(&ds_part, 0, sizeof ds_part);
+        ds_part.data = (void *)(uintptr_t)part;
+        ds_part.device = (DLDevice){kDLCUDA, ctx->ordinal};
+        ds_part.ndim = 1;
+        ds_part.dtype = F32;
+        ds_part.shape = ds_shape;
+        b.ds = &ds_part;
+    }
+    b.flags = c->flags;
+    b.stream = c->stream;
+    if ((st = lajit_attn_bwd(ctx, &b)) != LAJIT_OK)
+        lj_error_prefix(env, "%s (rank %d, its span's gradients): ", c->fn, r->rank);
     return st;
 }
 
 /* The device current, its driver in ctx->device.drv (cp_local reads it). */
-static lajit_status device_ready(lajit_ctx *ctx)
+static lajit_status device_ready(lajit_ctx *ctx, const char *fn)
 {
     lj_device *dev;
     lajit_status st = lajit__ctx_device(ctx, &dev);
     if (st == LAJIT_OK)
         st = lj_device_make_current(&ctx->env, dev);
     if (st != LAJIT_OK)
-        lj_error_prefix(&ctx->env, FN ": ");
+        lj_error_prefix(&ctx->env, "%s: ", fn);
     return st;
+}
+
+/* ---- A rank's program ----------------------------------------------------------------------- */
+
+/* The steps of a call, in order. An exchange step has rounds (lj_cp_exchange_rounds); each round
+ * is a transfer and then a compute, and the simulated ranks do every rank's transfer of a round
+ * before any rank's compute. */
+typedef enum cp_step_kind {
+    CP_LOCAL_STATE, /* the forward carry into the exchange slot */
+    CP_EXCHANGE,    /* the forward states (S_{a_r}; the forward's S_N) */
+    CP_FWD_OUTPUTS, /* o */
+    CP_LOCAL_GRAD,  /* the gradient carry into the exchange slot (after the exchange above) */
+    CP_EXCHANGE_G,  /* the gradient states (H_r) */
+    CP_BWD_GRADS,   /* dq, dk, dv, dS_0, ds's part */
+    CP_DS,          /* ds's parts: one all-gather round, then the sum */
+} cp_step_kind;
+
+static const cp_step_kind fwd_program[] = {CP_LOCAL_STATE, CP_EXCHANGE, CP_FWD_OUTPUTS};
+static const cp_step_kind bwd_program[] = {CP_LOCAL_STATE, CP_EXCHANGE,  CP_LOCAL_GRAD,
+                                           CP_EXCHANGE_G,  CP_BWD_GRADS, CP_DS};
+
+static int step_rounds(const cp_rank *r, cp_step_kind k)
+{
+    if (k == CP_EXCHANGE)
+        return lj_cp_exchange_rounds(r, !r->c.bwd && r->c.final_state != NULL);
+    if (k == CP_EXCHANGE_G)
+        return lj_cp_exchange_rounds(r, 0);
+    if (k == CP_DS)
+        return r->c.ds ? 1 : 0;
+    return 1;
+}
+
+/* Round i of step k: the transfer (exchanges only; `t` NULL: none), then the compute. */
+static lajit_status step_transfer(lajit_ctx *ctx, cp_rank *r, cp_step_kind k, int i,
+                                  const cp_transport *t)
+{
+    const int want_final = !r->c.bwd && r->c.final_state != NULL;
+    switch (k) {
+        case CP_EXCHANGE: return lj_cp_exchange_transfer(ctx, r, 0, want_final, i, t);
+        case CP_EXCHANGE_G: return lj_cp_exchange_transfer(ctx, r, 1, 0, i, t);
+        case CP_DS: return lj_cp_ds_transfer(ctx, r, t);
+        default: return LAJIT_OK;
+    }
+}
+
+static lajit_status step_compute(lajit_ctx *ctx, cp_rank *r, cp_step_kind k, int i)
+{
+    const int want_final = !r->c.bwd && r->c.final_state != NULL;
+    switch (k) {
+        case CP_LOCAL_STATE: return cp_local(ctx, r, 0);
+        case CP_EXCHANGE: return lj_cp_exchange_compute(ctx, r, 0, want_final, i);
+        case CP_FWD_OUTPUTS: return cp_fwd_outputs(ctx, r);
+        case CP_LOCAL_GRAD: /* the gradient exchange reuses the slots the forward one has read */
+            return cp_local(ctx, r, 1);
+        case CP_EXCHANGE_G: return lj_cp_exchange_compute(ctx, r, 1, 0, i);
+        case CP_BWD_GRADS: return cp_bwd_grads(ctx, r);
+        default: return lj_cp_ds_sum(ctx, r);
+    }
+}
+
+static void program_of(const cp_call *c, const cp_step_kind **steps, int *n)
+{
+    *steps = c->bwd ? bwd_program : fwd_program;
+    *n = c->bwd ? (int)(sizeof bwd_program / sizeof bwd_program[0])
+                : (int)(sizeof fwd_program / sizeof fwd_program[0]);
 }
 
 /* ---- The NCCL path -------------------------------------------------------------------------- */
 
-typedef struct nccl_user {
-    const lj_nccl *nccl;
-    lj_nccl_comm comm;
-} nccl_user;
-
-/* (b) as LASP-2 does it: one in-place all-gather of every rank's slot. */
-static lajit_status nccl_gather(lajit_ctx *ctx, const cp_rank *r, void *user)
+/* The communicator's size, this rank and its device (which must be the context's), then the
+ * rank's program. */
+static lajit_status cp_run_nccl(lajit_ctx *ctx, const cp_call *c, void *comm)
 {
-    const nccl_user *u = user;
-    void *all = (void *)(uintptr_t)r->gather;
-    const void *mine = (const char *)all + (size_t)r->rank * r->slot;
-    lj_nccl_result nr = u->nccl->ncclAllGather(mine, all, r->slot / 4, LJ_NCCL_FLOAT32, u->comm,
-                                               (CUstream)r->a->stream);
-    if (nr == LJ_NCCL_IN_PROGRESS) /* the kernels after it would not be ordered behind it */
-        return lj_error(&ctx->env, LAJIT_ERR_NCCL,
-                        FN ": ncclAllGather returned ncclInProgress: a non-blocking communicator; "
-                           "use a blocking one");
-    return nr == LJ_NCCL_SUCCESS
-               ? LAJIT_OK
-               : lj_nccl_error(&ctx->env, u->nccl, nr, FN ": ncclAllGather of the span states");
+    lj_env *env = &ctx->env;
+    if (!comm)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "%s: comm is NULL (an ncclComm_t of the ranks sharing the sequence)",
+                        c->fn);
+    lajit_status st;
+    cp_nccl_user u = {ctx->nccl_override, (lj_nccl_comm)comm};
+    if (!u.nccl && (st = lj_nccl_load(env, &u.nccl)) != LAJIT_OK)
+        return st;
+    int P = 0, rank = -1, dev = -1;
+    char what[96];
+    lj_nccl_result nr = u.nccl->ncclCommCount(u.comm, &P);
+    if (nr != LJ_NCCL_SUCCESS) {
+        snprintf(what, sizeof what, "%s: ncclCommCount (is comm a live communicator?)", c->fn);
+        return lj_nccl_error(env, u.nccl, nr, what);
+    }
+    if ((nr = u.nccl->ncclCommUserRank(u.comm, &rank)) != LJ_NCCL_SUCCESS) {
+        snprintf(what, sizeof what, "%s: ncclCommUserRank", c->fn);
+        return lj_nccl_error(env, u.nccl, nr, what);
+    }
+    if ((nr = u.nccl->ncclCommCuDevice(u.comm, &dev)) != LJ_NCCL_SUCCESS) {
+        snprintf(what, sizeof what, "%s: ncclCommCuDevice", c->fn);
+        return lj_nccl_error(env, u.nccl, nr, what);
+    }
+    if (P < 1 || rank < 0 || rank >= P)
+        return lj_error(env, LAJIT_ERR_NCCL, "%s: the communicator says rank %d of %d", c->fn, rank,
+                        P);
+    if (dev != ctx->ordinal)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "%s: the communicator's rank %d is on CUDA device %d, the context on %d",
+                        c->fn, rank, dev, ctx->ordinal);
+    cp_rank r;
+    CUdeviceptr base;
+    if ((st = check_rank(env, c, rank, P, &r)) != LAJIT_OK)
+        return st;
+    const size_t bytes = lj_cp_rank_bytes(&r);
+    if (!bytes)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "%s: %d ranks' states do not fit in memory", c->fn, P);
+    if ((st = device_ready(ctx, c->fn)) != LAJIT_OK ||
+        (st = workspace(ctx, bytes, &base)) != LAJIT_OK)
+        return st;
+    lj_cp_place(&r, base);
+    cp_transport t = lj_cp_nccl_transport;
+    t.user = &u;
+    const cp_step_kind *prog;
+    int n;
+    program_of(c, &prog, &n);
+    for (int s = 0; s < n; s++)
+        for (int i = 0; i < step_rounds(&r, prog[s]); i++)
+            if ((st = step_transfer(ctx, &r, prog[s], i, &t)) != LAJIT_OK ||
+                (st = step_compute(ctx, &r, prog[s], i)) != LAJIT_OK)
+                return st;
+    return LAJIT_OK;
 }
 
 LAJIT_API lajit_status lajit_cp_attn_fwd(lajit_ctx *ctx, const lajit_cp_attn_fwd_args *a)
 {
     if (!ctx)
         return LAJIT_ERR_INVALID_ARGUMENT;
-    lj_env *env = &ctx->env;
-    lajit_status st = lj_check_args(env, FN, a ? &a->struct_size : NULL, sizeof *a,
-                                    a ? a->flags : 0, a ? a->scale : 0);
+    lajit_status st = check_args(&ctx->env, FN_FWD, a ? &a->struct_size : NULL, sizeof *a,
+                                 a ? a->flags : 0, a ? a->scale : 0);
     if (st != LAJIT_OK)
         return st;
-    if (!a->comm)
-        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                        FN ": comm is NULL (an ncclComm_t of the ranks sharing the sequence)");
-    nccl_user u = {ctx->nccl_override, (lj_nccl_comm)a->comm};
-    if (!u.nccl && (st = lj_nccl_load(env, &u.nccl)) != LAJIT_OK)
+    const cp_call c = fwd_call(a);
+    return cp_run_nccl(ctx, &c, a->comm);
+}
+
+LAJIT_API lajit_status lajit_cp_attn_bwd(lajit_ctx *ctx, const lajit_cp_attn_bwd_args *a)
+{
+    if (!ctx)
+        return LAJIT_ERR_INVALID_ARGUMENT;
+    lajit_status st = check_args(&ctx->env, FN_BWD, a ? &a->struct_size : NULL, sizeof *a,
+                                 a ? a->flags : 0, a ? a->scale : 0);
+    if (st != LAJIT_OK)
         return st;
-    int P = 0, rank = -1, dev = -1;
-    lj_nccl_result nr = u.nccl->ncclCommCount(u.comm, &P);
-    if (nr != LJ_NCCL_SUCCESS)
-        return lj_nccl_error(env, u.nccl, nr, FN ": ncclCommCount (is comm a live communicator?)");
-    if ((nr = u.nccl->ncclCommUserRank(u.comm, &rank)) != LJ_NCCL_SUCCESS)
-        return lj_nccl_error(env, u.nccl, nr, FN ": ncclCommUserRank");
-    if ((nr = u.nccl->ncclCommCuDevice(u.comm, &dev)) != LJ_NCCL_SUCCESS)
-        return lj_nccl_error(env, u.nccl, nr, FN ": ncclCommCuDevice");
-    if (P < 1 || rank < 0 || rank >= P)
-        return lj_error(env, LAJIT_ERR_NCCL, FN ": the communicator says rank %d of %d", rank, P);
-    if (dev != ctx->ordinal)
-        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                        FN ": the communicator's rank %d is on CUDA device %d, the context on %d",
-                        rank, dev, ctx->ordinal);
-    cp_rank r;
-    size_t bytes;
-    if ((st = check_rank(env, a, rank, P, &r)) != LAJIT_OK)
-        return st;
-    if (!rank_bytes(&r, &bytes))
-        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                        FN ": %d ranks' states do not fit in memory", P);
-    if ((st = device_ready(ctx)) != LAJIT_OK || (st = workspace(ctx, bytes, &r.gather)) != LAJIT_OK)
-        return st;
-    r.incoming = r.gather + round16(r.slot * (size_t)P);
-    const cp_gather_fn gather = nccl_gather;
-    if ((st = cp_local(ctx, &r)) != LAJIT_OK || (st = gather(ctx, &r, &u)) != LAJIT_OK)
-        return st;
-    return cp_finish(ctx, &r);
+    const cp_call c = bwd_call(a);
+    return cp_run_nccl(ctx, &c, a->comm);
 }
 
 /* ---- Simulated ranks (tests) ---------------------------------------------------------------- */
 
-typedef struct sim_user {
-    const cp_rank *ranks;
-} sim_user;
-
-/* (b) with the other simulated ranks' buffers at hand: their own slots copied into r's. */
-static lajit_status sim_gather(lajit_ctx *ctx, const cp_rank *r, void *user)
+/* P simulated ranks' calls: every rank's buffer in the context's workspace, then the program
+ * step by step and round by round, every rank's transfer of a round before any rank's compute
+ * (one stream, so a round's copies follow every rank's writes of the round before). */
+static lajit_status cp_run_sim(lajit_ctx *ctx, int P, const cp_call *calls)
 {
-    const sim_user *u = user;
     lj_env *env = &ctx->env;
-    for (int j = 0; j < r->P; j++) {
-        if (j == r->rank)
-            continue;
-        const CUdeviceptr off = (CUdeviceptr)j * r->slot;
-        CUresult cr = LJ_CU(env, ctx->device.drv, cuMemcpyDtoDAsync, r->gather + off,
-                            u->ranks[j].gather + off, r->slot, (CUstream)r->a->stream);
-        if (cr != CUDA_SUCCESS)
-            return lj_driver_error(env, ctx->device.drv, cr,
-                                   FN " (simulated exchange): cuMemcpyDtoDAsync");
+    const char *fn = calls[0].fn;
+    cp_rank *r = lj_calloc(env, (size_t)P, sizeof *r);
+    if (!r)
+        return lj_oom(env);
+    lajit_status st = LAJIT_OK;
+    size_t each = 0, total = 0;
+    for (int j = 0; j < P && st == LAJIT_OK; j++) {
+        if ((st = check_rank(env, &calls[j], j, P, &r[j])) != LAJIT_OK)
+            lj_error_prefix(env, "rank %d: ", j);
+        else if (j > 0 &&
+                 (r[j].B != r[0].B || r[j].H != r[0].H || r[j].D != r[0].D || r[j].E != r[0].E ||
+                  r[j].vk != r[0].vk || r[j].c.logstep != r[0].c.logstep))
+            st = lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                          "%s (simulated): rank %d's B, H, D, E or flags differ from rank 0's", fn,
+                          j);
+        else if (calls[j].stream != calls[0].stream)
+            st = lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                          "%s (simulated): every rank must use one stream", fn);
+        else if ((calls[j].ds != NULL) != (calls[0].ds != NULL))
+            st = lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                          "%s (simulated): ds is given by some ranks and not others", fn);
+        else if (r[0].c.logstep && (calls[j].final_state != NULL) != (calls[0].final_state != NULL))
+            st = lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                          "%s (simulated): with the log-step exchange final_state is given by "
+                          "every rank or none",
+                          fn);
     }
+    if (st == LAJIT_OK && ((each = lj_cp_rank_bytes(&r[0])) == 0 ||
+                           __builtin_mul_overflow(round16(each), (size_t)P, &total)))
+        st = lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                      "%s (simulated): %d ranks' states do not fit in memory", fn, P);
+    CUdeviceptr base = 0;
+    if (st == LAJIT_OK && (st = device_ready(ctx, fn)) == LAJIT_OK)
+        st = workspace(ctx, total, &base);
+    for (int j = 0; j < P && st == LAJIT_OK; j++)
+        lj_cp_place(&r[j], base + (CUdeviceptr)j * round16(each));
+    cp_transport t = lj_cp_sim_transport;
+    t.user = r;
+    const cp_step_kind *prog;
+    int n;
+    program_of(&calls[0], &prog, &n);
+    for (int s = 0; s < n && st == LAJIT_OK; s++) {
+        const int rounds = step_rounds(&r[0], prog[s]);
+        for (int i = 0; i < rounds && st == LAJIT_OK; i++) {
+            for (int j = 0; j < P && st == LAJIT_OK; j++)
+                st = step_transfer(ctx, &r[j], prog[s], i, &t);
+            for (int j = 0; j < P && st == LAJIT_OK; j++)
+                st = step_compute(ctx, &r[j], prog[s], i);
+        }
+    }
+    lj_free(env, r);
+    return st;
+}
+
+static lajit_status sim_args(lajit_ctx *ctx, int P, const void *ranks, const char *fn)
+{
+    if (P < 1 || P > 1024 || !ranks)
+        return lj_error(&ctx->env, LAJIT_ERR_INVALID_ARGUMENT, "%s (simulated): P = %d ranks", fn,
+                        P);
     return LAJIT_OK;
 }
 
@@ -413,43 +687,34 @@ lajit_status lajit__cp_attn_fwd_sim(lajit_ctx *ctx, int P, const lajit_cp_attn_f
 {
     if (!ctx)
         return LAJIT_ERR_INVALID_ARGUMENT;
-    lj_env *env = &ctx->env;
-    if (P < 1 || P > 1024 || !ranks)
-        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, FN " (simulated): P = %d ranks", P);
-    cp_rank *r = lj_calloc(env, (size_t)P, sizeof *r);
-    if (!r)
-        return lj_oom(env);
-    lajit_status st = LAJIT_OK;
-    size_t each = 0, total = 0;
-    for (int j = 0; j < P && st == LAJIT_OK; j++) {
-        if ((st = check_rank(env, &ranks[j], j, P, &r[j])) != LAJIT_OK)
-            lj_error_prefix(env, "rank %d: ", j);
-        else if (j > 0 && (r[j].B != r[0].B || r[j].H != r[0].H || r[j].D != r[0].D ||
-                           r[j].E != r[0].E || r[j].vk != r[0].vk))
-            st = lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                          FN " (simulated): rank %d's B, H, D, E or flags differ from rank 0's", j);
-        else if (ranks[j].stream != ranks[0].stream)
-            st = lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                          FN " (simulated): every rank must use one stream");
-    }
-    if (st == LAJIT_OK &&
-        (!rank_bytes(&r[0], &each) || __builtin_mul_overflow(round16(each), (size_t)P, &total)))
-        st = lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                      FN " (simulated): %d ranks' states do not fit in memory", P);
-    CUdeviceptr base = 0;
-    if (st == LAJIT_OK && (st = device_ready(ctx)) == LAJIT_OK)
-        st = workspace(ctx, total, &base);
-    for (int j = 0; j < P && st == LAJIT_OK; j++) {
-        r[j].gather = base + (CUdeviceptr)j * round16(each);
-        r[j].incoming = r[j].gather + round16(r[j].slot * (size_t)P);
-    }
+    lajit_status st = sim_args(ctx, P, ranks, FN_FWD);
+    cp_call *c = st == LAJIT_OK ? lj_calloc(&ctx->env, (size_t)P, sizeof *c) : NULL;
+    if (st == LAJIT_OK && !c)
+        st = lj_oom(&ctx->env);
     for (int j = 0; j < P && st == LAJIT_OK; j++)
-        st = cp_local(ctx, &r[j]);
-    sim_user u = {r};
-    const cp_gather_fn gather = sim_gather;
+        if ((st = check_args(&ctx->env, FN_FWD, &ranks[j].struct_size, sizeof ranks[j],
+                             ranks[j].flags, ranks[j].scale)) == LAJIT_OK)
+            c[j] = fwd_call(&ranks[j]);
+    if (st == LAJIT_OK)
+        st = cp_run_sim(ctx, P, c);
+    lj_free(&ctx->env, c);
+    return st;
+}
+
+lajit_status lajit__cp_attn_bwd_sim(lajit_ctx *ctx, int P, const lajit_cp_attn_bwd_args *ranks)
+{
+    if (!ctx)
+        return LAJIT_ERR_INVALID_ARGUMENT;
+    lajit_status st = sim_args(ctx, P, ranks, FN_BWD);
+    cp_call *c = st == LAJIT_OK ? lj_calloc(&ctx->env, (size_t)P, sizeof *c) : NULL;
+    if (st == LAJIT_OK && !c)
+        st = lj_oom(&ctx->env);
     for (int j = 0; j < P && st == LAJIT_OK; j++)
-        if ((st = gather(ctx, &r[j], &u)) == LAJIT_OK)
-            st = cp_finish(ctx, &r[j]);
-    lj_free(env, r);
+        if ((st = check_args(&ctx->env, FN_BWD, &ranks[j].struct_size, sizeof ranks[j],
+                             ranks[j].flags, ranks[j].scale)) == LAJIT_OK)
+            c[j] = bwd_call(&ranks[j]);
+    if (st == LAJIT_OK)
+        st = cp_run_sim(ctx, P, c);
+    lj_free(&ctx->env, c);
     return st;
 }

@@ -1,6 +1,6 @@
 /* cp_op.h — the test hook of context parallelism (cp_op.c): P ranks simulated in one process on
  * one device, the exchange replaced by device-to-device copies. Internal (lajit__ prefix, like
- * the context's test hooks); the public entry point is lajit_cp_attn_fwd in lajit.h. */
+ * the context's test hooks); the public entry points are lajit_cp_attn_fwd and lajit_cp_attn_bwd in lajit.h. */
 #ifndef LAJIT_CP_OP_H
 #define LAJIT_CP_OP_H
 
@@ -14,5 +14,10 @@
  * P ranks' buffers. Unlike the real path it can and does check that the ranks agree on B, H, D,
  * E, dtype and flags. */
 lajit_status lajit__cp_attn_fwd_sim(lajit_ctx *ctx, int P, const lajit_cp_attn_fwd_args *ranks);
+
+/* The same for lajit_cp_attn_bwd: every rank's steps phase by phase (local state, exchange, scan;
+ * local gradient state, exchange, reverse scan and the span's gradients; ds's parts exchanged
+ * and summed), each exchange replaced by copies. */
+lajit_status lajit__cp_attn_bwd_sim(lajit_ctx *ctx, int P, const lajit_cp_attn_bwd_args *ranks);
 
 #endif

@@ -114,4 +114,11 @@ lajit_status lj_seq_finish(lajit_ctx *ctx, const lj_io_tensor *io, int n_io, con
                            const char *same_b, const lj_seq_shape *sh, long long P, float scale,
                            void *stream, lj_problem *p, la_params *lp);
 
+/* lajit_attn_state_scan (scan_op.c) with one more output for the runtime's own use: when
+ * total_lengths is given (int64 [1] for [P] lengths, [B] for [P, B] ones), each lengths row's
+ * sum Σ_j n_j — what the log2(P)-step exchange of context parallelism carries beside a combined
+ * state (cp_exchange.c). */
+lajit_status lj_state_scan(lajit_ctx *ctx, const lajit_attn_state_scan_args *a,
+                           DLTensor *total_lengths);
+
 #endif

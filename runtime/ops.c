@@ -117,6 +117,13 @@ LAJIT_API lajit_status lajit_attn_bwd(lajit_ctx *ctx, const lajit_attn_bwd_args 
     if (a->ds && !a->s)
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                         "lajit_attn_bwd: ds (the gradient of s) needs s");
+    /* dq, dk and dv all NULL: dS_0 alone (the span's local gradient state, the building block
+     * of context parallelism's backward): the passes that write a state run without outputs. */
+    const int state_only = !a->dq && !a->dk && !a->dv;
+    if (state_only && (!a->d_initial_state || a->ds))
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "lajit_attn_bwd: dq, dk and dv are NULL, so only d_initial_state can be "
+                        "computed: it must be given, and ds must be NULL");
 
     la_params lp;
     lj_problem p;
@@ -129,10 +136,22 @@ LAJIT_API lajit_status lajit_attn_bwd(lajit_ctx *ctx, const lajit_attn_bwd_args 
     const lj_state_arg states[] = {{"initial_state", a->initial_state, &lp.s0, &p.has_initial},
                                    {"d_final_state", a->d_final_state, &lp.dsn, &p.has_dsn},
                                    {"d_initial_state", a->d_initial_state, &lp.ds0, &p.has_final}};
-    const lj_seq_call call =
+    lj_seq_call call =
         LJ_SEQ_CALL("lajit_attn_bwd", "q, k, v, dout, dq, dk and dv", LJ_OP_BWD, a, seqs, states);
+    /* State only: q and dout (and k, v when given, checked alike though not read). */
+    lj_seq_tensor only[4];
+    if (state_only) {
+        int n = 0;
+        for (int i = 0; i < 4; i++)
+            if (seqs[i].t || i == 0 || i == 3)
+                only[n++] = seqs[i];
+        call.seqs = only;
+        call.n_seqs = n;
+        call.required = "q and dout";
+    }
     if ((st = lj_seq_begin(env, &call, &p, &lp, &sh, &P)) != LAJIT_OK)
         return st;
+    p.state_only = state_only;
     if (a->ds) {
         int64_t shape[1] = {sh.H};
         la_tensor4 t;
@@ -186,6 +205,8 @@ LAJIT_API lajit_status lajit_attn_bwd(lajit_ctx *ctx, const lajit_attn_bwd_args 
         lj_problem pp;
         if (!lj_roles_problem(r, &p, &pp) || (r->part < 32 && (done >> r->part) & 1u))
             continue;
+        if (state_only && (r->all || r->slot[LJ_SLOT_SN] < 0 || !pp.has_final))
+            continue; /* no state written: nothing to run without outputs */
         la_params sp;
         lj_roles_params(r, &lp, &sp);
         if (r->ticket && pp.want_ds) {

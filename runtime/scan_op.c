@@ -148,6 +148,12 @@ static lajit_status check_values(lajit_ctx *ctx, const DLTensor *s, long long H,
 
 LAJIT_API lajit_status lajit_attn_state_scan(lajit_ctx *ctx, const lajit_attn_state_scan_args *a)
 {
+    return lj_state_scan(ctx, a, NULL);
+}
+
+lajit_status lj_state_scan(lajit_ctx *ctx, const lajit_attn_state_scan_args *a,
+                           DLTensor *total_lengths)
+{
     if (!ctx)
         return LAJIT_ERR_INVALID_ARGUMENT;
     lj_env *env = &ctx->env;
@@ -229,7 +235,16 @@ LAJIT_API lajit_status lajit_attn_state_scan(lajit_ctx *ctx, const lajit_attn_st
     /* The declaration's names (templates/la_state_scan/family.lua); what it checks on top of the
      * above (CUDA memory on this device, alignment, strides, extents, outputs sharing no element
      * with anything else) comes back with the family's name. */
-    lajit_tensor_arg t[7];
+    if (total_lengths) {
+        lj_elem te;
+        const int64_t rows = len->ndim == 2 ? B : 1;
+        if (!lj_tensor_elem(total_lengths->dtype, &te) || te != LJ_ELEM_I64 ||
+            !total_lengths->shape || total_lengths->ndim != 1 || total_lengths->shape[0] != rows)
+            return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                            FN ": total_lengths must be int64 [%lld] (one per lengths row)",
+                            (long long)rows);
+    }
+    lajit_tensor_arg t[8];
     size_t n = 0;
     t[n++] = (lajit_tensor_arg){"local_states", a->local_states};
     t[n++] = (lajit_tensor_arg){le == LJ_ELEM_I64 ? "lengths64" : "lengths", &len2};
@@ -240,6 +255,8 @@ LAJIT_API lajit_status lajit_attn_state_scan(lajit_ctx *ctx, const lajit_attn_st
     t[n++] = (lajit_tensor_arg){"incoming_states", a->incoming_states};
     if (a->final_state)
         t[n++] = (lajit_tensor_arg){"final_state", a->final_state};
+    if (total_lengths)
+        t[n++] = (lajit_tensor_arg){"total_lengths64", total_lengths};
     const lajit_scalar_arg reverse = {"reverse", (a->flags & LAJIT_SCAN_REVERSE) ? 1.0 : 0.0};
     lajit_launch_args la;
     memset(&la, 0, sizeof la);

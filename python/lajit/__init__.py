@@ -3,6 +3,8 @@
     import lajit
     o = lajit.lightning_attn(q, k, v, s)                  # [B, H, N, D], s [H] >= 0, σ = 1
     o, ht = lajit.chunk_simple_gla(q, k, v, g_gamma=-s)   # FLA 0.6's signature, [B, T, H, D]
+    o = lajit.cp_lightning_attn(q_r, k_r, v_r, s)         # this rank's span of a sequence split
+                                                          # over a torch.distributed group
 
 The package is pure Python over ctypes: the C library (liblajit, with copies of the Lua and
 SQLite libraries it links) and the `lajit` program travel inside it, and NVRTC comes from the
@@ -12,13 +14,14 @@ from ._native import LajitArgumentError, LajitError, find_wheel_nvrtc, library
 from .api import (bind_decode, chunk_simple_gla, decay_alibi, decay_from_log, decay_tnl, decode,
                   fresh_slot, fused_recurrent_simple_gla, g_gamma_from_decay, launch,
                   lightning_attn, prefill)
+from .cp import cp_lightning_attn
 from .tools import LajitCliError, gen_bundle, tune
 from . import _torch as ops  # noqa: F401  (registers the custom ops)
 
 __version__ = "0.1.0"
 
-__all__ = ["lightning_attn", "chunk_simple_gla", "fused_recurrent_simple_gla", "prefill",
-           "decode", "bind_decode", "fresh_slot", "decay_alibi", "decay_tnl", "decay_from_log",
+__all__ = ["lightning_attn", "cp_lightning_attn", "chunk_simple_gla", "fused_recurrent_simple_gla",
+           "prefill", "decode", "bind_decode", "fresh_slot", "decay_alibi", "decay_tnl", "decay_from_log",
            "g_gamma_from_decay", "launch", "tune", "gen_bundle", "LajitError", "LajitArgumentError",
            "LajitCliError",
            "version", "families", "expand", "set_bundle", "configure", "find_wheel_nvrtc"]

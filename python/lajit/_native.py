@@ -101,6 +101,12 @@ class DecodeArgs(ctypes.Structure):
                 ("stream", _P)]
 
 
+class StateScanArgs(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("local_states", _P), ("lengths", _P),
+                ("s", _P), ("initial_state", _P), ("incoming_states", _P), ("final_state", _P),
+                ("flags", ctypes.c_uint32), ("family", ctypes.c_char_p), ("stream", _P)]
+
+
 class TensorArg(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("tensor", _P)]
 
@@ -129,6 +135,7 @@ class CtxDesc(ctypes.Structure):
 
 
 STATE_VK = 0x1
+SCAN_REVERSE = 0x2  # lajit_attn_state_scan: walk the spans from the last (gradient states)
 CTX_NO_DISK_CACHE, CTX_CHECKED, CTX_NO_DEVICE = 0x1, 0x2, 0x4
 
 STATUS_NAMES = {
@@ -140,7 +147,8 @@ STATUS_NAMES = {
 # Names the C API gives its tensors in messages ("k is ...", "state_slots: ...").
 _ARG_NAMES = ("q", "k", "v", "o", "s", "ds", "dout", "dq", "dk", "dv", "initial_state",
               "final_state", "d_initial_state", "d_final_state", "cu_seqlens", "state_slots",
-              "state", "step_states", "workspace", "scale", "family", "flags")
+              "state", "step_states", "workspace", "scale", "family", "flags",
+              "local_states", "lengths", "incoming_states")
 
 
 class LajitError(RuntimeError):
@@ -261,7 +269,8 @@ class Library:
                                      ctypes.POINTER(_P)]
         lib.lajit_free.restype = None
         lib.lajit_free.argtypes = [_P, _P]
-        for name in ("lajit_attn_fwd", "lajit_attn_bwd", "lajit_attn_decode", "lajit_launch"):
+        for name in ("lajit_attn_fwd", "lajit_attn_bwd", "lajit_attn_decode", "lajit_launch",
+                     "lajit_attn_state_scan"):
             fn = getattr(lib, name)
             fn.restype = ctypes.c_int
             fn.argtypes = [_P, _P]
@@ -279,6 +288,7 @@ class Library:
         self.fwd = lib.lajit_attn_fwd
         self.bwd = lib.lajit_attn_bwd
         self.decode = lib.lajit_attn_decode
+        self.state_scan = lib.lajit_attn_state_scan
         self.local = threading.local()
         self.ctx_flags = 0
         self.ctx_bundle = None

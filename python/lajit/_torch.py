@@ -12,6 +12,11 @@ the tensors' own memory (strided views with a unit last stride are passed as the
 Outputs that an op may not produce are returned as empty tensors (custom ops cannot return
 None); the public wrappers (api.py) turn them back into None.
 
+Also here, as plain functions (not registered ops: their only caller, context parallelism in
+cp.py, runs eagerly around torch.distributed collectives): the forward's state-only call, the
+state scan, and the backward's gradient-state-only call, each writing into a tensor it is given
+(a slot of an exchange buffer) on the current stream.
+
 Layouts: head_first=True means lajit's own [B, H, N, D]; False means FLA's [B, N, H, D], which
 the C API takes as a permuted view (no copy). Varlen inputs are packed [T, H, D]."""
 from typing import Optional, Tuple
@@ -64,8 +69,10 @@ class _Scratch:
         self.views = [N.View() for _ in range(14)]
         self.fwd = N.FwdArgs()
         self.bwd = N.BwdArgs()
+        self.scan = N.StateScanArgs()
         self.fwd_ptr = N.ctypes.addressof(self.fwd)
         self.bwd_ptr = N.ctypes.addressof(self.bwd)
+        self.scan_ptr = N.ctypes.addressof(self.scan)
 
 
 def _scratch(lib):
@@ -254,6 +261,78 @@ def _fwd_backward(ctx, do, dfinal):
 
 
 fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup)
+
+
+# ---- Building blocks of context parallelism (cp.py) ------------------------------------------
+
+def fwd_state_into(final, k, v, s, scale, initial_state, head_first, state_vk):
+    """lajit_attn_fwd's state-only call (o and q NULL): writes final = λ^N S_0 +
+    Σ_{t=1..N} λ^{N−t} k_tᵀ v_t, the span's local state M when initial_state is None. final:
+    float32 [B, H, D, E] (or [.., E, D]), any view the C API takes (a slot of an exchange
+    buffer); initial_state: float32 or None. k, v as for fwd (head_first as there). Returns
+    final."""
+    lib = N.library()
+    k, v = _unit_last(k), _unit_last(v)
+    sc = _scratch(lib)
+    a = sc.fwd
+    p = _views(sc, _bhnd(k, head_first), _bhnd(v, head_first), s, initial_state, final)
+    a.struct_size = N.ctypes.sizeof(N.FwdArgs)
+    a.q = a.o = a.cu_seqlens = a.state_slots = None
+    a.k, a.v, a.s, a.initial_state, a.final_state = p
+    a.scale = scale
+    a.flags = N.STATE_VK if state_vk else 0
+    a.family = None
+    a.stream = _stream(k.get_device())
+    ctx = lib.ctx(_device_index(k))
+    lib.check("lajit_attn_fwd", ctx, lib.fwd(ctx, sc.fwd_ptr))
+    return final
+
+
+def state_scan_into(incoming, final, local_states, lengths, s, initial_state, reverse,
+                    state_vk):
+    """lajit_attn_state_scan: incoming[j] = the carry entering span j of the P spans whose local
+    states (float32 [P, B, H, D, E], strided) and lengths (int32/int64 [P], strided) are given,
+    walked from span 0 (reverse: from span P − 1) starting at initial_state (None: zero); final
+    (or None) receives the carry after the last span walked. Returns incoming."""
+    lib = N.library()
+    sc = _scratch(lib)
+    a = sc.scan
+    p = _views(sc, local_states, lengths, s, initial_state, incoming, final)
+    a.struct_size = N.ctypes.sizeof(N.StateScanArgs)
+    (a.local_states, a.lengths, a.s, a.initial_state, a.incoming_states, a.final_state) = p
+    a.flags = (N.STATE_VK if state_vk else 0) | (N.SCAN_REVERSE if reverse else 0)
+    a.family = None
+    a.stream = _stream(incoming.get_device())
+    ctx = lib.ctx(_device_index(incoming))
+    lib.check("lajit_attn_state_scan", ctx, lib.state_scan(ctx, sc.scan_ptr))
+    return incoming
+
+
+def bwd_d_initial_into(out, q, dout, s, scale, d_final_state, head_first, state_vk):
+    """The gradient reaching the initial state of a span from its outputs' gradient dout (and
+    from d_final_state when given, else none): lajit_attn_bwd's d_initial_state with no
+    initial_state, written into out (float32 [B, H, D, E] or [.., E, D], e.g. a slot of an
+    exchange buffer). It does not depend on S_0: σ Σ_{t=1..N} λ^t q_tᵀ dO_t (+ λ^N dS_N). Returns
+    out."""
+    lib = N.library()
+    q, dout = _unit_last(q), _unit_last(dout)
+    sc = _scratch(lib)
+    a = sc.bwd
+    hf = head_first
+    # dq, dk and dv NULL: the C backward's dS_0-only call, the reversed walk over q and dout with
+    # no outputs (k and v are not read, so not given).
+    p = _views(sc, _bhnd(q, hf), _bhnd(dout, hf), s, out, d_final_state)
+    a.struct_size = N.ctypes.sizeof(N.BwdArgs)
+    (a.q, a.dout, a.s, a.d_initial_state, a.d_final_state) = p
+    a.k = a.v = a.dq = a.dk = a.dv = a.ds = a.initial_state = a.cu_seqlens = None
+    a.state_slots = a.workspace = None
+    a.scale = scale
+    a.flags = N.STATE_VK if state_vk else 0
+    a.family = None
+    a.stream = _stream(q.get_device())
+    ctx = lib.ctx(_device_index(q))
+    lib.check("lajit_attn_bwd", ctx, lib.bwd(ctx, sc.bwd_ptr))
+    return out
 
 
 # ---- Serving: varlen prefill and decode on a state pool ---------------------------------------

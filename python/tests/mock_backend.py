@@ -1,10 +1,11 @@
-"""mock_backend.py — a stand-in for liblajit's three op entry points, computing the reference
-recurrence in float64 on CPU tensors, so the package's Python side (layouts, varlen and pool
-plumbing, autograd wiring, return conventions) and the GPU test file itself can be exercised on
-a machine with no GPU. It replaces the ctypes function pointers of the loaded Library and reads
-the argument structs the package fills, mapping each DLTensor back to the tensor that filled it
-(fwd, bwd) or, for decode, rebuilding the tensor from what the DLTensor says (pointer, shape,
-strides, dtype): the lean decode caches its views' descriptions, so a stale one shows here.
+"""mock_backend.py — a stand-in for liblajit's op entry points (forward, backward, decode, state
+scan), computing the reference recurrence in float64 on CPU tensors, so the package's Python
+side (layouts, varlen and pool plumbing, autograd wiring, return conventions, the context-parallel
+exchange) and the GPU test files themselves can be exercised on a machine with no GPU. It
+replaces the ctypes function pointers of the loaded Library and reads the argument structs the
+package fills, mapping each DLTensor back to the tensor that filled it (fwd, bwd, state scan) or,
+for decode, rebuilding the tensor from what the DLTensor says (pointer, shape, strides, dtype):
+the lean decode caches its views' descriptions, so a stale one shows here.
 
 Not a test of the kernels: the C library is not called. install() patches; nothing else does."""
 import ctypes
@@ -44,16 +45,18 @@ def _from_dl(ptr):
 
 
 def _recur(q, k, v, s, scale, h0, vk):
-    """One sequence, [H, N, D] float64: (o [H, N, E], S_N [H, D, E])."""
-    H, N, D = q.shape
+    """One sequence, [H, N, D] float64: (o [H, N, E], S_N [H, D, E]); o is None when q is (the
+    forward's state-only call)."""
+    H, N, D = k.shape
     E = v.shape[-1]
-    lam = torch.exp(-s).view(H, 1, 1) if s is not None else q.new_ones(H, 1, 1)
-    S = q.new_zeros(H, D, E) if h0 is None else (h0.transpose(-1, -2) if vk else h0)
+    lam = torch.exp(-s).view(H, 1, 1) if s is not None else k.new_ones(H, 1, 1)
+    S = k.new_zeros(H, D, E) if h0 is None else (h0.transpose(-1, -2) if vk else h0)
     out = []
     for t in range(N):
         S = lam * S + k[:, t, :, None] * v[:, t, None, :]
-        out.append(scale * torch.einsum("hd,hde->he", q[:, t], S))
-    o = torch.stack(out, 1) if out else q.new_zeros(H, 0, E)
+        if q is not None:
+            out.append(scale * torch.einsum("hd,hde->he", q[:, t], S))
+    o = None if q is None else (torch.stack(out, 1) if out else q.new_zeros(H, 0, E))
     return o, (S.transpose(-1, -2) if vk else S)
 
 
@@ -96,12 +99,14 @@ def fwd(ctx, argp):
     vk = bool(a.flags & _native.STATE_VK)
     s64 = s.double() if s is not None else None
     finals = []
-    for b, st, en in _sequences(q, cu):
+    for b, st, en in _sequences(k, cu):
         i = _state_index(b, slots)
         init = h0[i].double() if (h0 is not None and i is not None) else None
-        ob, Sb = _recur(_seq(q, b, st, en, packed), _seq(k, b, st, en, packed),
-                        _seq(v, b, st, en, packed), s64, a.scale, init, vk)
-        _put(o, b, st, en, packed, ob.to(o.dtype))
+        ob, Sb = _recur(_seq(q if o is not None else None, b, st, en, packed),
+                        _seq(k, b, st, en, packed), _seq(v, b, st, en, packed), s64, a.scale,
+                        init, vk)
+        if o is not None:
+            _put(o, b, st, en, packed, ob.to(o.dtype))
         finals.append((i, Sb))
     if hn is not None:  # written after every read: final_state may alias initial_state
         for i, Sb in finals:
@@ -139,8 +144,15 @@ def _bwd(argp):
     s64 = s.double().requires_grad_() if s is not None else None
     for b, st, en in _sequences(q, cu):
         i = _state_index(b, slots)
-        xs = [_seq(t, b, st, en, packed).requires_grad_() for t in (q, k, v)]
+        if k is None:  # the dS_0-only call (dq, dk, dv NULL): dS_0 depends on neither k nor v
+            qs, dos = _seq(q, b, st, en, packed), _seq(do, b, st, en, packed)
+            xs = [qs.clone().requires_grad_(), torch.zeros_like(qs).requires_grad_(),
+                  torch.zeros_like(dos).requires_grad_()]
+        else:
+            xs = [_seq(t, b, st, en, packed).requires_grad_() for t in (q, k, v)]
         init = (h0[i].double().requires_grad_() if (h0 is not None and i is not None) else None)
+        if init is None and h0 is None and dh0 is not None and i is not None:
+            init = dh0[i].double().zero_().requires_grad_()  # dS_0 does not depend on S_0
         ob, Sb = _recur(*xs, s64, a.scale, init, vk)
         loss = (ob * _seq(do, b, st, en, packed)).sum()
         if dhn is not None and i is not None:
@@ -148,7 +160,8 @@ def _bwd(argp):
         wrt = xs + ([init] if init is not None else [])
         grads = torch.autograd.grad(loss, wrt, retain_graph=s64 is not None, allow_unused=True)
         for dst, g in zip((dq, dk, dv), grads[:3]):
-            _put(dst, b, st, en, packed, g.to(dst.dtype))
+            if dst is not None:  # all three NULL: the d_initial_state-only call
+                _put(dst, b, st, en, packed, g.to(dst.dtype))
         if init is not None and dh0 is not None:
             dh0[i].copy_(grads[3])
         if s64 is not None:
@@ -182,6 +195,28 @@ def decode(ctx, argp):
     return 0
 
 
+def state_scan(ctx, argp):
+    """lajit_attn_state_scan: X = initial_state (or 0); for each span j, from the first (reverse:
+    from the last), incoming[j] = X, X = λ^{n_j} X + local[j]; final = X. Float64 here."""
+    a = _native.StateScanArgs.from_address(argp)
+    local, lengths, s = _tensor(a.local_states), _tensor(a.lengths), _tensor(a.s)
+    h0, incoming, final = (_tensor(a.initial_state), _tensor(a.incoming_states),
+                           _tensor(a.final_state))
+    P, B, H = local.shape[:3]
+    X = (h0.double().clone() if h0 is not None
+         else torch.zeros(local.shape[1:], dtype=torch.float64))
+    order = range(P - 1, -1, -1) if a.flags & _native.SCAN_REVERSE else range(P)
+    for j in order:
+        incoming[j].copy_(X)
+        if s is not None:  # lengths [P] or [P, B]: n is [1, 1] or [B, 1]
+            n = lengths[j].double().reshape(-1, 1)
+            X = X * torch.exp(-s.double().view(1, H) * n)[:, :, None, None]
+        X = X + local[j].double()
+    if final is not None:
+        final.copy_(X)
+    return 0
+
+
 def install():
     """Routes the package's C calls to the reference above (CPU tensors only)."""
     real_fill = _torch.fill
@@ -196,4 +231,5 @@ def install():
     lib.fwd = fwd
     lib.bwd = bwd
     lib.decode = decode
+    lib.state_scan = state_scan
     return lib

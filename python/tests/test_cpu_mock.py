@@ -143,3 +143,91 @@ def test_lean_decode_threads_keep_their_own_views():
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+# ---- Context parallelism (lajit.cp_lightning_attn) ------------------------------------------
+# cp_check.py's multi-process runs (gloo, P = 2 and 3, ragged and empty spans) on CPU tensors,
+# each spawned rank with the mock backend, and the argument handling in this process.
+
+from cp_check import test_p2 as test_cp_p2, test_p3 as test_cp_p3  # noqa: E402,F401
+
+import tempfile  # noqa: E402
+
+import torch.distributed as dist  # noqa: E402
+
+
+def test_cp_needs_a_process_group():
+    q = torch.randn(1, 2, 5, 4)
+    try:
+        lajit.cp_lightning_attn(q, q, q)
+    except RuntimeError as e:
+        assert "init_process_group" in str(e), e
+    else:
+        raise AssertionError("cp_lightning_attn ran without a process group")
+
+
+def _refused(call, want):
+    for check_ranks in (True, False):
+        try:
+            call(check_ranks)
+        except ValueError as e:
+            assert want in str(e), (want, str(e))
+        else:
+            raise AssertionError(f"not refused (check_ranks={check_ranks}): {want}")
+
+
+def test_cp_one_rank_matches_lightning_attn_and_refuses_bad_arguments():
+    with tempfile.TemporaryDirectory() as tmp:
+        dist.init_process_group("gloo", init_method="file://" + os.path.join(tmp, "rdv"),
+                                rank=0, world_size=1)
+        try:
+            g = torch.Generator().manual_seed(7)
+            B, H, N, D, E = 2, 3, 9, 4, 6
+            r = lambda *sh: torch.randn(*sh, generator=g)  # noqa: E731
+            q, k, v, do = r(B, N, H, D), r(B, N, H, D), r(B, N, H, E), r(B, N, H, E)
+            s, h0, dsn = torch.rand(H, generator=g), r(B, H, E, D) * 0.1, r(B, H, E, D)
+            res = []
+            for fn in (lajit.lightning_attn, lajit.cp_lightning_attn):
+                xs = [t.clone().requires_grad_() for t in (q, k, v, s, h0)]
+                o, hn = fn(*xs[:4], scale=0.5, initial_state=xs[4], output_final_state=True,
+                           head_first=False, state_vk=True)
+                ((o * do).sum() + (hn * dsn).sum()).backward()
+                res.append([o, hn] + [t.grad for t in xs])
+            for name, a, b in zip(("o", "S_N", "dq", "dk", "dv", "ds", "dS_0"), *res):
+                assert torch.allclose(a, b, atol=1e-5, rtol=1e-5), (name, a, b)
+
+            cp = lajit.cp_lightning_attn
+            qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
+            _refused(lambda c: cp(qh[0], kh, vh, check_ranks=c), "q is 3-D")
+            _refused(lambda c: cp(qh, kh[:, :, :4], vh, check_ranks=c), "k (2, 3, 4, 4)")
+            _refused(lambda c: cp(qh, kh, vh[:1], check_ranks=c), "v (1, 3, 9, 6) disagrees")
+            _refused(lambda c: cp(qh, kh, vh, s[:2], check_ranks=c), "s is (2,)")
+            _refused(lambda c: cp(qh, kh, vh, initial_state=h0, check_ranks=c),
+                     "initial_state is (2, 3, 6, 4); expected [2, 3, 4, 6]")
+            _refused(lambda c: cp(qh, kh, vh, scale=0.0, check_ranks=c), "scale is 0.0")
+            _refused(lambda c: cp(qh, kh, vh, scale=float("nan"), check_ranks=c), "finite")
+            # Only the checked form says which rank refused.
+            try:
+                cp(qh[0], kh, vh)
+            except ValueError as e:
+                assert "rank(s) [0]" in str(e), e
+            # An empty span on the only rank: zero outputs, S_N = λ^0 S_0 = S_0.
+            e0 = [t[:, :, :0].clone().requires_grad_() for t in (qh, kh, vh)]
+            h0k = h0.transpose(-1, -2).contiguous().requires_grad_()
+            o, hn = cp(*e0, s, initial_state=h0k, output_final_state=True)
+            assert o.shape == (B, H, 0, E) and torch.equal(hn, h0k.detach()), (o.shape, hn)
+            (hn * dsn.transpose(-1, -2)).sum().backward()
+            assert torch.equal(h0k.grad, dsn.transpose(-1, -2)), "dS_0 = dS_N through no tokens"
+            # Under torch.compile: a graph break around the call, the same values and gradients.
+            torch._dynamo.reset()
+
+            def layer(x, s):
+                return (cp(x.sin(), x, x, s) * 2).sum()
+            res = []
+            for fn in (layer, torch.compile(layer, backend="aot_eager")):
+                x, sx = qh.clone().requires_grad_(), s.clone().requires_grad_()
+                fn(x, sx).backward()
+                res.append((x.grad, sx.grad))
+            assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*res)), res
+        finally:
+            dist.destroy_process_group()

@@ -186,6 +186,54 @@ def test_c_shape_error_names_the_argument():
         raise AssertionError("k [1,2,8,32] beside q [1,2,8,16] was accepted")
 
 
+def test_state_scan_binding_reaches_the_c_checks():
+    """lajit_attn_state_scan's struct as the library reads it: lengths of the wrong size are
+    refused with the sizes the C check read from local_states (before any device access)."""
+    from lajit import _torch as ops
+    states = torch.zeros(2, 1, 2, 4, 4)
+    try:
+        ops.state_scan_into(torch.zeros_like(states), None, states,
+                            torch.zeros(3, dtype=torch.int64), None, None, True, False)
+    except lajit.LajitArgumentError as e:
+        assert "lajit_attn_state_scan" in str(e), str(e)
+        assert "lengths is [3]; expected [P] = [2]" in str(e), str(e)
+    else:
+        raise AssertionError("lengths [3] beside 2 local states were accepted")
+
+
+def test_d_initial_state_only_backward_passes_the_null_checks():
+    """bwd_d_initial_into's call (dq, dk, dv, k, v NULL; d_initial_state given) is one the C
+    library takes: refused here only because the tensors are in host memory."""
+    from lajit import _torch as ops
+    q = torch.zeros(1, 2, 5, 4)
+    try:
+        ops.bwd_d_initial_into(torch.zeros(1, 2, 4, 4), q, q, None, 1.0, None, True, False)
+    except lajit.LajitArgumentError as e:
+        assert e.argument == "q" and "host memory" in str(e), str(e)
+    else:
+        raise AssertionError("host tensors were accepted")
+
+
+def test_cp_reaches_the_c_library_in_a_one_rank_group():
+    """cp_lightning_attn on host tensors in a one-rank gloo group: its argument check and
+    exchange run, and the C library refuses the span's tensors by name (the real library,
+    not the mock)."""
+    import tempfile
+    import torch.distributed as dist
+    with tempfile.TemporaryDirectory() as tmp:
+        dist.init_process_group("gloo", init_method="file://" + os.path.join(tmp, "rdv"),
+                                rank=0, world_size=1)
+        try:
+            q = torch.zeros(1, 2, 8, 16)
+            lajit.cp_lightning_attn(q, q, q, torch.zeros(2))
+        except lajit.LajitArgumentError as e:
+            assert e.argument == "k" and "lajit_attn_fwd" in str(e), str(e)
+        else:
+            raise AssertionError("host tensors were accepted")
+        finally:
+            dist.destroy_process_group()
+
+
 def test_launch_a_custom_family_checks_its_arguments():
     """lajit.launch reaches lajit_launch: the family path's toy family is listed, and host
     tensors, an unknown name and a missing scalar are refused naming the argument."""

@@ -57,7 +57,8 @@ local function reg_cap(cfg, device)
 end
 
 local function valid(cfg, problem, device)
-    -- state_only (a forward with o NULL: S_N alone, fwd.cu STATE_ONLY); la_bwd's passes never set it.
+    -- state_only (fwd.cu STATE_ONLY): a forward with o NULL (S_N alone), or la_bwd's dv pass
+    -- without dv (dS_0 alone: lajit_attn_bwd with dq, dk, dv NULL).
     if problem.state_only and not problem.has_final then
         return false, "state_only computes S_N (has_final)"
     end

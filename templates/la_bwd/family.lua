@@ -131,11 +131,17 @@ return {
           decay = false, has_dsn = true, varlen = true, vk = true },
         { op = "bwd", part = 3, dtype = "f32", B = 2, H = 8, N = 2048, D = 128, E = 64,
           decay = true, has_initial = true, has_dsn = true, want_ds = true },
+        { op = "bwd", part = 1, dtype = "f32", B = 2, H = 8, N = 4096, D = 64, E = 128,
+          decay = true, has_final = true, has_dsn = true, state_only = true },
     },
 
     valid = function(cfg, problem, device)
         local ok, why = check_common(problem)
         if not ok then return false, why end
+        -- state_only: lajit_attn_bwd with dq, dk and dv NULL runs the dv pass alone, for dS₀.
+        if problem.state_only and (problem.part ~= 1 or not problem.has_final) then
+            return false, "state_only is the dv pass writing dS0 alone"
+        end
         if problem.part == 3 then return ds_valid(cfg, problem, device) end
         return scan.valid(cfg, scan_problem(problem), device)
     end,
@@ -153,7 +159,8 @@ return {
         return string.format("%s_%s_D%d_E%d_%s%s%s%s%s%s_n%d_bh%d", PARTS[problem.part] or "?",
                              problem.dtype, problem.D, problem.E,
                              problem.decay and "decay" or "nodecay",
-                             problem.has_initial and "_s0" or "", problem.has_final and "_ds0" or "",
+                             problem.has_initial and "_s0" or "",
+                             problem.has_final and (problem.state_only and "_ds0only" or "_ds0") or "",
                              dsn and "_dsn" or "", problem.varlen and "_varlen" or "",
                              problem.vk and "_vk" or "", log2_bucket(math.max(problem.N, 1)),
                              log2_bucket(problem.B * problem.H))
@@ -211,6 +218,7 @@ return {
                 VARLEN = b(problem.varlen),
                 REVERSE = b(part ~= 0),
                 GRAD_STATE = b(part ~= 0),
+                STATE_ONLY = b(problem.state_only), -- the dv pass for dS₀ alone
             }),
         }
     end,

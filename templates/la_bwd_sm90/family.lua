@@ -55,11 +55,17 @@ return {
           decay = true, has_initial = true, has_final = true, has_dsn = true },
         { op = "bwd", part = 0, dtype = "f16", B = 2, H = 1, N = 32768, D = 64, E = 128,
           decay = true, has_initial = true, varlen = true, vk = true },
+        -- dS₀ alone (lajit_attn_bwd with dq, dk, dv NULL: a span's local gradient state), split.
+        { op = "bwd", part = 1, dtype = "bf16", B = 1, H = 4, N = 65536, D = 128, E = 128,
+          decay = true, has_final = true, state_only = true },
     },
 
     valid = function(cfg, problem, device)
         if PARTS[problem.part] == nil then
             return false, "the decay gradient (part 3) runs in la_bwd"
+        end
+        if problem.state_only and (problem.part ~= 1 or not problem.has_final) then
+            return false, "state_only is the dv pass writing dS0 alone"
         end
         return fwd.valid(cfg, scan_problem(problem), device)
     end,

@@ -35,7 +35,8 @@
 // which la_bwd_sm90 runs on this kernel (its dv and dk passes).
 //
 // STATE_ONLY: only S_N (from S_0 or zero: the local state of a span, issue 16's building block):
-// the walk without outputs below, q and o untouched.
+// the walk without outputs below, q and o untouched. With REVERSE and GRAD_STATE, the dv pass
+// without dv: dS_0 alone (a span's local gradient state).
 //
 // SPLIT > 1: each sequence is cut into up to SPLIT segments walked by different CTAs at once
 // (common/split.cuh): a CTA first walks its segment without outputs (K and V only, the state
@@ -104,7 +105,7 @@ static_assert(WGS == 1 || WGS == 2, "WGS");
 static_assert(!SPLIT_QK || WGS == 2, "SPLIT_QK shares the scores between two warpgroups");
 static_assert(!DS || (DECAY && !REVERSE && !GRAD_STATE), "DS: the forward dq pass with decay");
 static_assert(!DS || SPLIT == 1, "DS walks whole sequences (its second state is not chained)");
-static_assert(!STATE_ONLY || (HAS_FINAL && !DS && !REVERSE && !GRAD_STATE), "STATE_ONLY: a forward's S_N");
+static_assert(!STATE_ONLY || (HAS_FINAL && !DS && REVERSE == GRAD_STATE), "STATE_ONLY: S_N, or the dv pass's dS_0");
 static_assert(SPLIT >= 1 && SPLIT <= 128 && SEG_MIN % BLOCK == 0, "SPLIT");
 
 // Swizzled tile geometry: column blocks of BW elements, rows SW bytes apart.

@@ -14,7 +14,8 @@
 -- two dimensions is D: the declared symbols are R and C, the rows and columns of the states as
 -- stored (D and E, or E and D with LAJIT_STATE_VK), baked into the kernel; P, B, H and LB (the
 -- lengths' second dimension: 1 for [P] lengths, B for per-row ones) are read at run time. Exactly
--- one of lengths (int32) and lengths64 (int64) is given. The typed entry lajit_attn_state_scan
+-- one of lengths (int32) and lengths64 (int64) is given. total_lengths64 (optional) receives each
+-- lengths row's Σ_j n_j. The typed entry lajit_attn_state_scan
 -- (runtime/scan_op.c) checks the call in the op's own terms and launches this family through
 -- lajit_launch; the family may also be launched by name like any op "custom" family.
 
@@ -60,6 +61,9 @@ return {
           output = true, unit_stride = true, align = 16 },
         { name = "final_state", dtype = "f32", shape = { "B", "H", "R", "C" }, optional = true,
           output = true, unit_stride = true, align = 16 },
+        -- Σ_j n_j per lengths row (the log2(P)-step exchange's combined length).
+        { name = "total_lengths64", dtype = "i64", shape = { "LB" }, optional = true,
+          output = true },
         { name = "reverse", scalar = "i32" }, -- 0: walk spans first to last; else last to first
     },
 
@@ -72,15 +76,19 @@ return {
         -- Context parallelism over 8 GPUs, D = E = 128, one length per span.
         { op = "custom", dtype = "f32", P = 8, B = 1, H = 64, R = 128, C = 128, LB = 1,
           has_lengths = true, has_lengths64 = false, has_s = true, has_initial_state = false,
-          has_final_state = true },
+          has_final_state = true, has_total_lengths64 = false },
         -- Per-row int64 lengths, an initial state, no decay.
         { op = "custom", dtype = "f32", P = 3, B = 2, H = 3, R = 64, C = 32, LB = 2,
           has_lengths = false, has_lengths64 = true, has_s = false, has_initial_state = true,
-          has_final_state = true },
+          has_final_state = true, has_total_lengths64 = false },
+        -- One combine of the log2(P)-step exchange: two spans, int64 lengths, their total.
+        { op = "custom", dtype = "f32", P = 2, B = 1, H = 8, R = 128, C = 128, LB = 1,
+          has_lengths = false, has_lengths64 = true, has_s = true, has_initial_state = false,
+          has_final_state = true, has_total_lengths64 = true },
         -- A narrow odd width (scalar accesses), many spans.
         { op = "custom", dtype = "f32", P = 17, B = 2, H = 3, R = 16, C = 6, LB = 1,
           has_lengths = true, has_lengths64 = false, has_s = true, has_initial_state = true,
-          has_final_state = false },
+          has_final_state = false, has_total_lengths64 = false },
     },
 
     valid = function(cfg, problem, device)
@@ -109,11 +117,12 @@ return {
     end,
 
     key = function(problem)
-        return string.format("R%d_C%d%s%s%s%s_p%d_bh%d", problem.R, problem.C,
+        return string.format("R%d_C%d%s%s%s%s%s_p%d_bh%d", problem.R, problem.C,
                              problem.has_s and "_decay" or "_nodecay",
                              problem.has_lengths64 and "_l64" or (problem.has_lengths and "_l32" or "_l0"),
                              problem.has_initial_state and "_s0" or "",
                              problem.has_final_state and "_sn" or "",
+                             problem.has_total_lengths64 and "_total" or "",
                              log2_bucket(problem.P), log2_bucket(problem.B * problem.H))
     end,
 
@@ -142,6 +151,7 @@ return {
                 LEN64 = spec.b(problem.has_lengths64),
                 HAS_INITIAL = spec.b(problem.has_initial_state),
                 HAS_FINAL = spec.b(problem.has_final_state),
+                HAS_TOTAL = spec.b(problem.has_total_lengths64),
             },
         }
     end,

@@ -25,6 +25,9 @@ static struct {
     size_t count;
     int dtype;
     CUstream stream;
+    /* Point-to-point and broadcast calls, in order: peers (−1 for none), groups, roots. */
+    int sends[16], recvs[16], n_sends, n_recvs, groups_open, groups, roots[4], n_bcast;
+    size_t p2p_count;
 } fn;
 
 static lj_nccl_result f_version(int *v)
@@ -68,6 +71,46 @@ static lj_nccl_result f_all_gather(const void *send, void *recv, size_t count, i
     return fn.gather_result;
 }
 
+static lj_nccl_result f_send(const void *b, size_t count, int dtype, int peer, lj_nccl_comm c,
+                             CUstream s)
+{
+    (void)b, (void)dtype, (void)c, (void)s;
+    if (!fn.groups_open || fn.n_sends == 16)
+        return 5; /* ncclInvalidUsage: a send outside a group */
+    fn.sends[fn.n_sends++] = peer;
+    fn.p2p_count = count;
+    return LJ_NCCL_SUCCESS;
+}
+static lj_nccl_result f_recv(void *b, size_t count, int dtype, int peer, lj_nccl_comm c, CUstream s)
+{
+    (void)b, (void)dtype, (void)c, (void)s;
+    if (!fn.groups_open || fn.n_recvs == 16)
+        return 5;
+    fn.recvs[fn.n_recvs++] = peer;
+    fn.p2p_count = count;
+    return LJ_NCCL_SUCCESS;
+}
+static lj_nccl_result f_group_start(void)
+{
+    fn.groups_open++;
+    return LJ_NCCL_SUCCESS;
+}
+static lj_nccl_result f_group_end(void)
+{
+    fn.groups_open--;
+    fn.groups++;
+    return LJ_NCCL_SUCCESS;
+}
+static lj_nccl_result f_broadcast(const void *send, void *recv, size_t count, int dtype, int root,
+                                  lj_nccl_comm c, CUstream s)
+{
+    (void)send, (void)recv, (void)count, (void)dtype, (void)c, (void)s;
+    if (fn.n_bcast < 4)
+        fn.roots[fn.n_bcast] = root;
+    fn.n_bcast++;
+    return LJ_NCCL_SUCCESS;
+}
+
 static const lj_nccl fake_nccl = {
     .ncclGetVersion = f_version,
     .ncclGetErrorString = f_error_string,
@@ -75,6 +118,11 @@ static const lj_nccl fake_nccl = {
     .ncclCommUserRank = f_rank,
     .ncclCommCuDevice = f_device,
     .ncclAllGather = f_all_gather,
+    .ncclSend = f_send,
+    .ncclRecv = f_recv,
+    .ncclGroupStart = f_group_start,
+    .ncclGroupEnd = f_group_end,
+    .ncclBroadcast = f_broadcast,
     .version = 22703,
 };
 
@@ -408,12 +456,13 @@ LJ_TEST(simulated_ranks_sequence)
     if (st != LAJIT_OK)
         lj_test_fail(__FILE__, __LINE__, "%s: %s", lajit_status_string(st), lajit_errmsg(ctx));
 
-    /* Local states: ranks 0 and 2 launch (state only), rank 1 does not. Then per rank: its two
-     * copies, the scan, and outputs where it has tokens (ranks 0 and 2). */
-    static const char *const want[] = {"la_fwd_sm90", "la_fwd_sm90",   "la_state_scan",
-                                       "la_fwd_sm90", "la_state_scan", "la_state_scan",
+    /* Local states: ranks 0 and 2 launch (state only), rank 1 does not. Then the exchange's
+     * round: every rank's two copies before any rank's scan (as real ranks see it), the three
+     * scans (rank 0's too: S_N is wanted), and the outputs where there are tokens (ranks 0, 2). */
+    static const char *const want[] = {"la_fwd_sm90",   "la_fwd_sm90",   "la_state_scan",
+                                       "la_state_scan", "la_state_scan", "la_fwd_sm90",
                                        "la_fwd_sm90"};
-    static const int copies_after[6] = {2, 2, 4, 4, 5, 5};
+    static const int copies_after[6] = {2, 2, 2, 2, 2, 2};
     ASSERT_EQ(lj_fake_launch_count(), 7);
     for (int i = 0; i < 7; i++)
         ASSERT_STREQ(lj_fake_launch_get(i)->entry, want[i]);
@@ -433,7 +482,7 @@ LJ_TEST(simulated_ranks_sequence)
         }
     }
     /* Each scan reads its rank's gathered states: a [P, B, H, D, E] view of stride SLOT/4. */
-    static const int scan_of[P] = {2, 4, 5};
+    static const int scan_of[P] = {2, 3, 4};
     for (int r = 0; r < P; r++) {
         long long first[11];
         memcpy(first, &lj_fake_launch_get(scan_of[r])->params, sizeof first);
@@ -495,6 +544,328 @@ LJ_TEST(driver_failures_each_a_status)
     }
     printf("%llu driver calls failed in turn\n", (unsigned long long)calls);
     printf("%llu driver calls failed in turn\n", (unsigned long long)calls);
+    for (int r = 0; r < P; r++)
+        rank_close(&u[r]);
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* ---- The backward ------------------------------------------------------------------------------ */
+
+/* A rank's backward arguments over rank_views u (its o as dout, q/k/v's twins as dq/dk/dv). */
+typedef struct bwd_views {
+    CUdeviceptr dq, dk, dv, ds, ds0;
+    lj_test_tensor tdo, tdq, tdk, tdv, tds, tds0;
+    lajit_cp_attn_bwd_args a;
+} bwd_views;
+
+static void bwd_open(bwd_views *w, rank_views *u, int n)
+{
+    memset(w, 0, sizeof *w);
+    const DLDataType bf16 = lj_test_dl_dtype(LJ_BF16), f32 = lj_test_dl_dtype(LJ_F32);
+    const int64_t qs[4] = {B, H, n, D}, vs[4] = {B, H, n, E}, ss[4] = {B, H, D, E}, hs[1] = {H};
+    w->dq = alloc((size_t)B * H * n * D * 2);
+    w->dk = alloc((size_t)B * H * n * D * 2);
+    w->dv = alloc((size_t)B * H * n * E * 2);
+    w->ds = alloc(H * 4);
+    w->ds0 = alloc((size_t)B * H * D * E * 4);
+    lajit_cp_attn_bwd_args *a = &w->a;
+    a->struct_size = sizeof *a;
+    a->comm = u->a.comm;
+    a->q = u->a.q;
+    a->k = u->a.k;
+    a->v = u->a.v;
+    a->dout = lj_gpu_tensor(&w->tdo, u->o, 0, 4, vs, NULL, bf16);
+    a->dq = lj_gpu_tensor(&w->tdq, w->dq, 0, 4, qs, NULL, bf16);
+    a->dk = lj_gpu_tensor(&w->tdk, w->dk, 0, 4, qs, NULL, bf16);
+    a->dv = lj_gpu_tensor(&w->tdv, w->dv, 0, 4, vs, NULL, bf16);
+    a->s = u->a.s;
+    a->ds = lj_gpu_tensor(&w->tds, w->ds, 0, 1, hs, NULL, f32);
+    a->scale = 1.0f;
+    a->initial_state = u->a.initial_state;
+    a->d_initial_state = lj_gpu_tensor(&w->tds0, w->ds0, 0, 4, ss, NULL, f32);
+    a->d_final_state = u->a.final_state;
+}
+
+static void bwd_close(bwd_views *w)
+{
+    const lj_driver *drv = lj_fake_driver();
+    CUdeviceptr p[5] = {w->dq, w->dk, w->dv, w->ds, w->ds0};
+    for (int i = 0; i < 5; i++)
+        drv->cuMemFree(p[i]);
+}
+
+/* The number of launches of `entry` among the fake driver's. */
+static int launches_of(const char *entry)
+{
+    int n = 0;
+    for (int i = 0; i < lj_fake_launch_count(); i++)
+        n += strcmp(lj_fake_launch_get(i)->entry, entry) == 0;
+    return n;
+}
+
+/* lajit_attn_bwd with dq, dk and dv NULL runs the one pass that writes a state (dv's, for dS_0)
+ * without outputs: one launch, of a state-only kernel; it needs d_initial_state and refuses ds. */
+LJ_TEST(bwd_state_only_is_one_pass)
+{
+    need_nvrtc();
+    lj_fake_driver_reset();
+    fake_device();
+    lajit_ctx *ctx = fake_ctx();
+    rank_views u;
+    bwd_views w;
+    rank_open(&u, 5);
+    bwd_open(&w, &u, 5);
+    lajit_attn_bwd_args b;
+    memset(&b, 0, sizeof b);
+    b.struct_size = sizeof b;
+    b.q = w.a.q;
+    b.dout = w.a.dout;
+    b.s = w.a.s;
+    b.scale = 1.0f;
+    b.d_final_state = w.a.d_final_state;
+    ASSERT_STATUS(lajit_attn_bwd(ctx, &b), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "only d_initial_state can be computed");
+    b.d_initial_state = w.a.d_initial_state;
+    b.ds = w.a.ds;
+    ASSERT_STATUS(lajit_attn_bwd(ctx, &b), LAJIT_ERR_INVALID_ARGUMENT);
+    b.ds = NULL;
+    b.q = NULL;
+    ASSERT_STATUS(lajit_attn_bwd(ctx, &b), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "q and dout are required");
+    ASSERT_EQ(lj_fake_launch_count(), 0);
+    b.q = w.a.q;
+    ASSERT_OK(lajit_attn_bwd(ctx, &b));
+    ASSERT_EQ(lj_fake_launch_count(), 1);
+    /* Its plan: the dv pass (part 1), state only, writing a state. */
+    const lj_plan *plan = NULL;
+    for (unsigned i = 0; i < ctx->plans.cap && !plan; i++)
+        if (ctx->plans.slots[i].key.D && ctx->plans.slots[i].key.op == LJ_OP_BWD)
+            plan = &ctx->plans.slots[i];
+    ASSERT_TRUE(plan != NULL);
+    ASSERT_EQ(ctx->plans.count, 1);
+    ASSERT_EQ(plan->key.part, 1);
+    ASSERT_EQ(plan->key.flags2, LJ_PLAN_FLAG2_STATE_ONLY);
+    ASSERT_TRUE(plan->key.flags & LJ_PLAN_FLAG_FINAL);
+    bwd_close(&w);
+    rank_close(&u);
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* Simulated ranks' backward on the fake driver, spans of 3, 0 and 2 tokens, S_0, dS_N and ds:
+ * the forward's local states (ranks 0 and 2) and scans (ranks 1 and 2); the local gradient
+ * states (ranks 0 and 2, one kernel each); the reverse scans (ranks 0 and 1: the last rank's H is
+ * dS_N); the spans' backward (ranks 0 and 2); ds's parts summed by one scan per rank and copied
+ * out. Every rank's ds slot ends holding every rank's part. */
+LJ_TEST(bwd_simulated_ranks_sequence)
+{
+    need_nvrtc();
+    lj_fake_driver_reset();
+    fake_device();
+    lajit_ctx *ctx = fake_ctx();
+    enum { P = 3 };
+    const int n[P] = {3, 0, 2};
+    rank_views u[P];
+    bwd_views w[P];
+    lajit_cp_attn_bwd_args a[P];
+    for (int r = 0; r < P; r++) {
+        rank_open(&u[r], n[r]);
+        bwd_open(&w[r], &u[r], n[r]);
+        a[r] = w[r].a;
+    }
+    lajit_status st = lajit__cp_attn_bwd_sim(ctx, P, a);
+    if (st != LAJIT_OK)
+        lj_test_fail(__FILE__, __LINE__, "%s: %s", lajit_status_string(st), lajit_errmsg(ctx));
+    /* la_bwd_sm90's passes are la_fwd_sm90's kernel. In order: the local states (ranks 0, 2),
+     * the forward scans (ranks 1, 2: rank 0's incoming state is S_0), the local gradient states
+     * (ranks 0, 2: one kernel each), the reverse scans (ranks 0, 1: the last rank's H is dS_N),
+     * rank 0's three passes (dq with ds, dv, dk) and rank 2's (rank 1 has no tokens), the three
+     * sums of ds. */
+    static const char *const want[] = {
+        "la_fwd_sm90",   "la_fwd_sm90",   "la_state_scan", "la_state_scan", "la_fwd_sm90",
+        "la_fwd_sm90",   "la_state_scan", "la_state_scan", "la_fwd_sm90",   "la_fwd_sm90",
+        "la_fwd_sm90",   "la_fwd_sm90",   "la_fwd_sm90",   "la_fwd_sm90",   "la_state_scan",
+        "la_state_scan", "la_state_scan"};
+    ASSERT_EQ(lj_fake_launch_count(), (int)(sizeof want / sizeof want[0]));
+    for (int i = 0; i < lj_fake_launch_count(); i++)
+        ASSERT_STREQ(lj_fake_launch_get(i)->entry, want[i]);
+    ASSERT_EQ(launches_of("la_state_scan"), 7);
+    /* Copies: two exchanges of states and one of ds's parts (P − 1 = 2 per rank each), and each
+     * rank's ds out of its sum. */
+    ASSERT_EQ(lj_fake_driver_counts()->dtod_copies, 3 * 2 * 3 + 3);
+    ASSERT_EQ(fn.gathers, 0);
+    for (int r = 0; r < P; r++) {
+        bwd_close(&w[r]);
+        rank_close(&u[r]);
+    }
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* The backward's own checks, each its status and message before anything runs. */
+LJ_TEST(bwd_argument_errors)
+{
+    lj_fake_driver_reset();
+    fake_device();
+    lajit_ctx *ctx = fake_ctx();
+    rank_views u;
+    bwd_views w;
+    rank_open(&u, 4);
+    bwd_open(&w, &u, 4);
+    fake_nccl_reset(2, 0);
+    lajit_cp_attn_bwd_args a;
+    ASSERT_STATUS(lajit_cp_attn_bwd(NULL, &w.a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_STATUS(lajit_cp_attn_bwd(ctx, NULL), LAJIT_ERR_INVALID_ARGUMENT);
+    a = w.a;
+    a.struct_size--;
+    ASSERT_STATUS(lajit_cp_attn_bwd(ctx, &a), LAJIT_ERR_STRUCT_SIZE);
+    a = w.a;
+    a.comm = NULL;
+    ASSERT_STATUS(lajit_cp_attn_bwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "lajit_cp_attn_bwd: comm is NULL");
+    a = w.a;
+    a.dk = NULL;
+    ASSERT_STATUS(lajit_cp_attn_bwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "q, k, v, dout, dq, dk and dv are required");
+    lj_test_tensor t;
+    const DLDataType bf16 = lj_test_dl_dtype(LJ_BF16), f32 = lj_test_dl_dtype(LJ_F32);
+    a = w.a;
+    a.dv = lj_gpu_tensor(&t, w.dv, 0, 4, (const int64_t[]){B, H, 4, 32}, NULL, bf16);
+    ASSERT_STATUS(lajit_cp_attn_bwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "dv is [1, 2, 4, 32]");
+    a = w.a;
+    a.s = NULL;
+    ASSERT_STATUS(lajit_cp_attn_bwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "ds (the gradient of s) needs s");
+    a = w.a;
+    a.ds = lj_gpu_tensor(&t, w.ds, 0, 1, (const int64_t[]){H + 1}, NULL, f32);
+    ASSERT_STATUS(lajit_cp_attn_bwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "ds must be float32 [H] = [2], contiguous");
+    a = w.a;
+    a.d_initial_state = lj_gpu_tensor(&t, w.ds0, 0, 4, (const int64_t[]){B, H, D, 3}, NULL, f32);
+    ASSERT_STATUS(lajit_cp_attn_bwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "d_initial_state must be");
+    fake_nccl_reset(2, 1); /* rank 1 of 2, the last: it reads dS_N (and ignores dS_0) */
+    a = w.a;
+    a.d_final_state = lj_gpu_tensor(&t, w.ds0, 0, 4, (const int64_t[]){B, H, D, 3}, NULL, f32);
+    ASSERT_STATUS(lajit_cp_attn_bwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "d_final_state must be");
+    lajit_cp_attn_bwd_args two[2] = {w.a, w.a};
+    two[1].ds = NULL;
+    ASSERT_STATUS(lajit__cp_attn_bwd_sim(ctx, 2, two), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "ds is given by some ranks and not others");
+    bwd_close(&w);
+    rank_close(&u);
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* ---- The log-step exchange --------------------------------------------------------------------- */
+
+/* The NCCL path of rank 1 of 4 with LAJIT_CP_LOGSTEP, on a span with no tokens (no attention
+ * kernels: only the exchange's). Forward with S_N: in walk order v = 1, steps d = 1 (send to 2,
+ * receive from 0) and d = 2 (send to 3, nothing to receive), the shift (send to 2, receive from
+ * 0), each a group; then S_N broadcast from rank 3. The one combine (step 1) and the final copy
+ * are state scans; the shift's incoming state is a device copy. Backward without ds: the same
+ * forward exchange without the broadcast, then the gradient exchange walked from rank 3, where
+ * rank 1 is v = 2: d = 1 (send to real 0, receive from real 2), d = 2 (receive from real 3),
+ * shift (send to 0, receive from 2). Every group is closed; slot/4 floats move per step. */
+LJ_TEST(logstep_nccl_path_peers)
+{
+    need_nvrtc();
+    lj_fake_driver_reset();
+    fake_device();
+    lajit_ctx *ctx = fake_ctx();
+    rank_views u;
+    rank_open(&u, 0);
+    u.a.flags = LAJIT_CP_LOGSTEP;
+    fake_nccl_reset(4, 1);
+    lajit_status st = lajit_cp_attn_fwd(ctx, &u.a);
+    if (st != LAJIT_OK)
+        lj_test_fail(__FILE__, __LINE__, "%s: %s", lajit_status_string(st), lajit_errmsg(ctx));
+    ASSERT_EQ(fn.gathers, 0);
+    ASSERT_EQ(fn.groups, 3);
+    ASSERT_EQ(fn.groups_open, 0);
+    static const int fwd_sends[3] = {2, 3, 2}, fwd_recvs[2] = {0, 0};
+    ASSERT_EQ(fn.n_sends, 3);
+    ASSERT_EQ(fn.n_recvs, 2);
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(fn.sends[i], fwd_sends[i]);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(fn.recvs[i], fwd_recvs[i]);
+    ASSERT_EQ(fn.p2p_count, SLOT / 4);
+    ASSERT_EQ(fn.n_bcast, 1);
+    ASSERT_EQ(fn.roots[0], 3);
+    ASSERT_EQ(launches_of("la_state_scan"), 2);
+    ASSERT_EQ(lj_fake_launch_count(), 2);
+
+    bwd_views w;
+    bwd_open(&w, &u, 0);
+    w.a.flags = LAJIT_CP_LOGSTEP;
+    w.a.ds = NULL;
+    fake_nccl_reset(4, 1);
+    st = lajit_cp_attn_bwd(ctx, &w.a);
+    if (st != LAJIT_OK)
+        lj_test_fail(__FILE__, __LINE__, "%s: %s", lajit_status_string(st), lajit_errmsg(ctx));
+    static const int bwd_sends[5] = {2, 3, 2, 0, 0}, bwd_recvs[5] = {0, 0, 2, 3, 2};
+    ASSERT_EQ(fn.n_sends, 5);
+    ASSERT_EQ(fn.n_recvs, 5);
+    for (int i = 0; i < 5; i++) {
+        ASSERT_EQ(fn.sends[i], bwd_sends[i]);
+        ASSERT_EQ(fn.recvs[i], bwd_recvs[i]);
+    }
+    ASSERT_EQ(fn.n_bcast, 0);
+    ASSERT_EQ(fn.groups, 6);
+    ASSERT_EQ(fn.groups_open, 0);
+
+    /* Both exchanges forced at once: refused. */
+    u.a.flags = LAJIT_CP_LOGSTEP | LAJIT_CP_ALLGATHER;
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &u.a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "exclusive");
+    bwd_close(&w);
+    rank_close(&u);
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* Simulated ranks with the log-step exchange (P = 3, spans 3, 0, 2, S_0 and S_N): after the
+ * local states, step d = 1 combines on ranks 1 and 2, step d = 2 on rank 2, the shift copies
+ * the incoming states of ranks 1 and 2, and S_N reaches every rank (a copy from rank 2's carry
+ * and a one-span scan each). Every rank's final combined length, read back from its slots, is
+ * what its walk covered. */
+LJ_TEST(logstep_simulated_sequence)
+{
+    need_nvrtc();
+    lj_fake_driver_reset();
+    fake_device();
+    lajit_ctx *ctx = fake_ctx();
+    enum { P = 3 };
+    const int n[P] = {3, 0, 2};
+    rank_views u[P];
+    lajit_cp_attn_fwd_args a[P];
+    for (int r = 0; r < P; r++) {
+        rank_open(&u[r], n[r]);
+        a[r] = u[r].a;
+        a[r].flags = LAJIT_CP_LOGSTEP;
+    }
+    lajit_status st = lajit__cp_attn_fwd_sim(ctx, P, a);
+    if (st != LAJIT_OK)
+        lj_test_fail(__FILE__, __LINE__, "%s: %s", lajit_status_string(st), lajit_errmsg(ctx));
+    static const char *const want[] = {
+        "la_fwd_sm90",   "la_fwd_sm90",   "la_state_scan", "la_state_scan", "la_state_scan",
+        "la_state_scan", "la_state_scan", "la_state_scan", "la_fwd_sm90",   "la_fwd_sm90"};
+    ASSERT_EQ(lj_fake_launch_count(), (int)(sizeof want / sizeof want[0]));
+    for (int i = 0; i < lj_fake_launch_count(); i++)
+        ASSERT_STREQ(lj_fake_launch_get(i)->entry, want[i]);
+    /* Copies: step 1 (ranks 1, 2 receive), step 2 (rank 2), the shift (ranks 1, 2 receive and
+     * copy their incoming state out), the broadcast (all three). */
+    ASSERT_EQ(lj_fake_driver_counts()->dtod_copies, 2 + 1 + 2 + 2 + 3);
     for (int r = 0; r < P; r++)
         rank_close(&u[r]);
     lajit_ctx_destroy(ctx);

@@ -29,7 +29,9 @@
 // STATE_ONLY (a forward with o NULL, issue 16's building block): only S_N, the local state of a
 // span from a zero start (or from S_0): the walk streams K and V, keeps the state update and
 // writes the final state; q is neither loaded nor read, o neither computed nor written, and the
-// shared state copy (the q·S operand) is not kept. The spec's shared memory and register claims
+// shared state copy (the q·S operand) is not kept. With REVERSE and GRAD_STATE it is the
+// backward's dv pass without dv: dS_0 alone (a span's local gradient state, the backward of
+// context parallelism), by the same first-chunk rule and σλ scaling as the full pass. The spec's shared memory and register claims
 // stay those of the full kernel (an upper bound).
 #include "common/la_params.h"
 #include "common/types.cuh"
@@ -54,9 +56,9 @@ constexpr bool HAS_FINAL = true;
 constexpr bool VARLEN = true;
 constexpr bool REVERSE = false;         // tokens from the last to the first
 constexpr bool GRAD_STATE = false;   // the state is la_bwd's G/σ (see above)
-// The final state only (no q, no o); la_bwd's passes do not set it.
+// The final state only (no q, no o): a forward's S_N, or la_bwd's dv pass's dS_0.
 constexpr bool STATE_ONLY = true;
-static_assert(!STATE_ONLY || (HAS_FINAL && !REVERSE && !GRAD_STATE), "STATE_ONLY: a forward's S_N");
+static_assert(!STATE_ONLY || (HAS_FINAL && REVERSE == GRAD_STATE), "STATE_ONLY: S_N, or the dv pass's dS_0");
 
 using F = lj_frag<T>;
 constexpr int NT = WARPS * 32;

@@ -36,7 +36,8 @@
 // which la_bwd_sm90 runs on this kernel (its dv and dk passes).
 //
 // STATE_ONLY: only S_N (from S_0 or zero: the local state of a span, issue 16's building block):
-// the walk without outputs below, q and o untouched.
+// the walk without outputs below, q and o untouched. With REVERSE and GRAD_STATE, the dv pass
+// without dv: dS_0 alone (a span's local gradient state).
 //
 // SPLIT > 1: each sequence is cut into up to SPLIT segments walked by different CTAs at once
 // (common/split.cuh): a CTA first walks its segment without outputs (K and V only, the state
@@ -105,7 +106,7 @@ static_assert(WGS == 1 || WGS == 2, "WGS");
 static_assert(!SPLIT_QK || WGS == 2, "SPLIT_QK shares the scores between two warpgroups");
 static_assert(!DS || (DECAY && !REVERSE && !GRAD_STATE), "DS: the forward dq pass with decay");
 static_assert(!DS || SPLIT == 1, "DS walks whole sequences (its second state is not chained)");
-static_assert(!STATE_ONLY || (HAS_FINAL && !DS && !REVERSE && !GRAD_STATE), "STATE_ONLY: a forward's S_N");
+static_assert(!STATE_ONLY || (HAS_FINAL && !DS && REVERSE == GRAD_STATE), "STATE_ONLY: S_N, or the dv pass's dS_0");
 static_assert(SPLIT >= 1 && SPLIT <= 128 && SEG_MIN % BLOCK == 0, "SPLIT");
 
 // Swizzled tile geometry: column blocks of BW elements, rows SW bytes apart.
@@ -126,7 +127,7 @@ static_assert(1024 + STAGES * (2 * Q_BYTES + V_BYTES) + V_BYTES + WGS * S_BYTES 
                       DS_BYTES + (BLOCK + 1) * sizeof(float) <= SMEM,
               "shared memory: the layout exceeds the spec's SMEM");
 
-#line 130 "la_fwd_sm90/fwd.cu"
+#line 131 "la_fwd_sm90/fwd.cu"
 // m64n64k16, A and B from shared memory: d (+)= A·B. TA/TB: 1 = MN-major (transposed).
 template <int TA, int TB>
 __device__ __forceinline__ void wg_ss64(float (&d)[32], unsigned long long da, unsigned long long db, int acc)

@@ -4,7 +4,9 @@
 // Per batch row b and head h, with P spans of n_j tokens, local states M_j and λ = exp(−s_h):
 //     X ← initial_state (or 0);  for each span j in walk order:  out_j = X;  X ← λ^{n_j} X + M_j
 //     final_state ← X
-// walked j = 0..P−1, or P−1..0 when `reverse` is nonzero (the backward's gradient states).
+// walked j = 0..P−1, or P−1..0 when `reverse` is nonzero (the backward's gradient states), and
+// when total_lengths64 is given, Σ_j n_j of each lengths row into it (what the log2(P)-step
+// exchange of context parallelism passes on beside a combined state: runtime/cp_exchange.c).
 // include/lajit.h (lajit_attn_state_scan) says what X is in DESIGN.md's terms each way.
 //
 // The walk is elementwise over a state's R×C elements (D×E, or E×D stored VK): one thread owns
@@ -27,6 +29,7 @@ constexpr bool HAS_S = false;    // s given: λ = exp(−s_h); else λ = 1 and l
 constexpr bool LEN64 = true;    // the lengths are lengths64 (int64), else lengths (int32)
 constexpr bool HAS_INITIAL = true; // the carry starts from initial_state, else 0
 constexpr bool HAS_FINAL = true;     // the carry after the walk is written to final_state
+constexpr bool HAS_TOTAL = false;     // Σ_j n_j of each lengths row is written to total_lengths64
 
 static_assert(C % VEC == 0 && ITEMS * VEC == R * C, "the spec's vector count covers a state");
 static_assert(VEC == 1 || VEC == 2 || VEC == 4, "1, 2 or 4 floats per access");
@@ -52,12 +55,25 @@ __device__ __forceinline__ void store(float *p, const vecf &v)
 extern "C" __global__ void __launch_bounds__(THREADS)
     la_state_scan(lj_arg<5> local_states, lj_arg<2> lengths, lj_arg<2> lengths64, lj_arg<1> s,
                   lj_arg<4> initial_state, lj_arg<5> incoming_states, lj_arg<4> final_state,
-                  int reverse)
+                  lj_arg<1> total_lengths64, int reverse)
 {
     const int item = blockIdx.x * THREADS + threadIdx.x;
+    const long long h = blockIdx.y, b = blockIdx.z;
+    // The total length of row b's spans, by one thread of the row's first head (LB rows: b < LB).
+    if (HAS_TOTAL && item == 0 && h == 0) {
+        const lj_arg<2> &len = LEN64 ? lengths64 : lengths;
+        if (b < len.size[1]) {
+            long long sum = 0;
+            for (long long j = 0; j < len.size[0]; j++) {
+                const long long at = b * len.stride[1] + j * len.stride[0];
+                sum += LEN64 ? static_cast<const long long *>(len.ptr)[at]
+                             : (long long)static_cast<const int *>(len.ptr)[at];
+            }
+            static_cast<long long *>(total_lengths64.ptr)[b * total_lengths64.stride[0]] = sum;
+        }
+    }
     if (item >= ITEMS)
         return;
-    const long long h = blockIdx.y, b = blockIdx.z;
     const long long r = item / (C / VEC), c = (long long)(item % (C / VEC)) * VEC;
     const long long P = local_states.size[0];
 

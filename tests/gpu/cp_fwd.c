@@ -14,7 +14,6 @@
  * site-packages/nvidia/nccl/lib/libnccl.so.2; the test looks there through python3 when the
  * variable is unset and the system has no libnccl.so.2). Needs an sm_90a GPU: the local states
  * come from la_fwd_sm90's state-only walk. */
-#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,16 +24,18 @@
 #include "cp_op.h"
 #include "gpu.h"
 #include "la_ref.h"
+#include "nccl.h"
 #include "test.h"
 
 enum { B = 2, H = 2, MAXP = 8 };
 
 typedef struct cp_case {
-    int P, D;    /* E = D */
-    int decay;   /* 0: s NULL; 1: s = 0 (the decay path, λ = 1); 2: strong */
-    int init;    /* S_0 given (rank 0 reads it) */
-    int graph;   /* check a captured graph's replay of the call */
-    int n[MAXP]; /* span lengths */
+    int P, D;      /* E = D */
+    int decay;     /* 0: s NULL; 1: s = 0 (the decay path, λ = 1); 2: strong */
+    int init;      /* S_0 given (rank 0 reads it) */
+    int graph;     /* check a captured graph's replay of the call */
+    unsigned xchg; /* LAJIT_CP_ALLGATHER, LAJIT_CP_LOGSTEP or 0 (the choice by P) */
+    int n[MAXP];   /* span lengths */
     unsigned seed;
 } cp_case;
 
@@ -125,6 +126,7 @@ static void run_case(const cp_case *c, void *comm)
         a[r].o = lj_gpu_tensor(&u->to, u->o, 0, 4, vs, NULL, bf16);
         a[r].s = c->decay ? lj_gpu_tensor(&ts, ds, 0, 1, hshape, NULL, f32) : NULL;
         a[r].scale = sigma;
+        a[r].flags = c->xchg;
         a[r].initial_state = c->init ? lj_gpu_tensor(&ts0, ds0, 0, 4, sshape, NULL, f32) : NULL;
         a[r].final_state = lj_gpu_tensor(&u->tsn, u->sn, 0, 4, sshape, NULL, f32);
     }
@@ -313,36 +315,7 @@ LJ_TEST(graph_replay)
 LJ_TEST(nccl_one_rank)
 {
     need_sm90a();
-    const char *env_path = getenv("LAJIT_NCCL_PATH");
-    if (!env_path || !*env_path) {
-        void *probe = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-        if (probe) {
-            dlclose(probe);
-        } else {
-            /* The nvidia-nccl wheel's copy, when python3 can say where it is. */
-            FILE *p = popen("python3 -c 'import nvidia.nccl, os; "
-                            "print(os.path.join(list(nvidia.nccl.__path__)[0], \"lib\", "
-                            "\"libnccl.so.2\"))' 2>/dev/null",
-                            "r");
-            char line[1024] = "";
-            if (p) {
-                if (!fgets(line, sizeof line, p))
-                    line[0] = 0;
-                pclose(p);
-            }
-            line[strcspn(line, "\n")] = 0;
-            if (line[0])
-                setenv("LAJIT_NCCL_PATH", line, 1);
-        }
-    }
-    const lj_nccl *nccl;
-    lj_env env;
-    lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
-    if (lj_nccl_load(&env, &nccl) != LAJIT_OK) {
-        char why[sizeof env.errmsg + 64];
-        snprintf(why, sizeof why, "%s (set LAJIT_NCCL_PATH to libnccl.so.2)", env.errmsg);
-        lj_test_skip(why);
-    }
+    const lj_nccl *nccl = lj_gpu_nccl();
     printf("NCCL %d\n", nccl->version);
     lj_nccl_comm comm = NULL;
     const int devs[1] = {0};
@@ -356,6 +329,37 @@ LJ_TEST(nccl_one_rank)
             cp_case c = {.P = 1, .D = 128, .decay = decay, .init = init, .n = {150}};
             c.seed = 1234u + (unsigned)(decay + init);
             run_case(&c, comm);
+            c.xchg = LAJIT_CP_LOGSTEP; /* no steps; S_N through a one-rank ncclBroadcast */
+            run_case(&c, comm);
         }
     ASSERT_EQ(nccl->ncclCommDestroy(comm), LJ_NCCL_SUCCESS);
+}
+
+/* The log-step exchange (LAJIT_CP_LOGSTEP): P = 2, 3 (ragged, empty first and middle spans), 5
+ * and 8 (three combining steps, a rank past the last power of two), S_0 and S_N, decay or not;
+ * a graph replay; P = 8 without the flag (the all-gather by default) beside it. */
+LJ_TEST(logstep_ranks)
+{
+    need_sm90a();
+    static const int spans[5][MAXP] = {
+        {97, 160}, {0, 77, 5}, {33, 0, 1}, {10, 20, 0, 40, 7}, {50, 1, 0, 128, 17, 64, 200, 3}};
+    static const int Ps[5] = {2, 3, 3, 5, 8};
+    for (int i = 0; i < 5; i++)
+        for (int decay = 0; decay < 3; decay += 2)
+            for (int init = 0; init < 2; init++) {
+                cp_case c = {
+                    .P = Ps[i], .D = 64, .decay = decay, .init = init, .xchg = LAJIT_CP_LOGSTEP};
+                memcpy(c.n, spans[i], sizeof spans[i]);
+                c.seed = 5000u + (unsigned)(10 * i + 3 * decay + init);
+                run_case(&c, NULL);
+            }
+    cp_case g = {.P = 5,
+                 .D = 128,
+                 .decay = 2,
+                 .init = 1,
+                 .graph = 1,
+                 .xchg = LAJIT_CP_LOGSTEP,
+                 .n = {40, 0, 90, 3, 64}};
+    g.seed = 5999;
+    run_case(&g, NULL);
 }

@@ -1,10 +1,12 @@
 /* gpu.c — helpers for gpu tests (see gpu.h). */
+#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpu.h"
+#include "nccl.h"
 
 static struct {
     int ready;
@@ -310,4 +312,39 @@ __attribute__((weak)) void lj_arch_for_cc(int cc, char arch[16])
         snprintf(arch, 16, "sm_%da", cc);
     else
         snprintf(arch, 16, "sm_%d", cc);
+}
+
+const lj_nccl *lj_gpu_nccl(void)
+{
+    const char *env_path = getenv("LAJIT_NCCL_PATH");
+    if (!env_path || !*env_path) {
+        void *probe = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+        if (probe) {
+            dlclose(probe);
+        } else {
+            /* The nvidia-nccl wheel's copy, when python3 can say where it is. */
+            FILE *p = popen("python3 -c 'import nvidia.nccl, os; "
+                            "print(os.path.join(list(nvidia.nccl.__path__)[0], \"lib\", "
+                            "\"libnccl.so.2\"))' 2>/dev/null",
+                            "r");
+            char line[1024] = "";
+            if (p) {
+                if (!fgets(line, sizeof line, p))
+                    line[0] = 0;
+                pclose(p);
+            }
+            line[strcspn(line, "\n")] = 0;
+            if (line[0])
+                setenv("LAJIT_NCCL_PATH", line, 1);
+        }
+    }
+    const lj_nccl *nccl;
+    lj_env env;
+    lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
+    if (lj_nccl_load(&env, &nccl) != LAJIT_OK) {
+        char why[sizeof env.errmsg + 64];
+        snprintf(why, sizeof why, "%s (set LAJIT_NCCL_PATH to libnccl.so.2)", env.errmsg);
+        lj_test_skip(why);
+    }
+    return nccl;
 }

@@ -20,6 +20,11 @@ void lj_gpu_init(void);
 /* As lj_gpu_init, on device `ordinal` (a test that runs one process per GPU opens device r in
  * rank r): every helper then works on it and lj_gpu_tensor's views name it. Once per process. */
 void lj_gpu_init_device(int ordinal);
+/* NCCL's table (device/nccl.h), for the context-parallel tests: LAJIT_NCCL_PATH, else the
+ * system's libnccl.so.2, else the nvidia-nccl wheel's copy when python3 can say where it is
+ * (LAJIT_NCCL_PATH is then set to it); skips the case (exit 77) when none loads. */
+struct lj_nccl;
+const struct lj_nccl *lj_gpu_nccl(void);
 /* The env the helpers use (fault injection off), the driver table and the opened device. */
 lj_env *lj_gpu_env(void);
 const lj_driver *lj_gpu_driver(void);
