@@ -1,25 +1,29 @@
 /* cp_multi.c — context parallelism over real ranks: one process per GPU, an NCCL communicator
- * made with ncclCommInitRank, each rank's outputs against the float64 whole sequence.
+ * made with ncclCommInitRank, each rank's outputs and gradients against the float64 whole
+ * sequence.
  *
  * The case's own process (the launcher) never touches CUDA, because a child forked after cuInit
  * cannot use the driver. A first child reports the device count and device 0's arch (its
  * lj_gpu_init skips the case when there is no GPU); the launcher loads NCCL (the case is
  * skipped without it), draws every case's inputs on the host and forks P ranks, which inherit
  * them. Rank r opens device r, joins the communicator (rank 0 makes the id: shared memory,
- * released through a pipe), uploads its span of each case, makes the call on a stream of its
+ * released through a pipe), uploads its span of each case, makes the calls on a stream of its
  * own and writes its outputs, widened to float, into shared memory at its span's place. When
- * every rank has exited with 0, the launcher checks the assembled outputs against la_ref over
- * each whole sequence (DESIGN.md's checks, tests/support's bf16 tolerance) and every rank's
- * final state against S_N. A rank that fails (an assertion, a lajit status) exits with 1; the
- * launcher then kills the others, which would wait in the collective for ever, and fails.
+ * every rank has exited with 0, the launcher checks the assembled results against la_ref over
+ * each whole sequence (DESIGN.md's checks, tests/support's bf16 tolerance): o, every rank's
+ * final state against S_N; with the backward dq, dk, dv, rank 0's dS_0 and ds (its normwise
+ * bound, and the same bits on every rank). A rank that fails (an assertion, a lajit status)
+ * exits with 1; the launcher then kills the others, which would wait in a collective for ever,
+ * and fails.
  *
  * P is the device count, or LAJIT_CP_TEST_GPUS (at most the count); with one GPU the case runs
  * one rank and says so. Spans are ragged: different lengths, a one-token span, and for P > 2 an
- * empty span (a middle rank's, or rank 0's, which passes S_0 on). B = 2, H = 2, bf16 q, k, v; no
- * decay, s = 0 through the decay path, strong decay (s up to 2); S_0 given or not; D = E = 64 and
- * 128; outputs and final states NaN-poisoned on the device and in shared memory. graph_replay
- * also captures the call in a CUDA graph on every rank and replays it: the replay must give the
- * direct call's bits. Needs sm_90a, as tests/gpu/cp_fwd.c does. */
+ * empty span (a middle rank's, or rank 0's, which passes S_0 on). Both exchanges
+ * (LAJIT_CP_ALLGATHER, LAJIT_CP_LOGSTEP) in every group. B = 2, H = 2, bf16; no decay,
+ * s = 0 through the decay path, strong decay (s up to 2); S_0 and dS_N given or not; D = E = 64
+ * and 128; outputs, states and gradients NaN-poisoned on the device and in shared memory.
+ * graph_replay also captures each call in a CUDA graph on every rank and replays it: the replays
+ * must give the direct calls' bits. Needs sm_90a, as tests/gpu/cp_fwd.c does. */
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -34,24 +38,34 @@
 #include "attn_cases.h"
 #include "gpu.h"
 #include "la_ref.h"
-#include "nccl_test.h"
+#include "nccl.h"
 #include "test.h"
 
 enum { B = 2, H = 2, MAXP = 16, MAXCASES = 32, TIMEOUT_S = 480 };
+
+/* What the ranks computed, widened to float, in shared memory: o [B,H,N,E] and every rank's
+ * final state [P][B,H,D,E]; with the backward dq, dk [B,H,N,D], dv [B,H,N,E], every rank's ds
+ * [P][H] and rank 0's dS_0 [B,H,D,E]. */
+typedef struct mp_out {
+    float *o, *sn, *dq, *dk, *dv, *ds, *ds0;
+} mp_out;
 
 typedef struct mp_case {
     int D;           /* E = D */
     int decay;       /* 0: s NULL; 1: s = 0 (the decay path, λ = 1); 2: strong */
     int init;        /* S_0 given (rank 0 reads it) */
+    int bwd;         /* also the backward: dq, dk, dv, dS_0, and ds when s is given */
+    int dsn;         /* backward: dS_N given (the last rank reads it) */
     int empty_first; /* P > 2: rank 0's span is the empty one (else a middle rank's) */
-    int graph;       /* also replay a captured graph of the call */
+    int graph;       /* also replay captured graphs of the calls */
+    int logstep;     /* the exchange: 0 LAJIT_CP_ALLGATHER, 1 LAJIT_CP_LOGSTEP */
     unsigned seed;
     /* Filled by the launcher before the fork. */
     int P, N, n[MAXP], start[MAXP + 1];
-    float *q, *k, *v, *s0, s[H]; /* host, the whole sequence: [B,H,N,D], [B,H,N,E], [B,H,D,E] */
-    /* Shared with the ranks: o [B,H,N,E] and every rank's final state [P][B,H,D,E]; the graph
-     * replay's beside them. */
-    float *o, *sn, *o_graph, *sn_graph;
+    /* Host, the whole sequence: q, k [B,H,N,D], v, dO [B,H,N,E], S_0, dS_N [B,H,D,E]. */
+    float *q, *k, *v, *dout, *s0, *dsn_h, s[H];
+    mp_out out, graph_out; /* the direct calls', the graph replays' */
+    float *shared;
     size_t shared_bytes;
 } mp_case;
 
@@ -103,18 +117,120 @@ static void span_rows(const mp_case *c, int r, int X, float *whole, float *span,
     }
 }
 
-/* Downloads o (this rank's span) and the final state into the case's shared arrays. */
-static void collect(const mp_case *c, int r, CUdeviceptr o, CUdeviceptr sn, float *o_all,
-                    float *sn_all)
+/* Downloads this rank's span of a [B,H,n,X] bf16 device tensor into whole [B,H,N,X]. */
+static void collect_span(const mp_case *c, int r, CUdeviceptr x, float *whole)
 {
-    const size_t BH = (size_t)B * H, DE = (size_t)c->D * c->D, vn = BH * c->n[r] * c->D;
-    if (vn) {
-        float *tmp = malloc(vn * 4);
-        lj_gpu_download_as(tmp, o, vn, LJ_BF16);
-        span_rows(c, r, c->D, o_all, tmp, 0);
-        free(tmp);
+    const size_t n = (size_t)B * H * c->n[r] * c->D; /* X = D = E */
+    if (!n)
+        return;
+    float *tmp = malloc(n * 4);
+    lj_gpu_download_as(tmp, x, n, LJ_BF16);
+    span_rows(c, r, c->D, whole, tmp, 0);
+    free(tmp);
+}
+
+/* The forward's outputs: o (this rank's span) and its final state. */
+static void collect(const mp_case *c, int r, CUdeviceptr o, CUdeviceptr sn, const mp_out *out)
+{
+    const size_t BH = (size_t)B * H, DE = (size_t)c->D * c->D;
+    collect_span(c, r, o, out->o);
+    lj_gpu_download(out->sn + (size_t)r * BH * DE, sn, BH * DE * 4);
+}
+
+/* Runs `call` once on stream, or (graph) captures it in a graph and replays that. */
+typedef lajit_status (*rank_call)(lajit_ctx *ctx, const void *args);
+static lajit_status call_fwd(lajit_ctx *ctx, const void *args)
+{
+    return lajit_cp_attn_fwd(ctx, args);
+}
+static lajit_status call_bwd(lajit_ctx *ctx, const void *args)
+{
+    return lajit_cp_attn_bwd(ctx, args);
+}
+
+static void run_call(lajit_ctx *ctx, CUstream stream, rank_call call, const void *args, int graph,
+                     const char *what)
+{
+    if (!graph) {
+        rank_fail_status(ctx, call(ctx, args), what);
+        lj_gpu_stream_sync(stream);
+        return;
     }
-    lj_gpu_download(sn_all + (size_t)r * BH * DE, sn, BH * DE * 4);
+    /* The workspace was sized by the direct call before. */
+    const lj_driver *drv = lj_gpu_driver();
+    CUgraph g;
+    CUgraphExec exec;
+    ASSERT_EQ(drv->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CUDA_SUCCESS);
+    lajit_status st = call(ctx, args);
+    ASSERT_EQ(drv->cuStreamEndCapture(stream, &g), CUDA_SUCCESS);
+    rank_fail_status(ctx, st, what);
+    ASSERT_EQ(drv->cuGraphInstantiate(&exec, g, 0), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuGraphLaunch(exec, stream), CUDA_SUCCESS);
+    lj_gpu_stream_sync(stream);
+    drv->cuGraphExecDestroy(exec);
+    drv->cuGraphDestroy(g);
+}
+
+/* The backward of the forward call f (its q, k, v, s, scale, S_0 and stream): dO and dS_N from
+ * the case, dq, dk, dv, ds and dS_0 NaN-poisoned, then collected (and again from a graph). */
+static void rank_bwd(lajit_ctx *ctx, CUstream stream, const mp_case *c, int r,
+                     const lajit_cp_attn_fwd_args *f)
+{
+    const int n = c->n[r], D = c->D, E = c->D;
+    const size_t BH = (size_t)B * H, DE = (size_t)D * E, qn = BH * n * D, vn = BH * n * E;
+    const DLDataType bf16 = lj_test_dl_dtype(LJ_BF16), f32 = lj_test_dl_dtype(LJ_F32);
+    CUdeviceptr g = lj_gpu_alloc(vn * 2 + 16), dq = lj_gpu_alloc(qn * 2 + 16),
+                dk = lj_gpu_alloc(qn * 2 + 16), dv = lj_gpu_alloc(vn * 2 + 16),
+                ds = lj_gpu_alloc(H * 4), ds0 = lj_gpu_alloc(BH * DE * 4),
+                dsn = lj_gpu_alloc(BH * DE * 4);
+    float *tmp = malloc(vn * 4 + 4);
+    span_rows(c, r, E, c->dout, tmp, 1);
+    lj_gpu_upload_as(g, tmp, vn, LJ_BF16);
+    free(tmp);
+    lj_gpu_upload(dsn, c->dsn_h, BH * DE * 4);
+    lj_test_tensor tg, tdq, tdk, tdv, tds, tds0, tdsn;
+    const int64_t qs[4] = {B, H, n, D}, vs[4] = {B, H, n, E}, hs[1] = {H};
+    const int64_t ss[4] = {B, H, D, E};
+    lajit_cp_attn_bwd_args b;
+    memset(&b, 0, sizeof b);
+    b.struct_size = sizeof b;
+    b.comm = f->comm;
+    b.q = f->q;
+    b.k = f->k;
+    b.v = f->v;
+    b.dout = lj_gpu_tensor(&tg, g, 0, 4, vs, NULL, bf16);
+    b.dq = lj_gpu_tensor(&tdq, dq, 0, 4, qs, NULL, bf16);
+    b.dk = lj_gpu_tensor(&tdk, dk, 0, 4, qs, NULL, bf16);
+    b.dv = lj_gpu_tensor(&tdv, dv, 0, 4, vs, NULL, bf16);
+    b.s = f->s;
+    b.ds = f->s ? lj_gpu_tensor(&tds, ds, 0, 1, hs, NULL, f32) : NULL;
+    b.scale = f->scale;
+    b.initial_state = f->initial_state;
+    b.d_initial_state = lj_gpu_tensor(&tds0, ds0, 0, 4, ss, NULL, f32);
+    b.d_final_state = c->dsn ? lj_gpu_tensor(&tdsn, dsn, 0, 4, ss, NULL, f32) : NULL;
+    b.flags = f->flags;
+    b.stream = stream;
+    for (int graph = 0; graph <= c->graph; graph++) {
+        lj_gpu_poison(dq, qn * 2 + 16);
+        lj_gpu_poison(dk, qn * 2 + 16);
+        lj_gpu_poison(dv, vn * 2 + 16);
+        lj_gpu_poison(ds, H * 4);
+        lj_gpu_poison(ds0, BH * DE * 4);
+        lj_gpu_sync();
+        run_call(ctx, stream, call_bwd, &b, graph,
+                 graph ? "lajit_cp_attn_bwd (graph)" : "lajit_cp_attn_bwd");
+        const mp_out *out = graph ? &c->graph_out : &c->out;
+        collect_span(c, r, dq, out->dq);
+        collect_span(c, r, dk, out->dk);
+        collect_span(c, r, dv, out->dv);
+        if (f->s)
+            lj_gpu_download(out->ds + (size_t)r * H, ds, H * 4);
+        if (r == 0)
+            lj_gpu_download(out->ds0, ds0, BH * DE * 4);
+    }
+    CUdeviceptr frees[] = {g, dq, dk, dv, ds, ds0, dsn};
+    for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++)
+        lj_gpu_free(frees[i]);
 }
 
 static void rank_case(lajit_ctx *ctx, void *comm, CUstream stream, const mp_case *c, int r)
@@ -155,31 +271,20 @@ static void rank_case(lajit_ctx *ctx, void *comm, CUstream stream, const mp_case
     a.scale = 1.0f / sqrtf((float)D);
     a.initial_state = c->init ? lj_gpu_tensor(&ts0, dev_s0, 0, 4, ss, NULL, f32) : NULL;
     a.final_state = lj_gpu_tensor(&tsn, sn, 0, 4, ss, NULL, f32);
+    a.flags = c->logstep ? LAJIT_CP_LOGSTEP : LAJIT_CP_ALLGATHER;
     a.stream = stream;
-    rank_fail_status(ctx, lajit_cp_attn_fwd(ctx, &a), "lajit_cp_attn_fwd");
-    lj_gpu_stream_sync(stream);
-    collect(c, r, o, sn, c->o, c->sn);
-
-    if (c->graph) {
-        /* The same call captured (the workspace was sized by the direct call) and replayed. */
-        const lj_driver *drv = lj_gpu_driver();
-        CUgraph graph;
-        CUgraphExec exec;
-        lj_gpu_poison(o, vn * 2 + 16);
-        lj_gpu_poison(sn, BH * DE * 4);
-        lj_gpu_sync();
-        ASSERT_EQ(drv->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
-                  CUDA_SUCCESS);
-        lajit_status st = lajit_cp_attn_fwd(ctx, &a);
-        ASSERT_EQ(drv->cuStreamEndCapture(stream, &graph), CUDA_SUCCESS);
-        rank_fail_status(ctx, st, "lajit_cp_attn_fwd (captured)");
-        ASSERT_EQ(drv->cuGraphInstantiate(&exec, graph, 0), CUDA_SUCCESS);
-        ASSERT_EQ(drv->cuGraphLaunch(exec, stream), CUDA_SUCCESS);
-        lj_gpu_stream_sync(stream);
-        collect(c, r, o, sn, c->o_graph, c->sn_graph);
-        drv->cuGraphExecDestroy(exec);
-        drv->cuGraphDestroy(graph);
+    for (int graph = 0; graph <= c->graph; graph++) {
+        if (graph) { /* poisoned again: the replay must write everything itself */
+            lj_gpu_poison(o, vn * 2 + 16);
+            lj_gpu_poison(sn, BH * DE * 4);
+            lj_gpu_sync();
+        }
+        run_call(ctx, stream, call_fwd, &a, graph,
+                 graph ? "lajit_cp_attn_fwd (graph)" : "lajit_cp_attn_fwd");
+        collect(c, r, o, sn, graph ? &c->graph_out : &c->out);
     }
+    if (c->bwd)
+        rank_bwd(ctx, stream, c, r, &a);
     CUdeviceptr frees[] = {q, k, v, o, sn, dev_s, dev_s0};
     for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++)
         lj_gpu_free(frees[i]);
@@ -302,7 +407,7 @@ static int ranks_or_skip(mp_shared *sh, const lj_nccl **nccl)
     /* NVLink multicast stays off: the test does not need it, and on a shared host it can put
      * every GPU out of service. */
     setenv("NCCL_NVLS_ENABLE", "0", 0);
-    *nccl = lj_test_nccl_or_skip();
+    *nccl = lj_gpu_nccl();
     int P = sh->devices;
     const char *want = getenv("LAJIT_CP_TEST_GPUS");
     if (want && *want) {
@@ -354,6 +459,23 @@ static float *host_alloc(size_t n)
     return p;
 }
 
+/* Carves one mp_out from *m: o_n floats for o (and dq, dk, dv), sn_n for the final states. */
+static void carve(mp_out *out, float **m, const mp_case *c, size_t o_n, size_t sn_n)
+{
+    const size_t BH = (size_t)B * H, DE = (size_t)c->D * c->D;
+    out->o = *m;
+    out->sn = out->o + o_n;
+    *m = out->sn + sn_n;
+    if (!c->bwd)
+        return;
+    out->dq = *m;
+    out->dk = out->dq + o_n;
+    out->dv = out->dk + o_n;
+    out->ds = out->dv + o_n;
+    out->ds0 = out->ds + (size_t)c->P * H;
+    *m = out->ds0 + BH * DE;
+}
+
 /* The case's inputs (host) and its shared outputs, NaN-filled. */
 static void prepare(mp_case *c, int P)
 {
@@ -362,90 +484,150 @@ static void prepare(mp_case *c, int P)
     c->q = host_alloc(BH * N * D);
     c->k = host_alloc(BH * N * D);
     c->v = host_alloc(BH * N * D);
+    c->dout = host_alloc(BH * N * D);
     c->s0 = host_alloc(BH * DE);
+    c->dsn_h = host_alloc(BH * DE);
     case_seed(c->seed);
     case_random_fill(c->q, BH * N * D, 1.0f, LJ_BF16);
     case_random_fill(c->k, BH * N * D, 1.0f, LJ_BF16);
     case_random_fill(c->v, BH * N * D, 1.0f, LJ_BF16);
+    case_random_fill(c->dout, BH * N * D, 1.0f, LJ_BF16);
     case_random_fill(c->s0, BH * DE, 1.0f, LJ_F32);
+    case_random_fill(c->dsn_h, BH * DE, 1.0f, LJ_F32);
     for (int h = 0; h < H; h++)
         c->s[h] = rate(c, h);
-    const size_t o_n = BH * N * D, sn_n = (size_t)P * BH * DE, per = o_n + sn_n;
+    const size_t o_n = BH * N * D, sn_n = (size_t)P * BH * DE;
+    size_t per = o_n + sn_n;
+    if (c->bwd)
+        per += 3 * o_n + (size_t)P * H + BH * DE;
     c->shared_bytes = per * 4 * (c->graph ? 2 : 1);
     float *m =
         mmap(NULL, c->shared_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED)
         lj_test_fail(__FILE__, __LINE__, "mmap: %s", strerror(errno));
     memset(m, 0xFF, c->shared_bytes); /* NaN: a span no rank wrote cannot pass */
-    c->o = m;
-    c->sn = m + o_n;
-    c->o_graph = c->graph ? m + per : NULL;
-    c->sn_graph = c->graph ? m + per + o_n : NULL;
+    c->shared = m;
+    carve(&c->out, &m, c, o_n, sn_n);
+    if (c->graph)
+        carve(&c->graph_out, &m, c, o_n, sn_n);
+}
+
+/* One (b, h)'s [N, X] rows of a [B,H,N,X] float array, as doubles. */
+static void rows(double *dst, const float *src, size_t bh, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = src[bh * n + i];
 }
 
 /* The launcher's check of one case against the float64 whole sequence. */
 static void check_case(const mp_case *c)
 {
     const int P = c->P, N = c->N, D = c->D, E = c->D;
-    const size_t BH = (size_t)B * H, DE = (size_t)D * E;
+    const size_t BH = (size_t)B * H, DE = (size_t)D * E, ND = (size_t)N * D;
     const double tol = case_tolerance(LJ_BF16), sigma = 1.0 / sqrt((double)D);
-    double *dq = malloc((size_t)N * D * 8), *dk = malloc((size_t)N * D * 8);
-    double *dv = malloc((size_t)N * E * 8), *ref = malloc((size_t)N * E * 8);
-    double *got = malloc((size_t)N * E * 8), *S0 = malloc(DE * 8), *SN = malloc(DE * 8);
-    double *gsn = malloc(DE * 8);
-    double worst = 0;
+    double *q = malloc(ND * 8), *k = malloc(ND * 8), *v = malloc(ND * 8), *g = malloc(ND * 8);
+    double *ref = malloc(ND * 8), *got = malloc(ND * 8), *S0 = malloc(DE * 8);
+    double *dSN = malloc(DE * 8), *SN = malloc(DE * 8), *gst = malloc(DE * 8);
+    double *rdq = malloc(ND * 8), *rdk = malloc(ND * 8), *rdv = malloc(ND * 8);
+    double *rds0 = malloc(DE * 8), ref_ds[H] = {0}, bound[H] = {0};
+    double worst = 0, worst_g = 0;
+    const mp_out *out = &c->out;
+    char what[200];
     for (size_t bh = 0; bh < BH; bh++) {
         const int h = (int)(bh % H);
-        for (size_t i = 0; i < (size_t)N * D; i++) {
-            dq[i] = c->q[bh * N * D + i];
-            dk[i] = c->k[bh * N * D + i];
-        }
-        for (size_t i = 0; i < (size_t)N * E; i++) {
-            dv[i] = c->v[bh * N * E + i];
-            got[i] = c->o[bh * N * E + i];
-        }
-        for (size_t i = 0; i < DE; i++)
-            S0[i] = c->s0[bh * DE + i];
-        /* λ as the kernels see it: exp of the float s, in double. */
+        rows(q, c->q, bh, ND);
+        rows(k, c->k, bh, ND);
+        rows(v, c->v, bh, ND);
+        rows(g, c->dout, bh, ND);
+        rows(S0, c->s0, bh, DE);
+        rows(dSN, c->dsn_h, bh, DE);
         const double lambda = c->decay ? exp(-(double)c->s[h]) : 1.0;
-        la_ref_forward(N, D, E, dq, dk, dv, lambda, sigma, c->init ? S0 : NULL, ref, SN);
-        char what[160];
+        la_ref_forward(N, D, E, q, k, v, lambda, sigma, c->init ? S0 : NULL, ref, SN);
         double rel;
-        snprintf(what, sizeof what, "o (P=%d D=%d decay=%d init=%d empty_first=%d bh=%zu seed %u)",
-                 P, D, c->decay, c->init, c->empty_first, bh, c->seed);
+        snprintf(what, sizeof what,
+                 "o (%s P=%d D=%d decay=%d init=%d empty_first=%d bh=%zu seed %u)",
+                 c->logstep ? "logstep" : "allgather", P, D, c->decay, c->init, c->empty_first, bh,
+                 c->seed);
+        rows(got, out->o, bh, ND);
         case_check(what, got, ref, (size_t)N, (size_t)E, tol, &rel);
         worst = fmax(worst, rel);
         for (int r = 0; r < P; r++) {
-            for (size_t i = 0; i < DE; i++)
-                gsn[i] = c->sn[((size_t)r * BH + bh) * DE + i];
+            rows(gst, out->sn + (size_t)r * BH * DE, bh, DE);
             snprintf(what, sizeof what,
-                     "final_state of rank %d (P=%d D=%d decay=%d init=%d bh=%zu)", r, P, D,
-                     c->decay, c->init, bh);
-            case_check(what, gsn, SN, (size_t)D, (size_t)E, tol, NULL);
+                     "final_state of rank %d (%s P=%d D=%d decay=%d init=%d bh=%zu)", r,
+                     c->logstep ? "logstep" : "allgather", P, D, c->decay, c->init, bh);
+            case_check(what, gst, SN, (size_t)D, (size_t)E, tol, NULL);
+        }
+        if (!c->bwd)
+            continue;
+        double dsv = 0, dsb = 0;
+        la_ref_backward(N, D, E, q, k, v, g, lambda, sigma, c->init ? S0 : NULL,
+                        c->dsn ? dSN : NULL, rdq, rdk, rdv, rds0, &dsv, &dsb);
+        ref_ds[h] += dsv;
+        bound[h] += dsb;
+        const struct {
+            const char *name;
+            const float *got;
+            const double *ref;
+            size_t rows;
+        } grads[4] = {{"dq", out->dq, rdq, (size_t)N},
+                      {"dk", out->dk, rdk, (size_t)N},
+                      {"dv", out->dv, rdv, (size_t)N},
+                      {"dS_0 (rank 0)", out->ds0, rds0, (size_t)D}};
+        for (int i = 0; i < 4; i++) {
+            rows(got, grads[i].got, bh, grads[i].rows * E);
+            snprintf(what, sizeof what,
+                     "%s (%s P=%d D=%d decay=%d init=%d dsn=%d empty_first=%d bh=%zu seed %u)",
+                     grads[i].name, c->logstep ? "logstep" : "allgather", P, D, c->decay, c->init,
+                     c->dsn, c->empty_first, bh, c->seed);
+            case_check(what, got, grads[i].ref, grads[i].rows, (size_t)E, tol, &rel);
+            worst_g = fmax(worst_g, rel);
+        }
+    }
+    if (c->bwd && c->decay) {
+        /* ds over the whole sequence and batch, the same bits on every rank. */
+        for (int h = 0; h < H; h++) {
+            const double err = fabs((double)out->ds[h] - ref_ds[h]);
+            if (!isfinite(out->ds[h]) || !(err <= tol * bound[h]))
+                lj_test_fail(__FILE__, __LINE__, "ds[%d] = %.9g, reference %.9g (bound %.3g)", h,
+                             (double)out->ds[h], ref_ds[h], tol * bound[h]);
+            for (int r = 1; r < P; r++)
+                if (memcmp(&out->ds[(size_t)r * H + h], &out->ds[h], 4) != 0)
+                    lj_test_fail(__FILE__, __LINE__, "ds[%d]: rank %d has %.9g, rank 0 %.9g", h, r,
+                                 (double)out->ds[(size_t)r * H + h], (double)out->ds[h]);
         }
     }
     if (c->graph) {
-        /* Deterministic: the replay gives the direct call's bits, every rank's final state too. */
-        const size_t o_n = BH * N * E, sn_n = (size_t)P * BH * DE;
-        if (memcmp(c->o, c->o_graph, o_n * 4) != 0)
-            lj_test_fail(__FILE__, __LINE__, "the graph replay's o differs from the direct call's");
-        if (memcmp(c->sn, c->sn_graph, sn_n * 4) != 0)
+        /* Deterministic: the replays give the direct calls' bits (everything shared, compared
+         * as bytes: the two halves of the mapping). */
+        const size_t half = c->shared_bytes / 2;
+        if (memcmp(c->shared, (const char *)c->shared + half, half) != 0)
             lj_test_fail(__FILE__, __LINE__,
-                         "the graph replay's final states differ from the direct call's");
+                         "the graph replays' outputs differ from the direct calls'");
     }
     printf("P=%d spans", P);
     for (int r = 0; r < P; r++)
         printf(" %d", c->n[r]);
-    printf(" D=%d decay=%d init=%d%s: worst relative L2 of o %.3g\n", D, c->decay, c->init,
-           c->graph ? " graph replay = direct call" : "", worst);
-    free(dq);
-    free(dk);
-    free(dv);
+    printf(" %s D=%d decay=%d init=%d%s%s%s: worst relative L2 of o %.3g",
+           c->logstep ? "logstep" : "allgather", D, c->decay, c->init, c->bwd ? " bwd" : "",
+           c->dsn ? " dS_N" : "", c->graph ? " graph replay = direct" : "", worst);
+    if (c->bwd)
+        printf(", of dq dk dv dS_0 %.3g", worst_g);
+    printf("\n");
+    free(q);
+    free(k);
+    free(v);
+    free(g);
     free(ref);
     free(got);
     free(S0);
+    free(dSN);
     free(SN);
-    free(gsn);
+    free(gst);
+    free(rdq);
+    free(rdk);
+    free(rdv);
+    free(rds0);
 }
 
 /* Runs the cases on P ranks (one fork of them all) and checks each. */
@@ -488,39 +670,78 @@ static void run_group(mp_case *cases, int ncases)
                      WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
     for (int i = 0; i < ncases; i++) {
         check_case(&cases[i]);
-        munmap(cases[i].o, cases[i].shared_bytes);
+        munmap(cases[i].shared, cases[i].shared_bytes);
         free(cases[i].q);
         free(cases[i].k);
         free(cases[i].v);
+        free(cases[i].dout);
         free(cases[i].s0);
+        free(cases[i].dsn_h);
     }
     munmap(sh, sizeof *sh);
 }
 
-/* The forward on every rank: D = 64 and 128, no decay / s = 0 / strong decay, S_0 or not, the
- * empty span in the middle or on rank 0. */
+/* The forward on every rank, with each exchange: D = 64 and 128, no decay / s = 0 / strong
+ * decay, S_0 or not, the empty span (P > 2) in the middle or on rank 0. */
 LJ_TEST(forward)
 {
     mp_case cases[MAXCASES];
     int n = 0;
-    for (int D = 64; D <= 128; D += 64)
-        for (int decay = 0; decay < 3; decay++)
-            for (int init = 0; init < 2; init++)
-                for (int empty_first = 0; empty_first < 2; empty_first++) {
-                    mp_case c = {.D = D, .decay = decay, .init = init, .empty_first = empty_first};
-                    c.seed = 4000u + (unsigned)(D + 10 * decay + 3 * init + empty_first);
+    for (int logstep = 0; logstep < 2; logstep++)
+        for (int D = 64; D <= 128; D += 64)
+            for (int decay = 0; decay < 3; decay++)
+                for (int init = 0; init < 2; init++) {
+                    mp_case c = {.D = D,
+                                 .decay = decay,
+                                 .init = init,
+                                 .empty_first = (decay + init) % 2,
+                                 .logstep = logstep};
+                    c.seed = 4000u + (unsigned)(100 * logstep + D + 10 * decay + 3 * init);
                     cases[n++] = c;
                 }
     run_group(cases, n);
 }
 
-/* A CUDA graph of the call (its all-gather included) replayed on every rank: the direct call's
- * bits, and right against the reference. */
+/* The backward on every rank (after the forward, checked too), with each exchange: dq, dk, dv,
+ * dS_0 and ds over the whole sequence; S_0 and dS_N given or not; ds with s = 0 and with strong
+ * decay. */
+LJ_TEST(backward)
+{
+    mp_case cases[MAXCASES];
+    int n = 0;
+    for (int logstep = 0; logstep < 2; logstep++)
+        for (int D = 64; D <= 128; D += 64)
+            for (int decay = 0; decay < 3; decay++)
+                for (int states = 0; states < 2; states++) {
+                    mp_case c = {.D = D,
+                                 .decay = decay,
+                                 .init = states,
+                                 .dsn = states,
+                                 .bwd = 1,
+                                 .empty_first = (decay + states) % 2,
+                                 .logstep = logstep};
+                    c.seed = 6000u + (unsigned)(100 * logstep + D + 10 * decay + 3 * states);
+                    cases[n++] = c;
+                }
+    run_group(cases, n);
+}
+
+/* CUDA graphs of the forward and the backward (their exchanges included) replayed on every
+ * rank, with each exchange: the direct calls' bits, and right against the reference. */
 LJ_TEST(graph_replay)
 {
-    mp_case cases[2] = {
-        {.D = 128, .decay = 2, .init = 1, .graph = 1, .seed = 4999},
-        {.D = 64, .decay = 1, .init = 1, .empty_first = 1, .graph = 1, .seed = 5001},
+    mp_case cases[4] = {
+        {.D = 128, .decay = 2, .init = 1, .bwd = 1, .dsn = 1, .graph = 1, .seed = 4999},
+        {.D = 64, .decay = 1, .init = 1, .bwd = 1, .empty_first = 1, .graph = 1, .seed = 5001},
+        {.D = 128,
+         .decay = 2,
+         .init = 1,
+         .bwd = 1,
+         .dsn = 1,
+         .graph = 1,
+         .logstep = 1,
+         .seed = 5003},
+        {.D = 64, .decay = 1, .bwd = 1, .empty_first = 1, .graph = 1, .logstep = 1, .seed = 5005},
     };
-    run_group(cases, 2);
+    run_group(cases, 4);
 }
