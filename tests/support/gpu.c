@@ -118,8 +118,13 @@ void lj_gpu_download(void *dst, CUdeviceptr src, size_t bytes)
 void lj_gpu_memset(CUdeviceptr dst, unsigned char byte, size_t bytes)
 {
     need_init("lj_gpu_memset");
-    if (bytes)
-        CHECK(g.drv->cuMemsetD8(dst, byte, bytes), "cuMemsetD8");
+    if (!bytes)
+        return;
+    CHECK(g.drv->cuMemsetD8(dst, byte, bytes), "cuMemsetD8");
+    /* cuMemsetD8 may return before the memset is done, and it runs on the legacy stream, which a
+     * non-blocking stream does not wait for: finish it here, so a poison is in place before any
+     * kernel of any stream (a state scan test saw its poison land after the kernel's output). */
+    CHECK(g.drv->cuCtxSynchronize(), "cuCtxSynchronize");
 }
 
 void lj_gpu_poison(CUdeviceptr dst, size_t bytes)
