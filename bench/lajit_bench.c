@@ -10,102 +10,23 @@
  * (x *= c) of the same states captured the same way — the physical limit of that step.
  *
  * Modes: prefill (fwd rows), fwdbwd (fwd and fwd+bwd rows), decode (decode rows + their ceilings), dispatch (host cost of one
- * C API call on a cached kernel beside a bare cuLaunchKernel of an empty kernel). */
+ * C API call on a cached kernel beside a bare cuLaunchKernel of an empty kernel), jit (a first
+ * call's wall time), cp (context parallelism over this host's GPUs, one process per GPU: its own
+ * file, bench/cp_bench.c, with its own arguments; bench/bench.h holds what the modes share). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "context.h"
+#include "bench.h"
 #include "kernel.h"
-
-static const lj_driver *drv;
-static lj_env benv;
-
-#define CU(call)                                                                            \
-    do {                                                                                    \
-        CUresult r_ = (drv->call);                                                          \
-        if (r_ != CUDA_SUCCESS) {                                                           \
-            const char *n_ = "?";                                                           \
-            drv->cuGetErrorName(r_, &n_);                                                   \
-            fprintf(stderr, "lajit_bench: %s failed: %s (line %d)\n", #call, n_, __LINE__); \
-            exit(1);                                                                        \
-        }                                                                                   \
-    } while (0)
-
-static void check(lajit_ctx *ctx, lajit_status st, const char *what)
-{
-    if (st != LAJIT_OK) {
-        fprintf(stderr, "lajit_bench: %s: %s: %s\n", what, lajit_status_string(st),
-                lajit_errmsg(ctx));
-        exit(1);
-    }
-}
 
 static double now_s(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* ---- Device buffers ------------------------------------------------------------------------ */
-
-static CUdeviceptr dalloc(size_t bytes)
-{
-    CUdeviceptr p;
-    CU(cuMemAlloc(&p, bytes));
-    return p;
-}
-
-/* Fills a device buffer of 16-bit or 32-bit values with uniform random numbers in
- * [-amp, amp). */
-static void fill_random(CUdeviceptr p, size_t n, int bits, float amp, unsigned seed)
-{
-    size_t bytes = n * (size_t)(bits / 8);
-    unsigned char *h = malloc(bytes);
-    unsigned x = seed * 2654435761u + 1;
-    for (size_t i = 0; i < n; i++) {
-        x = x * 1664525u + 1013904223u;
-        float f = amp * ((float)(x >> 8) / 8388608.0f - 1.0f);
-        unsigned u;
-        memcpy(&u, &f, 4);
-        if (bits == 32) {
-            memcpy(h + 4 * i, &u, 4);
-        } else { /* bf16, round to nearest even */
-            unsigned short b = (unsigned short)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-            memcpy(h + 2 * i, &b, 2);
-        }
-    }
-    CU(cuMemcpyHtoD(p, h, bytes));
-    free(h);
-}
-
-static DLTensor tensor(CUdeviceptr p, int ndim, int64_t *shape, int bits, int code)
-{
-    DLTensor t;
-    memset(&t, 0, sizeof t);
-    t.data = (void *)(uintptr_t)p;
-    t.device.device_type = kDLCUDA;
-    t.ndim = ndim;
-    t.dtype.code = (uint8_t)code;
-    t.dtype.bits = (uint8_t)bits;
-    t.dtype.lanes = 1;
-    t.shape = shape;
-    return t;
 }
 
 /* ---- Helper kernels (compiled with the library's own NVRTC path) --------------------------- */
@@ -123,14 +44,14 @@ static int sm_count;
 static void load_helpers(lajit_ctx *ctx)
 {
     lj_device *dev;
-    check(ctx, lajit__ctx_device(ctx, &dev), "device");
+    lj_bench_check(ctx, lajit__ctx_device(ctx, &dev), "device");
     sm_count = dev->info.sms;
-    check(ctx, lj_device_make_current(lajit__ctx_env(ctx), dev), "make current");
+    lj_bench_check(ctx, lj_device_make_current(lajit__ctx_env(ctx), dev), "make current");
     lj_compiled c;
-    check(ctx,
-          lj_nvrtc_compile(lajit__ctx_env(ctx), "bench_helpers.cu", helper_src, NULL, 0,
-                           dev->info.arch, 0, &c),
-          "compiling helper kernels");
+    lj_bench_check(ctx,
+                   lj_nvrtc_compile(lajit__ctx_env(ctx), "bench_helpers.cu", helper_src, NULL, 0,
+                                    dev->info.arch, 0, &c),
+                   "compiling helper kernels");
     CUmodule m;
     CU(cuModuleLoadData(&m, c.image));
     CU(cuModuleGetFunction(&fn_empty, m, "lj_bench_empty"));
@@ -175,7 +96,7 @@ static double time_op(op_fn fn, void *user, CUstream s, int reps)
         CU(cuEventElapsedTime(&t, a, b));
         ms[r] = t;
     }
-    double m = median(ms, reps);
+    double m = lj_bench_median(ms, reps);
     free(ms);
     CU(cuEventDestroy(a));
     CU(cuEventDestroy(b));
@@ -210,7 +131,7 @@ static double time_graph(op_fn fn, void *user, CUstream s, int steps, int reps)
         CU(cuEventElapsedTime(&t, a, b));
         us[r] = 1e3 * t / steps;
     }
-    double m = median(us, reps);
+    double m = lj_bench_median(us, reps);
     free(us);
     CU(cuEventDestroy(a));
     CU(cuEventDestroy(b));
@@ -231,7 +152,7 @@ static void run_fwd(void *user, CUstream s)
 {
     fwd_case *c = user;
     c->args.stream = s;
-    check(c->ctx, lajit_attn_fwd(c->ctx, &c->args), "lajit_attn_fwd");
+    lj_bench_check(c->ctx, lajit_attn_fwd(c->ctx, &c->args), "lajit_attn_fwd");
 }
 
 /* One training step's attention: the forward, then the backward from dO (the forward's o is
@@ -241,7 +162,7 @@ static void run_fwdbwd(void *user, CUstream s)
     fwd_case *c = user;
     run_fwd(user, s);
     c->bwd.stream = s;
-    check(c->ctx, lajit_attn_bwd(c->ctx, &c->bwd), "lajit_attn_bwd");
+    lj_bench_check(c->ctx, lajit_attn_bwd(c->ctx, &c->bwd), "lajit_attn_bwd");
 }
 
 static size_t free_device_bytes(void)
@@ -261,27 +182,33 @@ static void bench_prefill(lajit_ctx *ctx, CUstream s, int B, int H, const int *D
         for (int ni = 0; ni < nN; ni++) {
             int D = Ds[di], E = Ds[di], N = Ns[ni];
             size_t nq = (size_t)B * H * N * D, nv = (size_t)B * H * N * E;
-            CUdeviceptr q = dalloc(nq * 2), k = dalloc(nq * 2), v = dalloc(nv * 2),
-                        sl = dalloc((size_t)H * 4), g = bwd ? dalloc(nv * 2) : 0,
-                        dsb = dalloc((size_t)H * 4);
-            fill_random(q, nq, 16, 0.1f, 1);
-            fill_random(k, nq, 16, 0.1f, 2);
-            fill_random(v, nv, 16, 0.1f, 3);
+            CUdeviceptr q = lj_bench_alloc(nq * 2), k = lj_bench_alloc(nq * 2),
+                        v = lj_bench_alloc(nv * 2), sl = lj_bench_alloc((size_t)H * 4),
+                        g = bwd ? lj_bench_alloc(nv * 2) : 0, dsb = lj_bench_alloc((size_t)H * 4);
+            lj_bench_fill_random(q, nq, 16, 0.1f, 1);
+            lj_bench_fill_random(k, nq, 16, 0.1f, 2);
+            lj_bench_fill_random(v, nv, 16, 0.1f, 3);
             if (bwd)
-                fill_random(g, nv, 16, 0.1f, 4);
+                lj_bench_fill_random(g, nv, 16, 0.1f, 4);
             float *slopes = malloc((size_t)H * 4);
-            check(ctx, lajit_decay_alibi(H, 0, 1, slopes), "slopes");
+            lj_bench_check(ctx, lajit_decay_alibi(H, 0, 1, slopes), "slopes");
             CU(cuMemcpyHtoD(sl, slopes, (size_t)H * 4));
             free(slopes);
-            CUdeviceptr o = dalloc(nv * 2), dq = 0, dk = 0, dv = 0;
+            CUdeviceptr o = lj_bench_alloc(nv * 2), dq = 0, dk = 0, dv = 0;
             if (bwd)
-                dq = dalloc(nq * 2), dk = dalloc(nq * 2), dv = dalloc(nv * 2);
+                dq = lj_bench_alloc(nq * 2), dk = lj_bench_alloc(nq * 2),
+                dv = lj_bench_alloc(nv * 2);
             int64_t qs[4] = {B, H, N, D}, vs[4] = {B, H, N, E}, ss[1] = {H};
-            DLTensor tq = tensor(q, 4, qs, 16, kDLBfloat), tk = tensor(k, 4, qs, 16, kDLBfloat);
-            DLTensor tv = tensor(v, 4, vs, 16, kDLBfloat), to = tensor(o, 4, vs, 16, kDLBfloat);
-            DLTensor ts = tensor(sl, 1, ss, 32, kDLFloat), tds = tensor(dsb, 1, ss, 32, kDLFloat);
-            DLTensor tg = tensor(g, 4, vs, 16, kDLBfloat), tdq = tensor(dq, 4, qs, 16, kDLBfloat);
-            DLTensor tdk = tensor(dk, 4, qs, 16, kDLBfloat), tdv = tensor(dv, 4, vs, 16, kDLBfloat);
+            DLTensor tq = lj_bench_tensor(q, 4, qs, 16, kDLBfloat, 0),
+                     tk = lj_bench_tensor(k, 4, qs, 16, kDLBfloat, 0);
+            DLTensor tv = lj_bench_tensor(v, 4, vs, 16, kDLBfloat, 0),
+                     to = lj_bench_tensor(o, 4, vs, 16, kDLBfloat, 0);
+            DLTensor ts = lj_bench_tensor(sl, 1, ss, 32, kDLFloat, 0),
+                     tds = lj_bench_tensor(dsb, 1, ss, 32, kDLFloat, 0);
+            DLTensor tg = lj_bench_tensor(g, 4, vs, 16, kDLBfloat, 0),
+                     tdq = lj_bench_tensor(dq, 4, qs, 16, kDLBfloat, 0);
+            DLTensor tdk = lj_bench_tensor(dk, 4, qs, 16, kDLBfloat, 0),
+                     tdv = lj_bench_tensor(dv, 4, vs, 16, kDLBfloat, 0);
             fwd_case c;
             memset(&c, 0, sizeof c);
             c.ctx = ctx;
@@ -353,23 +280,28 @@ static void bench_jit(CUstream s, const char *what, int D, int N)
 {
     const int B = 4, H = 32, E = D;
     size_t nq = (size_t)B * H * N * D, nv = (size_t)B * H * N * E;
-    CUdeviceptr q = dalloc(nq * 2), k = dalloc(nq * 2), v = dalloc(nv * 2), o = dalloc(nv * 2),
-                g = dalloc(nv * 2), dq = dalloc(nq * 2), dk = dalloc(nq * 2), dv = dalloc(nv * 2),
-                sl = dalloc((size_t)H * 4);
-    fill_random(q, nq, 16, 0.1f, 1);
-    fill_random(k, nq, 16, 0.1f, 2);
-    fill_random(v, nv, 16, 0.1f, 3);
-    fill_random(g, nv, 16, 0.1f, 4);
+    CUdeviceptr q = lj_bench_alloc(nq * 2), k = lj_bench_alloc(nq * 2), v = lj_bench_alloc(nv * 2),
+                o = lj_bench_alloc(nv * 2), g = lj_bench_alloc(nv * 2), dq = lj_bench_alloc(nq * 2),
+                dk = lj_bench_alloc(nq * 2), dv = lj_bench_alloc(nv * 2),
+                sl = lj_bench_alloc((size_t)H * 4);
+    lj_bench_fill_random(q, nq, 16, 0.1f, 1);
+    lj_bench_fill_random(k, nq, 16, 0.1f, 2);
+    lj_bench_fill_random(v, nv, 16, 0.1f, 3);
+    lj_bench_fill_random(g, nv, 16, 0.1f, 4);
     float slopes[256];
-    check(NULL, lajit_decay_alibi(H, 0, 1, slopes), "slopes");
+    lj_bench_check(NULL, lajit_decay_alibi(H, 0, 1, slopes), "slopes");
     CU(cuMemcpyHtoD(sl, slopes, (size_t)H * 4));
     CU(cuCtxSynchronize());
     int64_t qs[4] = {B, H, N, D}, vs[4] = {B, H, N, E}, ss[1] = {H};
-    DLTensor tq = tensor(q, 4, qs, 16, kDLBfloat), tk = tensor(k, 4, qs, 16, kDLBfloat);
-    DLTensor tv = tensor(v, 4, vs, 16, kDLBfloat), to = tensor(o, 4, vs, 16, kDLBfloat);
-    DLTensor tg = tensor(g, 4, vs, 16, kDLBfloat), tdq = tensor(dq, 4, qs, 16, kDLBfloat);
-    DLTensor tdk = tensor(dk, 4, qs, 16, kDLBfloat), tdv = tensor(dv, 4, vs, 16, kDLBfloat);
-    DLTensor ts = tensor(sl, 1, ss, 32, kDLFloat);
+    DLTensor tq = lj_bench_tensor(q, 4, qs, 16, kDLBfloat, 0),
+             tk = lj_bench_tensor(k, 4, qs, 16, kDLBfloat, 0);
+    DLTensor tv = lj_bench_tensor(v, 4, vs, 16, kDLBfloat, 0),
+             to = lj_bench_tensor(o, 4, vs, 16, kDLBfloat, 0);
+    DLTensor tg = lj_bench_tensor(g, 4, vs, 16, kDLBfloat, 0),
+             tdq = lj_bench_tensor(dq, 4, qs, 16, kDLBfloat, 0);
+    DLTensor tdk = lj_bench_tensor(dk, 4, qs, 16, kDLBfloat, 0),
+             tdv = lj_bench_tensor(dv, 4, vs, 16, kDLBfloat, 0);
+    DLTensor ts = lj_bench_tensor(sl, 1, ss, 32, kDLFloat, 0);
     fwd_case c;
     memset(&c, 0, sizeof c);
     c.args.struct_size = sizeof c.args;
@@ -382,7 +314,7 @@ static void bench_jit(CUstream s, const char *what, int D, int N)
     double t0 = now_s();
     lajit_ctx_desc desc;
     lajit_ctx_desc_init(&desc);
-    check(NULL, lajit_ctx_create(&desc, &c.ctx), "context");
+    lj_bench_check(NULL, lajit_ctx_create(&desc, &c.ctx), "context");
     run_fwdbwd(&c, s);
     CU(cuStreamSynchronize(s));
     double t1 = now_s();
@@ -414,7 +346,7 @@ static void run_decode(void *user, CUstream s)
     c->args.state = &c->states[c->next];
     c->args.stream = s;
     c->next = (c->next + 1) % c->nbuf;
-    check(c->ctx, lajit_attn_decode(c->ctx, &c->args), "lajit_attn_decode");
+    lj_bench_check(c->ctx, lajit_attn_decode(c->ctx, &c->args), "lajit_attn_decode");
 }
 
 static void run_scale(void *user, CUstream s)
@@ -447,28 +379,31 @@ static void bench_decode(lajit_ctx *ctx, CUstream s, const int *Bs, int nB, int 
         c.state_shape[2] = D;
         c.state_shape[3] = E;
         for (int i = 0; i < c.nbuf; i++) {
-            c.state_ptr[i] = dalloc(c.state_bytes);
-            fill_random(c.state_ptr[i], c.state_bytes / (size_t)(state_bits / 8), state_bits, 1.0f,
-                        100 + (unsigned)i);
-            c.states[i] = tensor(c.state_ptr[i], 4, c.state_shape, state_bits,
-                                 state_bits == 32 ? kDLFloat : kDLBfloat);
+            c.state_ptr[i] = lj_bench_alloc(c.state_bytes);
+            lj_bench_fill_random(c.state_ptr[i], c.state_bytes / (size_t)(state_bits / 8),
+                                 state_bits, 1.0f, 100 + (unsigned)i);
+            c.states[i] = lj_bench_tensor(c.state_ptr[i], 4, c.state_shape, state_bits,
+                                          state_bits == 32 ? kDLFloat : kDLBfloat, 0);
         }
         size_t nq = (size_t)B * T * H * D;
-        CUdeviceptr q = dalloc(nq * 2), k = dalloc(nq * 2), v = dalloc(nq * 2), o = dalloc(nq * 2),
-                    sl = dalloc((size_t)H * 4);
-        fill_random(q, nq, 16, 1.0f, 7);
-        fill_random(k, nq, 16, 1.0f, 8);
-        fill_random(v, nq, 16, 1.0f, 9);
+        CUdeviceptr q = lj_bench_alloc(nq * 2), k = lj_bench_alloc(nq * 2),
+                    v = lj_bench_alloc(nq * 2), o = lj_bench_alloc(nq * 2),
+                    sl = lj_bench_alloc((size_t)H * 4);
+        lj_bench_fill_random(q, nq, 16, 1.0f, 7);
+        lj_bench_fill_random(k, nq, 16, 1.0f, 8);
+        lj_bench_fill_random(v, nq, 16, 1.0f, 9);
         float *slopes = malloc((size_t)H * 4);
-        check(ctx, lajit_decay_alibi(H, 0, 1, slopes), "slopes");
+        lj_bench_check(ctx, lajit_decay_alibi(H, 0, 1, slopes), "slopes");
         CU(cuMemcpyHtoD(sl, slopes, (size_t)H * 4));
         free(slopes);
         int64_t qs4[4] = {B, T, H, D}, qs3[3] = {B, H, D}, ss[1] = {H};
         int nd = T > 1 ? 4 : 3;
         int64_t *qs = T > 1 ? qs4 : qs3;
-        DLTensor tq = tensor(q, nd, qs, 16, kDLBfloat), tk = tensor(k, nd, qs, 16, kDLBfloat);
-        DLTensor tv = tensor(v, nd, qs, 16, kDLBfloat), to = tensor(o, nd, qs, 16, kDLBfloat);
-        DLTensor ts = tensor(sl, 1, ss, 32, kDLFloat);
+        DLTensor tq = lj_bench_tensor(q, nd, qs, 16, kDLBfloat, 0),
+                 tk = lj_bench_tensor(k, nd, qs, 16, kDLBfloat, 0);
+        DLTensor tv = lj_bench_tensor(v, nd, qs, 16, kDLBfloat, 0),
+                 to = lj_bench_tensor(o, nd, qs, 16, kDLBfloat, 0);
+        DLTensor ts = lj_bench_tensor(sl, 1, ss, 32, kDLFloat, 0);
         c.args.struct_size = sizeof c.args;
         c.args.q = &tq;
         c.args.k = &tk;
@@ -530,7 +465,7 @@ static void time_dispatch(const char *what, dispatch_fn call, lajit_ctx *ctx, co
         CU(cuStreamSynchronize(s));
         double t2 = now_s();
         for (int i = 0; i < calls; i++)
-            drv->cuLaunchKernel(fn_empty, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL);
+            lj_bench_drv->cuLaunchKernel(fn_empty, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL);
         double t3 = now_s();
         CU(cuStreamSynchronize(s));
         double api = (t1 - t0) / calls * 1e6, bare = (t3 - t2) / calls * 1e6;
@@ -550,11 +485,12 @@ static void bench_dispatch(lajit_ctx *ctx, CUstream s)
 {
     /* A small decode (B=1, H=1, D=E=64) so the GPU keeps up and host time dominates. */
     int64_t qs[3] = {1, 1, 64}, ps[4] = {1, 1, 64, 64};
-    CUdeviceptr q = dalloc(256), st = dalloc(64 * 64 * 4), o = dalloc(256);
-    fill_random(q, 64, 16, 1.0f, 1);
-    fill_random(st, 64 * 64, 32, 1.0f, 2);
-    DLTensor tq = tensor(q, 3, qs, 16, kDLBfloat), to = tensor(o, 3, qs, 16, kDLBfloat);
-    DLTensor ts = tensor(st, 4, ps, 32, kDLFloat);
+    CUdeviceptr q = lj_bench_alloc(256), st = lj_bench_alloc(64 * 64 * 4), o = lj_bench_alloc(256);
+    lj_bench_fill_random(q, 64, 16, 1.0f, 1);
+    lj_bench_fill_random(st, 64 * 64, 32, 1.0f, 2);
+    DLTensor tq = lj_bench_tensor(q, 3, qs, 16, kDLBfloat, 0),
+             to = lj_bench_tensor(o, 3, qs, 16, kDLBfloat, 0);
+    DLTensor ts = lj_bench_tensor(st, 4, ps, 32, kDLFloat, 0);
     lajit_attn_decode_args a;
     memset(&a, 0, sizeof a);
     a.struct_size = sizeof a;
@@ -563,7 +499,7 @@ static void bench_dispatch(lajit_ctx *ctx, CUstream s)
     a.state = &ts;
     a.scale = 1.0f;
     a.stream = s;
-    check(ctx, lajit_attn_decode(ctx, &a), "decode warm-up");
+    lj_bench_check(ctx, lajit_attn_decode(ctx, &a), "decode warm-up");
     CU(cuStreamSynchronize(s));
     time_dispatch("lajit_attn_decode", call_decode, ctx, &a, s);
     CU(cuMemFree(q));
@@ -584,10 +520,11 @@ static void bench_dispatch_custom(lajit_ctx *ctx, CUstream s)
         return;
     }
     int64_t shape[2] = {1, 64};
-    CUdeviceptr x = dalloc(256), y = dalloc(256);
-    fill_random(x, 64, 32, 1.0f, 3);
-    fill_random(y, 64, 32, 1.0f, 4);
-    DLTensor tx = tensor(x, 2, shape, 32, kDLFloat), ty = tensor(y, 2, shape, 32, kDLFloat);
+    CUdeviceptr x = lj_bench_alloc(256), y = lj_bench_alloc(256);
+    lj_bench_fill_random(x, 64, 32, 1.0f, 3);
+    lj_bench_fill_random(y, 64, 32, 1.0f, 4);
+    DLTensor tx = lj_bench_tensor(x, 2, shape, 32, kDLFloat, 0),
+             ty = lj_bench_tensor(y, 2, shape, 32, kDLFloat, 0);
     lajit_tensor_arg tensors[2] = {{"x", &tx}, {"y", &ty}};
     lajit_scalar_arg scalars[1] = {{"alpha", 0.5}};
     lajit_launch_args a;
@@ -599,7 +536,7 @@ static void bench_dispatch_custom(lajit_ctx *ctx, CUstream s)
     a.scalars = scalars;
     a.n_scalars = 1;
     a.stream = s;
-    check(ctx, lajit_launch(ctx, &a), "lajit_launch warm-up");
+    lj_bench_check(ctx, lajit_launch(ctx, &a), "lajit_launch warm-up");
     CU(cuStreamSynchronize(s));
     time_dispatch("lajit_launch toy_axpy", call_launch, ctx, &a, s);
     CU(cuMemFree(x));
@@ -627,15 +564,21 @@ int main(int argc, char **argv)
     int Ds[8] = {64, 128}, nD = 2, Ns[16] = {1024, 2048, 4096, 8192, 16384, 32768}, nN = 6;
     int Bs[16] = {1, 4, 16, 32, 64, 128, 256}, nB = 7, Ts[4] = {1, 4}, nT = 2;
     int B = 4, H = 32, dH = 64, dD = 128, Sbits[2] = {32}, nS = 1;
+    /* cp runs its ranks in child processes, before anything here touches CUDA. */
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--mode") == 0 && strcmp(argv[i + 1], "cp") == 0)
+            return lj_bench_cp_main(argc, argv);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
         if (strcmp(a, "--help") == 0) {
-            printf("usage: lajit_bench [--mode prefill|fwdbwd|decode|dispatch|jit|all] [--family "
-                   "NAME]\n"
-                   "  [--jit-what first_call_cold|first_call_warm_disk|first_call_bundle]\n"
-                   "  [--B 4] [--H 32] [--D 64,128] [--N 1024,...] [--decode-B 1,4,...]\n"
-                   "  [--decode-H 64] [--decode-D 128] [--T 1,4] [--state 32,16]\n"
-                   "Prints one JSON row per measurement (DESIGN.md's report rows).\n");
+            printf(
+                "usage: lajit_bench [--mode prefill|fwdbwd|decode|dispatch|jit|all] [--family "
+                "NAME]\n"
+                "       lajit_bench --mode cp --help   (context parallelism: its own arguments)\n"
+                "  [--jit-what first_call_cold|first_call_warm_disk|first_call_bundle]\n"
+                "  [--B 4] [--H 32] [--D 64,128] [--N 1024,...] [--decode-B 1,4,...]\n"
+                "  [--decode-H 64] [--decode-D 128] [--T 1,4] [--state 32,16]\n"
+                "Prints one JSON row per measurement (DESIGN.md's report rows).\n");
             return 0;
         }
         if (strcmp(a, "--mode") == 0)
@@ -668,21 +611,20 @@ int main(int argc, char **argv)
         }
         i++;
     }
-    lj_env_init(&benv, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
-    if (lj_driver_load(&benv, &drv) != LAJIT_OK) {
-        fprintf(stderr, "lajit_bench: %s\n", benv.errmsg);
+    if (lj_bench_load_driver() != LAJIT_OK) {
+        fprintf(stderr, "lajit_bench: %s\n", lj_bench_env.errmsg);
         return 77;
     }
     lajit_ctx *ctx;
     lajit_ctx_desc desc;
     lajit_ctx_desc_init(&desc);
-    check(NULL, lajit_ctx_create(&desc, &ctx), "context");
+    lj_bench_check(NULL, lajit_ctx_create(&desc, &ctx), "context");
     if (strcmp(mode, "jit") == 0) {
         /* Alone, in a fresh process: the application's CUDA context exists (made current here
          * without NVRTC, which the helpers below would load), nothing of lajit's is warm. */
         lj_device *dev;
-        check(ctx, lajit__ctx_device(ctx, &dev), "device");
-        check(ctx, lj_device_make_current(lajit__ctx_env(ctx), dev), "make current");
+        lj_bench_check(ctx, lajit__ctx_device(ctx, &dev), "device");
+        lj_bench_check(ctx, lj_device_make_current(lajit__ctx_env(ctx), dev), "make current");
         CUstream s;
         CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
         bench_jit(s, jit_what, Ds[nD - 1], Ns[nN - 1]);
@@ -693,7 +635,7 @@ int main(int argc, char **argv)
     load_helpers(ctx);
     CUstream s;
     CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-    flush_buf = dalloc(flush_bytes);
+    flush_buf = lj_bench_alloc(flush_bytes);
     int all = strcmp(mode, "all") == 0;
     if (all || strcmp(mode, "dispatch") == 0) {
         bench_dispatch(ctx, s);

@@ -5,7 +5,8 @@
 # Run from the repository root on the GPU machine, with the build tree carried as `build` and
 # the peers' wheels as `.peers-whl` (../shared/peers/fetch-wheels.sh) and peer_bench.py copied to
 # .devwork/peers/. Logs and the report go to $OUT. Usage:
-#   bash bench/run_device.sh GPU_NAME [what...]    what: tests prefill decode peers report
+#   bash bench/run_device.sh GPU_NAME [what...]    what: tests prefill decode cp peers report
+# (cp, context parallelism over the host's GPUs, runs only when named)
 set -uo pipefail
 gpu=${1:-h200}
 shift || true
@@ -38,6 +39,11 @@ case " $what " in *" decode "*)
 esac
 case " $what " in *" prefill "*)
     build/bench/lajit_bench --mode prefill >>"$OUT/lajit.jsonl" 2>>"$OUT/bench.err"
+esac
+case " $what " in *" cp "*)
+    # Context parallelism over every GPU of the host (one process each); NCCL from the wheel.
+    [ -n "${LAJIT_NCCL_PATH:-}" ] || export LAJIT_NCCL_PATH=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)
+    NCCL_NVLS_ENABLE=0 build/bench/lajit_bench --mode cp >>"$OUT/lajit.jsonl" 2>>"$OUT/bench.err"
 esac
 tail -5 "$OUT/bench.err" 2>/dev/null
 case " $what " in *" peers "*)

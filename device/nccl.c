@@ -25,7 +25,8 @@ static const struct {
     LJ_NCCL_ENTRY(ncclSend),         LJ_NCCL_ENTRY(ncclRecv),
     LJ_NCCL_ENTRY(ncclGroupStart),   LJ_NCCL_ENTRY(ncclGroupEnd),
     LJ_NCCL_ENTRY(ncclBroadcast),    LJ_NCCL_ENTRY(ncclCommInitAll),
-    LJ_NCCL_ENTRY(ncclCommDestroy),
+    LJ_NCCL_ENTRY(ncclCommDestroy),  LJ_NCCL_ENTRY(ncclGetUniqueId),
+    LJ_NCCL_ENTRY(ncclCommInitRank),
 };
 #undef LJ_NCCL_ENTRY
 

@@ -19,6 +19,13 @@
 /* ncclComm_t: NCCL's communicator, opaque. */
 typedef struct lj_nccl_comm_opaque *lj_nccl_comm;
 
+/* ncclUniqueId: NCCL_UNIQUE_ID_BYTES (128) opaque bytes that one rank's ncclGetUniqueId makes
+ * and every rank hands to ncclCommInitRank, by value as NCCL's prototype takes it. */
+#define LJ_NCCL_UNIQUE_ID_BYTES 128
+typedef struct lj_nccl_unique_id {
+    char internal[LJ_NCCL_UNIQUE_ID_BYTES];
+} lj_nccl_unique_id;
+
 /* ncclResult_t values lajit tells apart (NCCL's numbering). */
 typedef int lj_nccl_result;
 #define LJ_NCCL_SUCCESS     0
@@ -55,6 +62,12 @@ typedef struct lj_nccl {
     /* For tests that make their own communicator (one rank per listed device). */
     lj_nccl_result (*ncclCommInitAll)(lj_nccl_comm *, int ndev, const int *devlist);
     lj_nccl_result (*ncclCommDestroy)(lj_nccl_comm);
+    /* For the programs that start one process per GPU (lajit_bench --mode cp, the gpu test
+     * cp_multi): one rank makes the id, every rank joins with it on its current device. Like
+     * ncclCommInitAll, lajit's ops never call them; they are required all the same, since every
+     * NCCL 2.x exports them and a library without them is not one lajit can use. */
+    lj_nccl_result (*ncclGetUniqueId)(lj_nccl_unique_id *);
+    lj_nccl_result (*ncclCommInitRank)(lj_nccl_comm *, int nranks, lj_nccl_unique_id, int rank);
     int version; /* ncclGetVersion's code (e.g. 22703 for 2.27.3), filled by the loader */
 } lj_nccl;
 

@@ -47,13 +47,14 @@ int cmd_bench(int argc, char **argv)
         }
     }
     if (help) {
-        printf(
-            "usage: %s bench [-o FILE] [--mode prefill|fwdbwd|decode|dispatch|jit|all] [ARGS]\n\n"
-            "Runs the benchmark (lajit_bench, %s): one JSON row per measurement in the\n"
-            "report format of DESIGN.md (fwd, fwdbwd with extra memory, decode with its\n"
-            "in-place ceiling, dispatch, jit), to stdout or FILE. bench/report.py merges the\n"
-            "rows with the peers' into docs/bench/<gpu>.json. The benchmark's own options:\n\n",
-            cli_prog, found ? found : "not found next to this program");
+        printf("usage: %s bench [-o FILE] [--mode prefill|fwdbwd|decode|dispatch|jit|cp|all]\n"
+               "  [ARGS]\n\n"
+               "Runs the benchmark (lajit_bench, %s): one JSON row per measurement in the\n"
+               "report format of DESIGN.md (fwd, fwdbwd with extra memory, decode with its\n"
+               "in-place ceiling, dispatch, jit, cp: context parallelism over this host's GPUs,\n"
+               "one process each), to stdout or FILE. bench/report.py merges the\n"
+               "rows with the peers' into docs/bench/<gpu>.json. The benchmark's own options:\n\n",
+               cli_prog, found ? found : "not found next to this program");
         fflush(stdout);
         free(args);
         if (!found)

@@ -13,6 +13,7 @@ static struct {
     lj_env env;
     const lj_driver *drv;
     lj_device dev;
+    int ordinal; /* the device opened (lj_gpu_tensor's views name it) */
 } g;
 
 /* Fails the test with the driver's name for r. */
@@ -33,8 +34,17 @@ static void need_init(const char *who)
 
 void lj_gpu_init(void)
 {
-    if (g.ready)
+    lj_gpu_init_device(0);
+}
+
+void lj_gpu_init_device(int ordinal)
+{
+    if (g.ready) {
+        if (ordinal != g.ordinal)
+            lj_test_fail(__FILE__, __LINE__, "lj_gpu_init_device(%d) after device %d was opened",
+                         ordinal, g.ordinal);
         return;
+    }
     lj_env_init(&g.env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
     lajit_status st = lj_driver_load(&g.env, &g.drv);
     if (st == LAJIT_ERR_NO_DRIVER || st == LAJIT_ERR_NO_DEVICE) {
@@ -44,16 +54,17 @@ void lj_gpu_init(void)
     }
     if (st != LAJIT_OK)
         lj_test_fail(__FILE__, __LINE__, "loading the driver: %s", g.env.errmsg);
-    st = lj_device_open(&g.env, g.drv, 0, &g.dev);
+    st = lj_device_open(&g.env, g.drv, ordinal, &g.dev);
     if (st == LAJIT_ERR_NO_DEVICE) {
         char why[sizeof g.env.errmsg + 16];
         snprintf(why, sizeof why, "no GPU: %s", g.env.errmsg);
         lj_test_skip(why);
     }
     if (st != LAJIT_OK)
-        lj_test_fail(__FILE__, __LINE__, "opening device 0: %s", g.env.errmsg);
+        lj_test_fail(__FILE__, __LINE__, "opening device %d: %s", ordinal, g.env.errmsg);
     if (lj_device_make_current(&g.env, &g.dev) != LAJIT_OK)
-        lj_test_fail(__FILE__, __LINE__, "making device 0 current: %s", g.env.errmsg);
+        lj_test_fail(__FILE__, __LINE__, "making device %d current: %s", ordinal, g.env.errmsg);
+    g.ordinal = ordinal;
     g.ready = 1;
 }
 
@@ -170,7 +181,7 @@ DLTensor *lj_gpu_tensor(lj_test_tensor *out, uint64_t base, uint64_t byte_offset
     }
     out->t.data = (void *)(uintptr_t)base;
     out->t.device.device_type = kDLCUDA;
-    out->t.device.device_id = 0;
+    out->t.device.device_id = g.ordinal; /* 0 unless lj_gpu_init_device opened another */
     out->t.ndim = ndim;
     out->t.dtype = dtype;
     out->t.shape = out->shape;

@@ -17,12 +17,15 @@
 /* ---- The device ---------------------------------------------------------------------------- */
 
 void lj_gpu_init(void);
+/* As lj_gpu_init, on device `ordinal` (a test that runs one process per GPU opens device r in
+ * rank r): every helper then works on it and lj_gpu_tensor's views name it. Once per process. */
+void lj_gpu_init_device(int ordinal);
 /* NCCL's table (device/nccl.h), for the context-parallel tests: LAJIT_NCCL_PATH, else the
  * system's libnccl.so.2, else the nvidia-nccl wheel's copy when python3 can say where it is
  * (LAJIT_NCCL_PATH is then set to it); skips the case (exit 77) when none loads. */
 struct lj_nccl;
 const struct lj_nccl *lj_gpu_nccl(void);
-/* The env the helpers use (fault injection off), the driver table and the opened device 0. */
+/* The env the helpers use (fault injection off), the driver table and the opened device. */
 lj_env *lj_gpu_env(void);
 const lj_driver *lj_gpu_driver(void);
 lj_device *lj_gpu_device(void);
@@ -57,7 +60,8 @@ typedef struct lj_test_tensor {
     int64_t strides[LJ_TEST_MAX_DIMS];
 } lj_test_tensor;
 
-/* Describes ndim-dimensional memory at base + byte_offset on CUDA device 0: strides NULL gives
+/* Describes ndim-dimensional memory at base + byte_offset on the opened CUDA device (0 unless
+ * lj_gpu_init_device opened another): strides NULL gives
  * t.strides = NULL (compact row-major); otherwise they are copied (in elements). Returns &out->t.
  * base is any address (a CPU test may use a made-up one). */
 DLTensor *lj_gpu_tensor(lj_test_tensor *out, uint64_t base, uint64_t byte_offset, int ndim,
