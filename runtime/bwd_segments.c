@@ -135,14 +135,17 @@ lajit_status lj_bwd_ds_by_segments(lajit_ctx *ctx, const lajit_attn_bwd_args *a,
                                    long long N, long long D, long long E)
 {
     lj_env *env = &ctx->env;
-    const lj_driver *drv = ctx->device.drv;
+    lj_device *device;
+    lajit_status s;
+    if ((s = lajit__ctx_device(ctx, &device)) != LAJIT_OK) /* open before its driver is used */
+        return s;
+    const lj_driver *drv = device->drv;
     const CUstream stream = (CUstream)a->stream;
     const int vk = (a->flags & LAJIT_STATE_VK) != 0;
     const long long R = vk ? E : D, C = vk ? D : E;
     const size_t st = (size_t)H * D * E * 4, pools = round16(st * (size_t)P);
     const size_t cu_b = round16((size_t)(P + 1) * 4), slots_b = round16((size_t)P * 4),
                  lens_b = round16((size_t)P * 8);
-    lajit_status s;
     if ((s = lj_ctx_buffer(ctx, &ctx->seg_ws, cu_b + slots_b + lens_b + 6 * pools, 0, NULL,
                            "the backward's segments")) != LAJIT_OK)
         return s;

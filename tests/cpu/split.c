@@ -267,10 +267,23 @@ LJ_TEST(backward_ds_by_segments)
     ASSERT_EQ(lj_fake_driver_counts()->allocs, allocs);
     lajit_ctx_destroy(ctx);
 
+    /* Forced (three segments of whole chunks: 5504, 5504, 5376), as a new context's first call:
+     * the device is opened before the segments' buffer and boundaries are made. */
+    setenv("LAJIT_DS_SEGMENTS", "3", 1);
+    ctx = fake_ctx();
+    ASSERT_OK(lajit_attn_bwd(ctx, &b));
+    ASSERT_EQ(lj_fake_launch_count(), 21);
+    ASSERT_EQ(ctx->seg_P, 3);
+    cu = (const int32_t *)(uintptr_t)ctx->seg_ws.ptr;
+    ASSERT_EQ(cu[1], 5504);
+    ASSERT_EQ(cu[2], 11008);
+    ASSERT_EQ(cu[3], 16384);
+    lajit_ctx_destroy(ctx);
+
     setenv("LAJIT_DS_SEGMENTS", "off", 1);
     ctx = fake_ctx();
     ASSERT_OK(lajit_attn_bwd(ctx, &b));
-    ASSERT_EQ(lj_fake_launch_count(), 14 + 3);
+    ASSERT_EQ(lj_fake_launch_count(), 21 + 3);
     ASSERT_EQ(ctx->seg_ws.bytes, 0u);
     lajit_ctx_destroy(ctx);
     unsetenv("LAJIT_DS_SEGMENTS");
