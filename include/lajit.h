@@ -441,14 +441,23 @@ LAJIT_API lajit_status lajit_attn_decode(lajit_ctx *ctx, const lajit_attn_decode
  * Both are one walk: X = initial_state (or 0); for j = 0 .. P−1 (reverse: P−1 .. 0)
  * incoming_states[j] = X, X = λ^{n_j} X + local_states[j]; then final_state = X. X is carried in
  * fp32 and λ^{n} is exp(−s_h·n) evaluated in fp32 (n up to 2^63).
+ *
+ * Segments (varlen batches whose sequences cross spans): n_j = −1: span j starts a new sequence;
+ * X after it is M_j (λ^{n_j} taken as 0, with decay or without: nothing of the carry passes
+ * through, even an infinite one). incoming_states[j] is still the carry entering span j (what a
+ * sequence continuing into span j starts from; unused when none does). Reverse applies the same
+ * rule in its walk order: the carry after a span marked −1 is its Mg_j alone, so nothing of the
+ * spans after it reaches the spans before it. The runtime's total of a lengths row
+ * (lj_state_scan's total_lengths) is −1 when any n_j of the row is −1.
  * - local_states: M_j (reverse: Mg_j), float32 [P,B,H,D,E] ([P,B,H,E,D] with LAJIT_STATE_VK),
  *   span first as an all-gather of every rank's [B,H,D,E] lays it out; a strided view with a
  *   unit last stride, address and other strides multiples of 16 bytes ([B,P,H,D,E] memory passes
  *   as a permuted view).
  * - lengths: n_j, int32 or int64, [P] (one length per span) or [P,B] (per batch row), any
  *   non-negative strides (a [B,P] buffer passes as its transposed view); device memory, read on
- *   the device (no host synchronisation); every n_j >= 0 (checked in checked mode). A span may
- *   be empty (n_j = 0: its M_j is then zero and X passes through). Not read without s.
+ *   the device (no host synchronisation); every n_j >= 0 or −1 (a span starting a new sequence;
+ *   below −1 is refused in checked mode). A span may be empty (n_j = 0: its M_j is then zero and
+ *   X passes through). Read with or without s (the −1 marks).
  * - s: float32 [H] (contiguous), finite and >= 0, or NULL (no decay, λ = 1).
  * - initial_state: the carry entering the walk, S_0 (reverse: dS_N); [B,H,D,E] (or VK) like the
  *   states above; NULL: zero.
@@ -463,7 +472,7 @@ LAJIT_API lajit_status lajit_attn_decode(lajit_ctx *ctx, const lajit_attn_decode
  * every element is walked by one thread in a fixed order. Asynchronous; a cached kernel launches
  * with no allocation, Lua or synchronisation (graph-capturable). Bad arguments are
  * LAJIT_ERR_INVALID_ARGUMENT with a message naming the tensor; checked mode adds
- * LAJIT_ERR_CHECK_FAILED for a negative length or a bad s. */
+ * LAJIT_ERR_CHECK_FAILED for a length below −1 or a bad s. */
 /* lajit_attn_state_scan's flag: walk the spans from the last (gradient states). */
 #define LAJIT_SCAN_REVERSE 0x2u
 

@@ -80,8 +80,8 @@ static lajit_status on_device(lajit_ctx *ctx, const char *name, const DLTensor *
     return lj_tensor_check_device(&ctx->env, name, t, ctx->ordinal);
 }
 
-/* Checked mode: s finite and >= 0 (op_args.c's check), every length >= 0 (read back here, the
- * whole extent of the [P, LB] view at once). */
+/* Checked mode: s finite and >= 0 (op_args.c's check), every length >= 0 or -1 (a span that
+ * starts a new sequence), read back here, the whole extent of the [P, LB] view at once. */
 static lajit_status check_values(lajit_ctx *ctx, const DLTensor *s, long long H,
                                  const DLTensor *len, void *stream)
 {
@@ -133,13 +133,16 @@ static lajit_status check_values(lajit_ctx *ctx, const DLTensor *s, long long H,
                 memcpy(&v, buf + i * 4, 4);
                 n = v;
             }
-            if (n < 0 && LB > 1)
-                st =
-                    lj_error(env, LAJIT_ERR_CHECK_FAILED,
-                             FN ": lengths[%lld, %lld] = %lld: span lengths must be >= 0", j, b, n);
-            else if (n < 0)
+            if (n < -1 && LB > 1)
                 st = lj_error(env, LAJIT_ERR_CHECK_FAILED,
-                              FN ": lengths[%lld] = %lld: span lengths must be >= 0", j, n);
+                              FN ": lengths[%lld, %lld] = %lld: span lengths must be >= 0, or -1 "
+                                 "(a span starting a new sequence)",
+                              j, b, n);
+            else if (n < -1)
+                st = lj_error(env, LAJIT_ERR_CHECK_FAILED,
+                              FN ": lengths[%lld] = %lld: span lengths must be >= 0, or -1 (a "
+                                 "span starting a new sequence)",
+                              j, n);
         }
     }
     lj_free(env, buf);

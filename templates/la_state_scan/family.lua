@@ -7,15 +7,17 @@
 --   reverse:  X_{P−1} = dS_N (or 0);   out_j = X_j;   X_{j−1} = λ^{n_j} X_j + M_j   (j = P−1..0)
 --
 -- and `final_state` receives the carry after the walk (S_N, or dS_0 in reverse). λ = exp(−s_h)
--- (1 without s). include/lajit.h (lajit_attn_state_scan) states what each quantity means in
+-- (1 without s). A length n_j = −1 marks a span that starts a new sequence (varlen batches whose
+-- sequences cross spans): the carry does not pass through it, X ← M_j (λ^{n_j} taken as 0, with
+-- or without decay), and a lengths row holding one has total_lengths64 −1. include/lajit.h (lajit_attn_state_scan) states what each quantity means in
 -- DESIGN.md's terms; scan.cu says how the kernel walks.
 --
 -- It is elementwise over a state's [D, E] elements, so the kernel does not care which of the last
 -- two dimensions is D: the declared symbols are R and C, the rows and columns of the states as
 -- stored (D and E, or E and D with LAJIT_STATE_VK), baked into the kernel; P, B, H and LB (the
 -- lengths' second dimension: 1 for [P] lengths, B for per-row ones) are read at run time. Exactly
--- one of lengths (int32) and lengths64 (int64) is given. total_lengths64 (optional) receives each
--- lengths row's Σ_j n_j. The typed entry lajit_attn_state_scan
+-- one of lengths (int32) and lengths64 (int64) is given, and read with or without s (−1 resets).
+-- total_lengths64 (optional) receives each lengths row's Σ_j n_j (−1 when one n_j is −1). The typed entry lajit_attn_state_scan
 -- (runtime/scan_op.c) checks the call in the op's own terms and launches this family through
 -- lajit_launch; the family may also be launched by name like any op "custom" family.
 
@@ -61,7 +63,8 @@ return {
           output = true, unit_stride = true, align = 16 },
         { name = "final_state", dtype = "f32", shape = { "B", "H", "R", "C" }, optional = true,
           output = true, unit_stride = true, align = 16 },
-        -- Σ_j n_j per lengths row (the log2(P)-step exchange's combined length).
+        -- Σ_j n_j per lengths row (the log2(P)-step exchange's combined length); −1 when a span
+        -- of the row starts a new sequence (n_j = −1).
         { name = "total_lengths64", dtype = "i64", shape = { "LB" }, optional = true,
           output = true },
         { name = "reverse", scalar = "i32" }, -- 0: walk spans first to last; else last to first

@@ -3,7 +3,8 @@
  * the fake driver: entry, grid, block, the first packed argument, the hot path's reuse of the
  * plan, a launch inside a stream capture), every argument error the op names in its own terms,
  * the declaration's refusals it relies on (alignment, aliasing), and checked mode reading the
- * lengths and s back. Values are checked on a GPU by tests/gpu/state_scan.c. */
+ * lengths and s back (-1, a span starting a new sequence, accepted; -2 and below refused).
+ * Values are checked on a GPU by tests/gpu/state_scan.c. */
 #include "test.h"
 
 #include "context.h"
@@ -335,7 +336,12 @@ LJ_TEST(checked_mode_reads_lengths_and_s)
     ASSERT_OK(lajit_attn_state_scan(ctx, &u.a));
     int32_t *len = (int32_t *)(uintptr_t)u.len;
     len[2] = -5;
-    refused(ctx, &u.a, LAJIT_ERR_CHECK_FAILED, "lengths[2] = -5: span lengths must be >= 0");
+    refused(ctx, &u.a, LAJIT_ERR_CHECK_FAILED, "lengths[2] = -5: span lengths must be >= 0, or -1");
+    /* -1 marks a span that starts a new sequence: accepted; -2 is not a mark. */
+    len[2] = -1;
+    ASSERT_OK(lajit_attn_state_scan(ctx, &u.a));
+    len[2] = -2;
+    refused(ctx, &u.a, LAJIT_ERR_CHECK_FAILED, "lengths[2] = -2");
     len[2] = 2;
     /* Per row, as the transposed view of [B, P] int64 memory: row 1 of span 2 is element 5. */
     int64_t *len64 = (int64_t *)(uintptr_t)u.len;
@@ -347,7 +353,13 @@ LJ_TEST(checked_mode_reads_lengths_and_s)
     a.lengths = lj_gpu_tensor(&tl, u.len, 0, 2, lshape, lstrides, (DLDataType){kDLInt, 64, 1});
     ASSERT_OK(lajit_attn_state_scan(ctx, &a));
     len64[5] = -1;
-    refused(ctx, &a, LAJIT_ERR_CHECK_FAILED, "lengths[2, 1] = -1");
+    ASSERT_OK(lajit_attn_state_scan(ctx, &a));
+    len64[5] = -2;
+    refused(
+        ctx, &a, LAJIT_ERR_CHECK_FAILED,
+        "lengths[2, 1] = -2: span lengths must be >= 0, or -1 (a span starting a new sequence)");
+    len64[5] = INT64_MIN;
+    refused(ctx, &a, LAJIT_ERR_CHECK_FAILED, "lengths[2, 1] = -9223372036854775808");
     len64[5] = 0;
     float *s = (float *)(uintptr_t)u.s;
     s[1] = -0.5f;

@@ -7,6 +7,10 @@
 // walked j = 0..P−1, or P−1..0 when `reverse` is nonzero (the backward's gradient states), and
 // when total_lengths64 is given, Σ_j n_j of each lengths row into it (what the log2(P)-step
 // exchange of context parallelism passes on beside a combined state: runtime/cp_exchange.c).
+// A length n_j = −1 marks a span that starts a new sequence (a varlen batch whose sequences cross
+// spans): the carry does not pass through it, X ← M_j (λ^{n_j} taken as 0, with decay or
+// without), and a lengths row holding one has the total −1 (the combined span starts a sequence
+// too). The lengths are therefore read with and without decay.
 // include/lajit.h (lajit_attn_state_scan) says what X is in DESIGN.md's terms each way.
 //
 // The walk is elementwise over a state's R×C elements (D×E, or E×D stored VK): one thread owns
@@ -25,7 +29,7 @@ constexpr int R = 64;     // rows of a stored state (D, or E with VK)
 constexpr int C = 32;     // columns of a stored state (E, or D with VK): unit stride
 constexpr int VEC = 4;         // floats per access (the spec: 4 when C % 4 == 0)
 constexpr int ITEMS = 512;     // vectors of one state (the spec's count, checked below)
-constexpr bool HAS_S = false;    // s given: λ = exp(−s_h); else λ = 1 and lengths are unread
+constexpr bool HAS_S = false;    // s given: λ = exp(−s_h); else λ = 1 (lengths still mark resets)
 constexpr bool LEN64 = true;    // the lengths are lengths64 (int64), else lengths (int32)
 constexpr bool HAS_INITIAL = true; // the carry starts from initial_state, else 0
 constexpr bool HAS_FINAL = true;     // the carry after the walk is written to final_state
@@ -64,12 +68,16 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         const lj_arg<2> &len = LEN64 ? lengths64 : lengths;
         if (b < len.size[1]) {
             long long sum = 0;
+            bool starts = false; // a span of the row starts a new sequence: the total is −1
             for (long long j = 0; j < len.size[0]; j++) {
                 const long long at = b * len.stride[1] + j * len.stride[0];
-                sum += LEN64 ? static_cast<const long long *>(len.ptr)[at]
-                             : (long long)static_cast<const int *>(len.ptr)[at];
+                const long long n = LEN64 ? static_cast<const long long *>(len.ptr)[at]
+                                          : (long long)static_cast<const int *>(len.ptr)[at];
+                starts = starts || n == -1;
+                sum += n;
             }
-            static_cast<long long *>(total_lengths64.ptr)[b * total_lengths64.stride[0]] = sum;
+            static_cast<long long *>(total_lengths64.ptr)[b * total_lengths64.stride[0]] =
+                starts ? -1 : sum;
         }
     }
     if (item >= ITEMS)
@@ -103,26 +111,28 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     for (long long k0 = 0; k0 < P; k0 += UNROLL) {
         vecf mv[UNROLL];
         float lam[UNROLL];
+        bool starts[UNROLL]; // n_j = −1: the span starts a new sequence, X ← M_j
         // Loads of UNROLL spans first: none depends on the carry, so they are all in flight
         // before the first multiply waits on one.
 #pragma unroll
         for (int u = 0; u < UNROLL; u++) {
             const long long k = k0 + u;
             lam[u] = 1.f;
+            starts[u] = false;
 #pragma unroll
             for (int v = 0; v < VEC; v++)
                 mv[u].x[v] = 0.f;
             if (k < P) {
                 const long long j = reverse ? P - 1 - k : k;
                 mv[u] = load(m + j * m_step);
-                if (HAS_S) {
-                    // λ^{n} = exp(−s·n) in fp32: n up to 2^63 converts with a relative error of
-                    // 2^−24, and exp(−s·n) is 0 in fp32 long before that error matters.
-                    const long long at = len_base + j * len_step;
-                    const float n = LEN64 ? (float)static_cast<const long long *>(len.ptr)[at]
-                                          : (float)static_cast<const int *>(len.ptr)[at];
-                    lam[u] = expf(-rate * n);
-                }
+                const long long at = len_base + j * len_step;
+                const long long n = LEN64 ? static_cast<const long long *>(len.ptr)[at]
+                                          : (long long)static_cast<const int *>(len.ptr)[at];
+                starts[u] = n == -1;
+                // λ^{n} = exp(−s·n) in fp32: n up to 2^63 converts with a relative error of
+                // 2^−24, and exp(−s·n) is 0 in fp32 long before that error matters.
+                if (HAS_S)
+                    lam[u] = expf(-rate * (float)n);
             }
         }
 #pragma unroll
@@ -131,9 +141,13 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             if (k < P) {
                 const long long j = reverse ? P - 1 - k : k;
                 store(out + j * out_step, carry);
+                // A reset selects M_j rather than multiplying by 0: an infinite carry (or a
+                // NaN one) from the sequence before stays there.
 #pragma unroll
                 for (int v = 0; v < VEC; v++)
-                    carry.x[v] = HAS_S ? fmaf(lam[u], carry.x[v], mv[u].x[v]) : carry.x[v] + mv[u].x[v];
+                    carry.x[v] = starts[u] ? mv[u].x[v]
+                                 : HAS_S   ? fmaf(lam[u], carry.x[v], mv[u].x[v])
+                                           : carry.x[v] + mv[u].x[v];
             }
         }
     }

@@ -16,13 +16,17 @@
  * span or per row (a [B, P] buffer as its transposed view), B = 2, H = 3, D = 64, E = 32 and
  * D = E = 128, the VK layout, incoming_states as a [B, P, ...] buffer's permuted view, one call
  * inside a captured CUDA graph, every span empty; and lengths beyond 2^31 (int64) checked by the scan formula, the
- * one case with no tokens behind it. */
+ * one case with no tokens behind it. Segments (n_j = -1: a span starting a new sequence, the
+ * carry not passing through it) are checked against the scan's own recurrence with resets in
+ * float64, with each row's total length (lj_state_scan's total_lengths: -1 for a row with a
+ * reset). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpu.h"
+#include "op_args.h"
 #include "test.h"
 
 #define TOL 1e-5
@@ -556,5 +560,167 @@ LJ_TEST(lengths_beyond_int32)
         free(got);
         free(fin);
     }
+    lajit_ctx_destroy(ctx);
+}
+
+/* One segmented scan: P spans, lengths drawn from -1 .. 5 (a -1 planted in every row that the
+ * draw left without one, except a row kept free of resets when the lengths are per row), the
+ * reference the recurrence X <- (n_j = -1 ? M_j : λ^{n_j} X + M_j) in float64, and the totals (-1
+ * for a row holding a reset, else Σ n_j) read back through lj_state_scan. An infinite initial
+ * state checks that a reset selects M_j: the spans after it must be finite. */
+static void run_segments(lajit_ctx *ctx, int P, int reverse, int decay, int len64, int per_row,
+                         int inf_init, unsigned seed)
+{
+    enum { B = 2, H = 3, D = 16, E = 12, DE = D * E };
+    const int LB = per_row ? B : 1;
+    const size_t BH = (size_t)B * H, NS = (size_t)P * BH;
+    rng_state = seed;
+    int64_t *n = malloc((size_t)LB * P * sizeof *n); /* [lb][j] */
+    for (int lb = 0; lb < LB; lb++) {
+        int resets = 0;
+        for (int j = 0; j < P; j++) {
+            n[lb * P + j] = (int64_t)rand_int(6) - 1;
+            resets += n[lb * P + j] == -1;
+        }
+        if (lb == 1) { /* the second row: no reset (its total is Σ n_j) */
+            for (int j = 0; j < P; j++)
+                if (n[lb * P + j] == -1)
+                    n[lb * P + j] = 2;
+        } else if (!resets) {
+            n[lb * P + (P > 1 ? 1 : 0)] = -1;
+        }
+    }
+    if (inf_init) /* the first span in walk order carries the infinite state; the next resets */
+        n[reverse ? P - 2 : 1] = -1;
+    float s[H];
+    for (int h = 0; h < H; h++)
+        s[h] = decay ? 0.1f + 0.4f * (float)h : 0.0f;
+    float *m = malloc(NS * DE * 4), *init = malloc(BH * DE * 4), *got = malloc(NS * DE * 4),
+          *fin = malloc(BH * DE * 4);
+    for (size_t i = 0; i < NS * DE; i++)
+        m[i] = (float)uniform();
+    for (size_t i = 0; i < BH * DE; i++)
+        init[i] = inf_init ? INFINITY : (float)uniform();
+    CUdeviceptr dm = lj_gpu_alloc(NS * DE * 4), dout = lj_gpu_alloc(NS * DE * 4),
+                dinit = lj_gpu_alloc(BH * DE * 4), dfin = lj_gpu_alloc(BH * DE * 4),
+                dlen = lj_gpu_alloc((size_t)LB * P * 8), ds = lj_gpu_alloc(H * 4),
+                dtot = lj_gpu_alloc((size_t)LB * 8);
+    lj_gpu_upload(dm, m, NS * DE * 4);
+    lj_gpu_upload(dinit, init, BH * DE * 4);
+    lj_gpu_upload(ds, s, H * 4);
+    if (len64) {
+        lj_gpu_upload(dlen, n, (size_t)LB * P * 8);
+    } else {
+        int32_t *n32 = malloc((size_t)LB * P * 4);
+        for (int i = 0; i < LB * P; i++)
+            n32[i] = (int32_t)n[i];
+        lj_gpu_upload(dlen, n32, (size_t)LB * P * 4);
+        free(n32);
+    }
+    lj_gpu_poison(dout, NS * DE * 4);
+    lj_gpu_poison(dfin, BH * DE * 4);
+    lj_gpu_poison(dtot, (size_t)LB * 8);
+    lj_test_tensor tm, tout, tinit, tfin, tlen, ts, ttot;
+    const int64_t sshape[5] = {P, B, H, D, E}, fshape[4] = {B, H, D, E}, hshape[1] = {H};
+    const int64_t lshape[2] = {P, B}, lstrides[2] = {1, P}, tshape[1] = {LB};
+    const DLDataType f32 = lj_test_dl_dtype(LJ_F32), i64 = {kDLInt, 64, 1};
+    lajit_attn_state_scan_args a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = sizeof a;
+    a.local_states = lj_gpu_tensor(&tm, dm, 0, 5, sshape, NULL, f32);
+    a.incoming_states = lj_gpu_tensor(&tout, dout, 0, 5, sshape, NULL, f32);
+    a.initial_state = lj_gpu_tensor(&tinit, dinit, 0, 4, fshape, NULL, f32);
+    a.final_state = lj_gpu_tensor(&tfin, dfin, 0, 4, fshape, NULL, f32);
+    a.lengths = lj_gpu_tensor(&tlen, dlen, 0, per_row ? 2 : 1, lshape, per_row ? lstrides : NULL,
+                              len64 ? i64 : lj_test_dl_int32());
+    a.s = decay ? lj_gpu_tensor(&ts, ds, 0, 1, hshape, NULL, f32) : NULL;
+    a.flags = reverse ? LAJIT_SCAN_REVERSE : 0u;
+    DLTensor *tot = lj_gpu_tensor(&ttot, dtot, 0, 1, tshape, NULL, i64);
+    lajit_status st = lj_state_scan(ctx, &a, tot);
+    if (st != LAJIT_OK)
+        lj_test_fail(__FILE__, __LINE__, "lj_state_scan: %s: %s", lajit_status_string(st),
+                     lajit_errmsg(ctx));
+    lj_gpu_sync();
+    lj_gpu_download(got, dout, NS * DE * 4);
+    lj_gpu_download(fin, dfin, BH * DE * 4);
+    int64_t totals[B];
+    lj_gpu_download(totals, dtot, (size_t)LB * 8);
+    for (int lb = 0; lb < LB; lb++) {
+        int64_t want = 0;
+        int reset = 0;
+        for (int j = 0; j < P; j++) {
+            want += n[lb * P + j];
+            reset |= n[lb * P + j] == -1;
+        }
+        want = reset ? -1 : want;
+        if (totals[lb] != want)
+            lj_test_fail(__FILE__, __LINE__, "total_lengths[%d] = %lld, expected %lld (seed %u)",
+                         lb, (long long)totals[lb], (long long)want, seed);
+    }
+    double err2 = 0, ref2 = 0;
+    for (size_t bh = 0; bh < BH; bh++) {
+        const int b = (int)(bh / H), h = (int)(bh % H), lb = per_row ? b : 0;
+        for (int k = 0; k < DE; k++) {
+            double x = init[bh * DE + k];
+            for (int i = 0; i <= P; i++) {
+                const int j = reverse ? P - 1 - i : i;
+                const double g = i < P ? got[((size_t)j * BH + bh) * DE + k] : fin[bh * DE + k];
+                if (!isfinite(x)) { /* the infinite carry before the first reset: itself */
+                    if (g != x)
+                        lj_test_fail(__FILE__, __LINE__,
+                                     "span %d element %d is %g, expected %g (seed %u)", j, k, g, x,
+                                     seed);
+                } else {
+                    if (!isfinite(g))
+                        lj_test_fail(__FILE__, __LINE__, "span %d element %d is %g (seed %u)", j, k,
+                                     g, seed);
+                    err2 += (g - x) * (g - x);
+                    ref2 += x * x;
+                }
+                if (i == P)
+                    break;
+                const int64_t nj = n[lb * P + j];
+                const double mj = m[((size_t)j * BH + bh) * DE + k];
+                x = nj == -1 ? mj : (decay ? exp(-(double)s[h] * (double)nj) : 1.0) * x + mj;
+            }
+        }
+    }
+    double rel = sqrt(err2 / ref2);
+    printf("segments P=%d %s decay=%d len%d%s%s: relative error %.2e, totals %lld %lld\n", P,
+           reverse ? "reverse" : "forward", decay, len64 ? 64 : 32, per_row ? " per-row" : "",
+           inf_init ? " inf-init" : "", rel, (long long)totals[0],
+           (long long)(LB > 1 ? totals[1] : 0));
+    ASSERT_LE_F(rel, TOL);
+    lj_gpu_free(dm);
+    lj_gpu_free(dout);
+    lj_gpu_free(dinit);
+    lj_gpu_free(dfin);
+    lj_gpu_free(dlen);
+    lj_gpu_free(ds);
+    lj_gpu_free(dtot);
+    free(n);
+    free(m);
+    free(init);
+    free(got);
+    free(fin);
+}
+
+/* Segments: both directions, with and without decay, int32 and int64 lengths, one row and per
+ * row, an infinite carry cut by a reset, P from 2 to 17 (a reset inside an UNROLL group and at
+ * its edges). */
+LJ_TEST(segments_reset_the_carry)
+{
+    lj_gpu_init();
+    lajit_ctx *ctx = open_ctx();
+    unsigned seed = 501;
+    static const int Ps[3] = {2, 5, 17};
+    for (int i = 0; i < 3; i++)
+        for (int reverse = 0; reverse <= 1; reverse++)
+            for (int decay = 0; decay <= 1; decay++)
+                for (int len64 = 0; len64 <= 1; len64++)
+                    run_segments(ctx, Ps[i], reverse, decay, len64, (i + len64) % 2, 0, seed++);
+    for (int reverse = 0; reverse <= 1; reverse++)
+        for (int decay = 0; decay <= 1; decay++)
+            run_segments(ctx, 9, reverse, decay, reverse, 1, 1, seed++);
     lajit_ctx_destroy(ctx);
 }
