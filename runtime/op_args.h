@@ -121,6 +121,19 @@ lajit_status lj_seq_finish(lajit_ctx *ctx, const lj_io_tensor *io, int n_io, con
 lajit_status lj_state_scan(lajit_ctx *ctx, const lajit_attn_state_scan_args *a,
                            DLTensor *total_lengths);
 
+/* Copies between a pool of states and a batch of them by slot (pool_op.c, the custom family
+ * la_state_pool), for context parallelism over varlen batches. pool float32 [P, H, R, C] and the
+ * batch float32 [n, H, R, C] (unit last stride, 16-byte aligned rows: the rules of the scan's
+ * states; R, C = D, E or E, D), slots int32 [n] on the device in the LAJIT_SLOT_* encoding.
+ * Gather: dst[i] = pool[s] when slots[i] = s >= 0, zero when slots[i] is -1 or FRESH(s) (a fresh
+ * slot is never read). Scatter: pool[s] = src[i] when slots[i] = s >= 0 or FRESH(s), nothing for
+ * -1. Slots within [0, P) (and distinct in a scatter) are the caller's duty, refused otherwise in
+ * checked mode. Asynchronous, no allocation, graph-capturable; n = 0 launches nothing. */
+lajit_status lj_state_pool_gather(lajit_ctx *ctx, const DLTensor *pool, const DLTensor *slots,
+                                  DLTensor *dst, void *stream);
+lajit_status lj_state_pool_scatter(lajit_ctx *ctx, const DLTensor *src, const DLTensor *slots,
+                                   DLTensor *pool, void *stream);
+
 /* The backward's decay gradient by segments of one long sequence (bwd_segments.c): the number of
  * segments lajit_attn_bwd should use for a, already checked, with H heads, N tokens and value
  * width E (0: the plain passes), and the call that runs them. */

@@ -388,6 +388,10 @@ LJ_TEST(fault_every_allocation_la_state_scan)
 {
     sweep_allocations("la_state_scan");
 }
+LJ_TEST(fault_every_allocation_la_state_pool)
+{
+    sweep_allocations("la_state_pool");
+}
 
 /* Every built-in family must stay well within its limits. */
 LJ_TEST(built_in_families_fit_their_limits)
@@ -404,6 +408,6 @@ LJ_TEST(built_in_families_fit_their_limits)
         }
         ASSERT_TRUE(space * 8 <= LJ_MAX_CONFIGS);
     }
-    ASSERT_EQ(n_families, 7); /* the sweeps above name each one */
+    ASSERT_EQ(n_families, 8); /* the sweeps above name each one */
     lajit_ctx_destroy(ctx);
 }
