@@ -36,8 +36,8 @@ static lajit_status check_states(lj_env *env, const char *fn, const char *name, 
             lj_shape_text(t->shape, 4, ", ", got, sizeof got);
             lj_shape_text(want_rest, 3, ", ", exp, sizeof exp);
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                            "%s: %s is [%s]; the pool makes its states [%s] (H, R, C)", fn, name,
-                            got, exp);
+                            "%s: %s is %s; the pool makes its states %s (H, R, C)", fn, name, got,
+                            exp);
         }
     }
     return LAJIT_OK;
@@ -131,8 +131,8 @@ static lajit_status pool_copy(lajit_ctx *ctx, const char *fn, const DLTensor *po
         if (slots->shape)
             lj_shape_text(slots->shape, slots->ndim, ", ", got, sizeof got);
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                        "%s: slots is %s [%s]; expected int32 [n] = [%lld] (one per state of %s)",
-                        fn, lj_tensor_dtype_name(slots->dtype), got, n, batch);
+                        "%s: slots is %s %s; expected int32 [n] = [%lld] (one per state of %s)", fn,
+                        lj_tensor_dtype_name(slots->dtype), got, n, batch);
     }
     if (n < 0)
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s: %s has n = %lld states", fn, batch,
