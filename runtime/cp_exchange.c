@@ -52,23 +52,26 @@ static int regions(const cp_rank *r, size_t *exch, size_t *scratch, size_t *in, 
     *exch = *scratch = *in = *ds = 0;
     if (r->c.logstep)
         return add(exch, r->slot, 4) && add(scratch, r->state_bytes, 2) &&
-               add(in, r->state_bytes, 1) && (!r->c.ds || add(ds, r->ds_slot, 2 * P + 1));
+               add(in, r->state_bytes, 1) &&
+               (!r->c.ds || (add(ds, r->ds_slot, 2 * P + 1) && add(ds, 8 * P, 1)));
     return add(exch, r->slot, P) && add(in, r->state_bytes, P) &&
-           (!r->c.ds || add(ds, r->ds_slot, 2 * P + 1));
+           (!r->c.ds || (add(ds, r->ds_slot, 2 * P + 1) && add(ds, 8 * P, 1)));
 }
 
 size_t lj_cp_rank_bytes(const cp_rank *r)
 {
-    size_t exch, scratch, in, ds, total = 0;
+    size_t exch, scratch, in, ds, total = 0, varlen = 0;
     if (!regions(r, &exch, &scratch, &in, &ds) || !add(&total, exch, 1) ||
         !add(&total, scratch, 1) || !add(&total, in, r->c.bwd ? 2 : 1) || !add(&total, ds, 1))
+        return 0;
+    if (r->c.cu_seqlens && ((varlen = lj_cp_varlen_bytes(r)) == 0 || !add(&total, varlen, 1)))
         return 0;
     return total;
 }
 
 void lj_cp_place(cp_rank *r, CUdeviceptr base)
 {
-    size_t exch, scratch, in, ds;
+    size_t exch = 0, scratch = 0, in = 0, ds = 0;
     regions(r, &exch, &scratch, &in, &ds);
     r->base = base;
     r->gather = base;
@@ -78,6 +81,9 @@ void lj_cp_place(cp_rank *r, CUdeviceptr base)
     r->ds_gather = r->c.ds ? r->incoming + in * (r->c.bwd ? 2 : 1) : 0;
     r->carry = r->gather + (CUdeviceptr)(r->c.logstep ? 1 : r->rank) * r->slot;
     r->own = r->carry;
+    if (r->c.cu_seqlens)
+        lj_cp_varlen_place(
+            r, round16(r->ds_gather ? r->ds_gather + ds : r->incoming + in * (r->c.bwd ? 2 : 1)));
 }
 
 CUdeviceptr lj_cp_incoming(const cp_rank *r, int grad)
@@ -289,9 +295,13 @@ lajit_status lj_cp_ds_sum(lajit_ctx *ctx, const cp_rank *r)
     sum.byte_offset = 2 * r->ds_slot * (size_t)r->P;
     sum.ndim = 4;
     sum.shape = sum_shape;
-    /* Lengths are not read without s; the view only has to be valid: P int64 entries over the
-     * parts' own bytes. */
-    lengths_view(&len, len_shape, len_strides, r->ds_gather, r->P, r->ds_slot, ctx->ordinal);
+    /* Zero lengths (no decay: λ = 1; and no −1, which would restart the sum), after the sum. */
+    const CUdeviceptr zeros = r->ds_gather + round16(r->ds_slot * (size_t)(2 * r->P + 1));
+    CUresult zr = LJ_CU(&ctx->env, ctx->device.drv, cuMemsetD32Async, zeros, 0u, 2 * (size_t)r->P,
+                        (CUstream)c->stream);
+    if (zr != CUDA_SUCCESS)
+        return lj_cp_driver_fail(ctx, c, zr, "cuMemsetD32Async (the sum's lengths)");
+    lengths_view(&len, len_shape, len_strides, zeros, r->P, 8, ctx->ordinal);
     lajit_attn_state_scan_args sc;
     memset(&sc, 0, sizeof sc);
     sc.struct_size = sizeof sc;

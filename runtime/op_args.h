@@ -126,13 +126,15 @@ lajit_status lj_state_scan(lajit_ctx *ctx, const lajit_attn_state_scan_args *a,
  * batch float32 [n, H, R, C] (unit last stride, 16-byte aligned rows: the rules of the scan's
  * states; R, C = D, E or E, D), slots int32 [n] on the device in the LAJIT_SLOT_* encoding.
  * Gather: dst[i] = pool[s] when slots[i] = s >= 0, zero when slots[i] is -1 or FRESH(s) (a fresh
- * slot is never read). Scatter: pool[s] = src[i] when slots[i] = s >= 0 or FRESH(s), nothing for
- * -1. Slots within [0, P) (and distinct in a scatter) are the caller's duty, refused otherwise in
- * checked mode. Asynchronous, no allocation, graph-capturable; n = 0 launches nothing. */
+ * slot is not read; with fresh_reads it is: the backward's dS_N of a fresh sequence). Scatter:
+ * pool[s] = src[i] when slots[i] = s >= 0 or FRESH(s) (with fresh_writes; without it a fresh
+ * slot is not written: the backward's dS_0), nothing for -1. Slots within [0, P) (and distinct
+ * in a scatter) are the caller's duty, refused otherwise in checked mode. Asynchronous, no
+ * allocation, graph-capturable; n = 0 launches nothing. */
 lajit_status lj_state_pool_gather(lajit_ctx *ctx, const DLTensor *pool, const DLTensor *slots,
-                                  DLTensor *dst, void *stream);
+                                  DLTensor *dst, int fresh_reads, void *stream);
 lajit_status lj_state_pool_scatter(lajit_ctx *ctx, const DLTensor *src, const DLTensor *slots,
-                                   DLTensor *pool, void *stream);
+                                   DLTensor *pool, int fresh_writes, void *stream);
 
 /* The backward's decay gradient by segments of one long sequence (bwd_segments.c): the number of
  * segments lajit_attn_bwd should use for a, already checked, with H heads, N tokens and value

@@ -101,7 +101,7 @@ static lajit_status check_slots(lajit_ctx *ctx, const char *fn, const DLTensor *
 /* Both directions: the checks, then one launch of la_state_pool. */
 static lajit_status pool_copy(lajit_ctx *ctx, const char *fn, const DLTensor *pool,
                               const DLTensor *slots, const DLTensor *states, int scatter,
-                              void *stream)
+                              int fresh_mode, void *stream)
 {
     if (!ctx)
         return LAJIT_ERR_INVALID_ARGUMENT;
@@ -145,28 +145,31 @@ static lajit_status pool_copy(lajit_ctx *ctx, const char *fn, const DLTensor *po
 
     /* The declaration's names (templates/la_state_pool/family.lua). */
     const lajit_tensor_arg t[3] = {{"pool", pool}, {"slots", slots}, {"states", states}};
-    const lajit_scalar_arg dir = {"scatter", scatter ? 1.0 : 0.0};
+    const lajit_scalar_arg sc[2] = {{"scatter", scatter ? 1.0 : 0.0},
+                                    {"fresh_mode", (double)fresh_mode}};
     lajit_launch_args la;
     memset(&la, 0, sizeof la);
     la.struct_size = sizeof la;
     la.family = "la_state_pool";
     la.tensors = t;
     la.n_tensors = 3;
-    la.scalars = &dir;
-    la.n_scalars = 1;
+    la.scalars = sc;
+    la.n_scalars = 2;
     la.dtype = "f32";
     la.stream = stream;
     return lajit_launch(ctx, &la);
 }
 
 lajit_status lj_state_pool_gather(lajit_ctx *ctx, const DLTensor *pool, const DLTensor *slots,
-                                  DLTensor *dst, void *stream)
+                                  DLTensor *dst, int fresh_reads, void *stream)
 {
-    return pool_copy(ctx, "lj_state_pool_gather", pool, slots, dst, 0, stream);
+    return pool_copy(ctx, "lj_state_pool_gather", pool, slots, dst, 0, fresh_reads ? 1 : -1,
+                     stream);
 }
 
 lajit_status lj_state_pool_scatter(lajit_ctx *ctx, const DLTensor *src, const DLTensor *slots,
-                                   DLTensor *pool, void *stream)
+                                   DLTensor *pool, int fresh_writes, void *stream)
 {
-    return pool_copy(ctx, "lj_state_pool_scatter", pool, slots, src, 1, stream);
+    return pool_copy(ctx, "lj_state_pool_scatter", pool, slots, src, 1, fresh_writes ? -1 : 0,
+                     stream);
 }

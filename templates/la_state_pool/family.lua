@@ -54,6 +54,9 @@ return {
         { name = "states", dtype = "f32", shape = { "N", "H", "R", "C" }, output = true,
           unit_stride = true, align = 16 },
         { name = "scatter", scalar = "i32" }, -- 0: pool -> states (gather); else states -> pool
+        -- A fresh slot: -1 the direction's rule (a gather skips it, a scatter writes it),
+        -- 0 none either way, 1 its slot either way.
+        { name = "fresh_mode", scalar = "i32" },
     },
 
     params = {

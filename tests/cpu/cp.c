@@ -313,7 +313,7 @@ LJ_TEST(argument_errors)
     a = u.a;
     a.cu_seqlens = u.a.s;
     ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
-    ASSERT_CONTAINS(lajit_errmsg(ctx), "cu_seqlens must be NULL");
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "q must be [T, H, D] (this rank's packed tokens, varlen)");
     a = u.a;
     a.q = NULL;
     ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
@@ -868,6 +868,156 @@ LJ_TEST(logstep_simulated_sequence)
     ASSERT_EQ(lj_fake_driver_counts()->dtod_copies, 2 + 1 + 2 + 2 + 3);
     for (int r = 0; r < P; r++)
         rank_close(&u[r]);
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* ---- Varlen across ranks ----------------------------------------------------------------------- */
+
+/* One rank's packed tokens: q, k, v, o [T, H, D|E] over rank_views' buffers (T = n), its pieces
+ * (cu_seqlens int32), their slots and pools [4, H, D, E]. */
+typedef struct varlen_views {
+    CUdeviceptr cu, slots, pool_in, pool_out;
+    lj_test_tensor tq, tk, tv, to, tcu, tsl, tin, tout;
+    lajit_cp_attn_fwd_args a;
+} varlen_views;
+
+static void varlen_open(varlen_views *w, rank_views *u, int T, const int32_t *cu, int pieces,
+                        uint32_t flags)
+{
+    memset(w, 0, sizeof *w);
+    const DLDataType bf16 = lj_test_dl_dtype(LJ_BF16), f32 = lj_test_dl_dtype(LJ_F32);
+    const int64_t qs[3] = {T, H, D}, vs[3] = {T, H, E}, cs[1] = {pieces + 1}, ss[1] = {pieces};
+    const int64_t ps[4] = {4, H, D, E};
+    w->cu = alloc((size_t)(pieces + 1) * 4);
+    memcpy((void *)(uintptr_t)w->cu, cu, (size_t)(pieces + 1) * 4);
+    w->slots = alloc((size_t)pieces * 4);
+    int32_t *sl = (int32_t *)(uintptr_t)w->slots;
+    for (int i = 0; i < pieces; i++)
+        sl[i] = i % 4;
+    w->pool_in = alloc((size_t)4 * H * D * E * 4);
+    w->pool_out = alloc((size_t)4 * H * D * E * 4);
+    lajit_cp_attn_fwd_args *a = &w->a;
+    *a = u->a;
+    a->q = lj_gpu_tensor(&w->tq, u->q, 0, 3, qs, NULL, bf16);
+    a->k = lj_gpu_tensor(&w->tk, u->k, 0, 3, qs, NULL, bf16);
+    a->v = lj_gpu_tensor(&w->tv, u->v, 0, 3, vs, NULL, bf16);
+    a->o = lj_gpu_tensor(&w->to, u->o, 0, 3, vs, NULL, bf16);
+    a->cu_seqlens = lj_gpu_tensor(&w->tcu, w->cu, 0, 1, cs, NULL, lj_test_dl_int32());
+    a->state_slots = lj_gpu_tensor(&w->tsl, w->slots, 0, 1, ss, NULL, lj_test_dl_int32());
+    a->initial_state = lj_gpu_tensor(&w->tin, w->pool_in, 0, 4, ps, NULL, f32);
+    a->final_state = lj_gpu_tensor(&w->tout, w->pool_out, 0, 4, ps, NULL, f32);
+    a->flags = flags;
+}
+
+static void varlen_close(varlen_views *w)
+{
+    const lj_driver *drv = lj_fake_driver();
+    CUdeviceptr p[4] = {w->cu, w->slots, w->pool_in, w->pool_out};
+    for (int i = 0; i < 4; i++)
+        drv->cuMemFree(p[i]);
+}
+
+/* The varlen checks: pieces as [T, H, D] tensors, int32 cu_seqlens, state_slots [pieces] when
+ * pools are given and only with cu_seqlens, pools [P, H, D, E] of float32, no continuation into
+ * rank 0 or out of the last rank. */
+LJ_TEST(varlen_argument_errors)
+{
+    lj_fake_driver_reset();
+    fake_device();
+    lajit_ctx *ctx = fake_ctx();
+    rank_views u;
+    rank_open(&u, 6);
+    varlen_views w;
+    const int32_t cu[3] = {0, 2, 6};
+    varlen_open(&w, &u, 6, cu, 2, LAJIT_CP_CONTINUES_IN);
+    lajit_cp_attn_fwd_args a;
+    lj_test_tensor t;
+    fake_nccl_reset(2, 0);
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &w.a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "rank 0's first piece cannot continue");
+    fake_nccl_reset(2, 1);
+    a = w.a;
+    a.flags = LAJIT_CP_CONTINUES_OUT;
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "the last rank's last piece cannot continue");
+    a = w.a;
+    a.state_slots = NULL;
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "varlen with states needs state_slots");
+    a = w.a;
+    a.state_slots =
+        lj_gpu_tensor(&t, w.slots, 0, 1, (const int64_t[]){3}, NULL, lj_test_dl_int32());
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "state_slots must be int32 [pieces] = [2]");
+    a = w.a;
+    a.final_state = lj_gpu_tensor(&t, w.pool_out, 0, 4, (const int64_t[]){4, H, D, 32}, NULL,
+                                  lj_test_dl_dtype(LJ_F32));
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "final_state must be a pool [P, H, D, E]");
+    a = w.a;
+    a.cu_seqlens =
+        lj_gpu_tensor(&t, w.cu, 0, 1, (const int64_t[]){3}, NULL, lj_test_dl_dtype(LJ_F32));
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "cu_seqlens must be int32 [pieces + 1]");
+    a = u.a; /* dense */
+    a.state_slots = w.a.state_slots;
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "are for varlen calls");
+    ASSERT_EQ(lj_fake_launch_count(), 0);
+    varlen_close(&w);
+    rank_close(&u);
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* Two simulated ranks of a varlen forward: rank 0 holds a whole sequence and the start of the
+ * next (continues out), rank 1 its end and another (continues in). Per rank: the pool gather,
+ * the state-only varlen forward; the exchange (copies, then rank 1's scan); the outputs and the
+ * scatter of final states. Rank 0 offers its last piece's state with length −1 (a chain starts
+ * there), rank 1 likewise (two pieces); the slot arrays patched: rank 0's last piece writes no
+ * final state, rank 1's first reads no initial state. */
+LJ_TEST(varlen_simulated_sequence)
+{
+    need_nvrtc();
+    lj_fake_driver_reset();
+    fake_device();
+    lajit_ctx *ctx = fake_ctx();
+    rank_views u[2];
+    varlen_views w[2];
+    const int32_t cu0[3] = {0, 3, 5}, cu1[3] = {0, 2, 4};
+    rank_open(&u[0], 5);
+    rank_open(&u[1], 4);
+    varlen_open(&w[0], &u[0], 5, cu0, 2, LAJIT_CP_CONTINUES_OUT);
+    varlen_open(&w[1], &u[1], 4, cu1, 2, LAJIT_CP_CONTINUES_IN);
+    lajit_cp_attn_fwd_args a[2] = {w[0].a, w[1].a};
+    lajit_status st = lajit__cp_attn_fwd_sim(ctx, 2, a);
+    if (st != LAJIT_OK)
+        lj_test_fail(__FILE__, __LINE__, "%s: %s", lajit_status_string(st), lajit_errmsg(ctx));
+    static const char *const want[] = {"la_state_pool", "la_fwd_sm90",   "la_state_pool",
+                                       "la_fwd_sm90",   "la_state_scan", "la_fwd_sm90",
+                                       "la_state_pool", "la_fwd_sm90",   "la_state_pool"};
+    ASSERT_EQ(lj_fake_launch_count(), (int)(sizeof want / sizeof want[0]));
+    for (int i = 0; i < lj_fake_launch_count(); i++)
+        ASSERT_STREQ(lj_fake_launch_get(i)->entry, want[i]);
+    /* The exchanged lengths: −1 from both ranks (each holds two pieces). */
+    const size_t each_slot = SLOT;
+    for (int r = 0; r < 2; r++) {
+        int64_t len = 0;
+        memcpy(&len, (const char *)(uintptr_t)ctx->cp_ws.ptr + (size_t)r * each_slot + SLOT - 16,
+               8);
+        ASSERT_EQ(len, -1);
+    }
+    ASSERT_EQ(ctx->cp_ids_n, 2);
+    const int32_t *ids = (const int32_t *)(uintptr_t)ctx->cp_ids.ptr;
+    ASSERT_EQ(ids[0], 0);
+    ASSERT_EQ(ids[1], 1);
+    for (int r = 0; r < 2; r++) {
+        varlen_close(&w[r]);
+        rank_close(&u[r]);
+    }
     lajit_ctx_destroy(ctx);
     lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
     ASSERT_TRUE(lj_fake_driver_balanced());

@@ -126,7 +126,7 @@ LJ_TEST(launch_through_the_fake_driver)
     pool_views u;
     views_open(&u);
     lajit_ctx *ctx = fake_ctx(0);
-    ok(ctx, lj_state_pool_gather(ctx, u.p, u.s, u.b, NULL), __LINE__);
+    ok(ctx, lj_state_pool_gather(ctx, u.p, u.s, u.b, 0, NULL), __LINE__);
     ASSERT_EQ(lj_fake_launch_count(), 1);
     const lj_fake_launch *l = lj_fake_launch_get(0);
     ASSERT_STREQ(l->entry, "la_state_pool");
@@ -162,7 +162,7 @@ LJ_TEST(launch_through_the_fake_driver)
     int loads = lj_fake_driver_counts()->loads;
 
     /* Scatter: the same plan, scatter = 1. */
-    ok(ctx, lj_state_pool_scatter(ctx, u.b, u.s, u.p, NULL), __LINE__);
+    ok(ctx, lj_state_pool_scatter(ctx, u.b, u.s, u.p, 1, NULL), __LINE__);
     ASSERT_EQ(lj_fake_driver_counts()->loads, loads);
     ASSERT_EQ(lj_fake_launch_count(), 2);
     memcpy(&scatter, (const unsigned char *)&lj_fake_launch_get(1)->params + 168, 4);
@@ -174,7 +174,7 @@ LJ_TEST(launch_through_the_fake_driver)
     CUgraph g;
     ASSERT_EQ(drv->cuStreamCreate(&s, 0), CUDA_SUCCESS);
     ASSERT_EQ(drv->cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CUDA_SUCCESS);
-    ok(ctx, lj_state_pool_gather(ctx, u.p, u.s, u.b, s), __LINE__);
+    ok(ctx, lj_state_pool_gather(ctx, u.p, u.s, u.b, 0, s), __LINE__);
     ASSERT_EQ(drv->cuStreamEndCapture(s, &g), CUDA_SUCCESS);
     ASSERT_TRUE(lj_fake_launch_get(2)->captured);
     ASSERT_EQ(lj_fake_driver_counts()->loads, loads);
@@ -186,7 +186,7 @@ LJ_TEST(launch_through_the_fake_driver)
     lj_test_tensor tb, ts;
     DLTensor *b0 = lj_gpu_tensor(&tb, u.batch, 0, 4, empty4, NULL, lj_test_dl_dtype(LJ_F32));
     DLTensor *s0 = lj_gpu_tensor(&ts, u.slots, 0, 1, empty1, NULL, lj_test_dl_int32());
-    ok(ctx, lj_state_pool_scatter(ctx, b0, s0, u.p, NULL), __LINE__);
+    ok(ctx, lj_state_pool_scatter(ctx, b0, s0, u.p, 1, NULL), __LINE__);
     ASSERT_EQ(lj_fake_launch_count(), 3);
 
     /* A narrow width (pairs of floats) with a strided slots view: another plan, launched. */
@@ -196,7 +196,7 @@ LJ_TEST(launch_through_the_fake_driver)
     DLTensor *pp = lj_gpu_tensor(&tp6, u.pool, 0, 4, p6, padded, lj_test_dl_dtype(LJ_F32));
     DLTensor *bb = lj_gpu_tensor(&tb6, u.batch, 0, 4, b6, padded, lj_test_dl_dtype(LJ_F32));
     DLTensor *ss = lj_gpu_tensor(&ts2, u.slots, 0, 1, slots_shape, sstride, lj_test_dl_int32());
-    ok(ctx, lj_state_pool_gather(ctx, pp, ss, bb, NULL), __LINE__);
+    ok(ctx, lj_state_pool_gather(ctx, pp, ss, bb, 0, NULL), __LINE__);
     ASSERT_EQ(lj_fake_launch_count(), 4);
     ASSERT_EQ(lj_fake_launch_get(3)->block[0], 64u); /* 48 pairs: the narrowest CTA, one */
     ASSERT_EQ(lj_fake_launch_get(3)->grid[1], 1u);
@@ -217,55 +217,56 @@ LJ_TEST(argument_errors)
     const DLDataType f32 = lj_test_dl_dtype(LJ_F32), f16 = lj_test_dl_dtype(LJ_F16);
     lj_test_tensor t, t2;
 
-    ASSERT_STATUS(lj_state_pool_gather(NULL, u.p, u.s, u.b, NULL), LAJIT_ERR_INVALID_ARGUMENT);
-    refused(ctx, lj_state_pool_gather(ctx, u.p, NULL, u.b, NULL), LAJIT_ERR_INVALID_ARGUMENT,
+    ASSERT_STATUS(lj_state_pool_gather(NULL, u.p, u.s, u.b, 0, NULL), LAJIT_ERR_INVALID_ARGUMENT);
+    refused(ctx, lj_state_pool_gather(ctx, u.p, NULL, u.b, 0, NULL), LAJIT_ERR_INVALID_ARGUMENT,
             "lj_state_pool_gather: pool, slots and dst are required", __LINE__);
-    refused(ctx, lj_state_pool_scatter(ctx, NULL, u.s, u.p, NULL), LAJIT_ERR_INVALID_ARGUMENT,
+    refused(ctx, lj_state_pool_scatter(ctx, NULL, u.s, u.p, 1, NULL), LAJIT_ERR_INVALID_ARGUMENT,
             "lj_state_pool_scatter: pool, slots and src are required", __LINE__);
     /* Dtypes and ranks. */
     refused(ctx,
             lj_state_pool_gather(ctx, lj_gpu_tensor(&t, u.pool, 0, 4, pool_shape, NULL, f16), u.s,
-                                 u.b, NULL),
+                                 u.b, 0, NULL),
             LAJIT_ERR_INVALID_ARGUMENT, "pool is float16; pooled states are float32", __LINE__);
     refused(ctx,
             lj_state_pool_scatter(ctx, lj_gpu_tensor(&t, u.batch, 0, 3, batch_shape, NULL, f32),
-                                  u.s, u.p, NULL),
+                                  u.s, u.p, 1, NULL),
             LAJIT_ERR_INVALID_ARGUMENT, "src must be float32 [n, H, R, C]", __LINE__);
     refused(ctx,
             lj_state_pool_gather(
                 ctx, u.p,
                 lj_gpu_tensor(&t, u.slots, 0, 1, slots_shape, NULL, (DLDataType){kDLInt, 64, 1}),
-                u.b, NULL),
+                u.b, 0, NULL),
             LAJIT_ERR_INVALID_ARGUMENT, "slots is int64 [3]; expected int32 [n] = [3]", __LINE__);
     /* Shapes. */
     const int64_t zero_h[4] = {P, 0, R, C}, other_c[4] = {N, H, R, C + 4}, four[1] = {N + 1};
     refused(ctx,
             lj_state_pool_gather(ctx, lj_gpu_tensor(&t, u.pool, 0, 4, zero_h, NULL, f32), u.s, u.b,
-                                 NULL),
+                                 0, NULL),
             LAJIT_ERR_INVALID_ARGUMENT, "pool [P, H, R, C] has H = 0", __LINE__);
     refused(ctx,
             lj_state_pool_gather(ctx, u.p, u.s,
-                                 lj_gpu_tensor(&t, u.batch, 0, 4, other_c, NULL, f32), NULL),
+                                 lj_gpu_tensor(&t, u.batch, 0, 4, other_c, NULL, f32), 0, NULL),
             LAJIT_ERR_INVALID_ARGUMENT,
             "dst is [3, 3, 64, 36]; the pool makes its states [3, 64, 32] (H, R, C)", __LINE__);
     refused(ctx,
             lj_state_pool_scatter(ctx, u.b,
                                   lj_gpu_tensor(&t, u.slots, 0, 1, four, NULL, lj_test_dl_int32()),
-                                  u.p, NULL),
+                                  u.p, 1, NULL),
             LAJIT_ERR_INVALID_ARGUMENT, "slots is int32 [4]; expected int32 [n] = [3]", __LINE__);
     /* What the family's declaration checks: alignment, unit last stride, aliasing. */
     refused(ctx,
             lj_state_pool_gather(ctx, lj_gpu_tensor(&t, u.pool, 4, 4, pool_shape, NULL, f32), u.s,
-                                 u.b, NULL),
+                                 u.b, 0, NULL),
             LAJIT_ERR_INVALID_ARGUMENT, "la_state_pool: pool's address", __LINE__);
     const int64_t strided[4] = {(int64_t)H * RC * 2, (int64_t)RC * 2, C * 2, 2};
     refused(ctx,
             lj_state_pool_gather(ctx, u.p, u.s,
-                                 lj_gpu_tensor(&t, u.batch, 0, 4, batch_shape, strided, f32), NULL),
+                                 lj_gpu_tensor(&t, u.batch, 0, 4, batch_shape, strided, f32), 0,
+                                 NULL),
             LAJIT_ERR_INVALID_ARGUMENT, "last stride", __LINE__);
     refused(ctx,
             lj_state_pool_scatter(ctx, lj_gpu_tensor(&t2, u.pool, 0, 4, batch_shape, NULL, f32),
-                                  u.s, u.p, NULL),
+                                  u.s, u.p, 1, NULL),
             LAJIT_ERR_INVALID_ARGUMENT, "outputs pool and states share elements", __LINE__);
     lajit_ctx_destroy(ctx);
     views_close(&u);
@@ -282,22 +283,22 @@ LJ_TEST(checked_mode_reads_the_slots)
     views_open(&u);
     lajit_ctx *ctx = fake_ctx(LAJIT_CTX_CHECKED);
     int32_t *sl = (int32_t *)(uintptr_t)u.slots;
-    ok(ctx, lj_state_pool_gather(ctx, u.p, u.s, u.b, NULL), __LINE__);
-    ok(ctx, lj_state_pool_scatter(ctx, u.b, u.s, u.p, NULL), __LINE__);
+    ok(ctx, lj_state_pool_gather(ctx, u.p, u.s, u.b, 0, NULL), __LINE__);
+    ok(ctx, lj_state_pool_scatter(ctx, u.b, u.s, u.p, 1, NULL), __LINE__);
     ASSERT_EQ(lj_fake_launch_count(), 2);
     sl[0] = P;
-    refused(ctx, lj_state_pool_gather(ctx, u.p, u.s, u.b, NULL), LAJIT_ERR_CHECK_FAILED,
+    refused(ctx, lj_state_pool_gather(ctx, u.p, u.s, u.b, 0, NULL), LAJIT_ERR_CHECK_FAILED,
             "lj_state_pool_gather: slots[0] = 5 names slot 5; the pool holds 5", __LINE__);
     sl[0] = 4;
     sl[2] = LAJIT_SLOT_FRESH(P);
-    refused(ctx, lj_state_pool_scatter(ctx, u.b, u.s, u.p, NULL), LAJIT_ERR_CHECK_FAILED,
+    refused(ctx, lj_state_pool_scatter(ctx, u.b, u.s, u.p, 1, NULL), LAJIT_ERR_CHECK_FAILED,
             "slots[2] = -7 names slot 5", __LINE__);
     sl[2] = INT32_MIN; /* FRESH(2^31 - 2) */
-    refused(ctx, lj_state_pool_gather(ctx, u.p, u.s, u.b, NULL), LAJIT_ERR_CHECK_FAILED,
+    refused(ctx, lj_state_pool_gather(ctx, u.p, u.s, u.b, 0, NULL), LAJIT_ERR_CHECK_FAILED,
             "names slot 2147483646", __LINE__);
     sl[2] = LAJIT_SLOT_FRESH(4); /* slot 4 twice */
-    ok(ctx, lj_state_pool_gather(ctx, u.p, u.s, u.b, NULL), __LINE__);
-    refused(ctx, lj_state_pool_scatter(ctx, u.b, u.s, u.p, NULL), LAJIT_ERR_CHECK_FAILED,
+    ok(ctx, lj_state_pool_gather(ctx, u.p, u.s, u.b, 0, NULL), __LINE__);
+    refused(ctx, lj_state_pool_scatter(ctx, u.b, u.s, u.p, 1, NULL), LAJIT_ERR_CHECK_FAILED,
             "slots[2] = -6 names slot 4 again", __LINE__);
     /* A strided view reads the elements it names: slots {4, FRESH(4)->skip at 2, ...}. */
     sl[1] = 3;
@@ -307,9 +308,9 @@ LJ_TEST(checked_mode_reads_the_slots)
     const int64_t sstride[1] = {2};
     lj_test_tensor ts;
     DLTensor *ss = lj_gpu_tensor(&ts, u.slots, 0, 1, slots_shape, sstride, lj_test_dl_int32());
-    ok(ctx, lj_state_pool_scatter(ctx, u.b, ss, u.p, NULL), __LINE__); /* 4, -1, 1 */
+    ok(ctx, lj_state_pool_scatter(ctx, u.b, ss, u.p, 1, NULL), __LINE__); /* 4, -1, 1 */
     sl[2] = 4;
-    refused(ctx, lj_state_pool_scatter(ctx, u.b, ss, u.p, NULL), LAJIT_ERR_CHECK_FAILED,
+    refused(ctx, lj_state_pool_scatter(ctx, u.b, ss, u.p, 1, NULL), LAJIT_ERR_CHECK_FAILED,
             "slots[1] = 4 names slot 4 again", __LINE__);
     lajit_ctx_destroy(ctx);
     views_close(&u);

@@ -3,9 +3,12 @@
 //
 // For each state i of the batch (slots[i] in the encoding of include/lajit.h's LAJIT_SLOT_*):
 //     gather  (scatter == 0):  states[i] ← pool[s] if slots[i] = s >= 0, else 0 (−1, or
-//                              LAJIT_SLOT_FRESH(s): a fresh slot is never read)
+//                              LAJIT_SLOT_FRESH(s): a fresh slot is not read)
 //     scatter (scatter != 0):  pool[s] ← states[i] if slots[i] = s >= 0 or LAJIT_SLOT_FRESH(s);
 //                              nothing for −1
+// unless `fresh` says otherwise: 1 makes LAJIT_SLOT_FRESH(s) its slot s in a gather too (the
+// backward's dS_N is read from a fresh sequence's slot), 0 makes it none in a scatter too (the
+// backward's dS_0 of a fresh sequence is not written).
 // A slot outside [0, P) is the caller's error (checked mode refuses it, runtime/pool_op.c); the
 // kernel treats one as −1 so that it never touches memory outside the pool.
 //
@@ -35,7 +38,7 @@ struct alignas(4 * VEC) vecf {
 } // namespace
 
 extern "C" __global__ void __launch_bounds__(THREADS)
-    la_state_pool(lj_arg<4> pool, lj_arg<1> slots, lj_arg<4> states, int scatter)
+    la_state_pool(lj_arg<4> pool, lj_arg<1> slots, lj_arg<4> states, int scatter, int fresh_mode)
 {
     const long long i = blockIdx.x, h = blockIdx.z;
     const int item = blockIdx.y * THREADS + threadIdx.x;
@@ -46,7 +49,10 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     const long long x = static_cast<const int *>(slots.ptr)[i * slots.stride[0]];
     const bool fresh = x <= -2;
     const long long slot = fresh ? -2 - x : x;
-    const bool in_pool = slot >= 0 && slot < pool.size[0];
+    // fresh_mode: −1 the direction's rule (a gather skips a fresh slot, a scatter writes it), 0 a
+    // fresh slot is none, 1 it is its slot.
+    const bool fresh_counts = fresh_mode < 0 ? scatter != 0 : fresh_mode != 0;
+    const bool in_pool = slot >= 0 && slot < pool.size[0] && (!fresh || fresh_counts);
     const long long s = in_pool ? slot : 0; // never an address outside the pool
 
     vecf *st = reinterpret_cast<vecf *>(static_cast<float *>(states.ptr) + i * states.stride[0] +
@@ -61,7 +67,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #pragma unroll
         for (int k = 0; k < VEC; k++)
             v.x[k] = 0.f;
-        if (in_pool && !fresh)
+        if (in_pool)
             v = *pl;
         *st = v;
     }

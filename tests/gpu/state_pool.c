@@ -56,16 +56,17 @@ static void call(lajit_ctx *ctx, const pool_case *c, int scatter, const DLTensor
     CUgraph g;
     CUgraphExec ge;
     if (c->graph) {
-        ASSERT_OK(scatter ? lj_state_pool_scatter(ctx, batch, slots, (DLTensor *)pool, stream)
-                          : lj_state_pool_gather(ctx, pool, slots, batch, stream));
+        ASSERT_OK(scatter ? lj_state_pool_scatter(ctx, batch, slots, (DLTensor *)pool, 1, stream)
+                          : lj_state_pool_gather(ctx, pool, slots, batch, 0, stream));
         lj_gpu_stream_sync(stream);
         lj_gpu_poison(out, out_bytes);
     }
     if (c->graph)
         ASSERT_EQ(drv->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
                   CUDA_SUCCESS);
-    lajit_status st = scatter ? lj_state_pool_scatter(ctx, batch, slots, (DLTensor *)pool, stream)
-                              : lj_state_pool_gather(ctx, pool, slots, batch, stream);
+    lajit_status st = scatter
+                          ? lj_state_pool_scatter(ctx, batch, slots, (DLTensor *)pool, 1, stream)
+                          : lj_state_pool_gather(ctx, pool, slots, batch, 0, stream);
     if (st != LAJIT_OK)
         lj_test_fail(__FILE__, __LINE__, "%s: %s: %s", scatter ? "scatter" : "gather",
                      lajit_status_string(st), lajit_errmsg(ctx));
@@ -288,7 +289,8 @@ LJ_TEST(graph_and_checked_mode)
     DLTensor *tpool = lj_gpu_tensor(&tp, dpool, 0, 4, pshape, NULL, f32);
     DLTensor *tbatch = lj_gpu_tensor(&tb, dbatch, 0, 4, bshape, NULL, f32);
     DLTensor *tslots = lj_gpu_tensor(&ts, dslots, 0, 1, sshape, NULL, lj_test_dl_int32());
-    ASSERT_STATUS(lj_state_pool_scatter(ctx, tbatch, tslots, tpool, NULL), LAJIT_ERR_CHECK_FAILED);
+    ASSERT_STATUS(lj_state_pool_scatter(ctx, tbatch, tslots, tpool, 1, NULL),
+                  LAJIT_ERR_CHECK_FAILED);
     ASSERT_CONTAINS(lajit_errmsg(ctx), "slots[1] = -5 names slot 3; the pool holds 3");
     lj_gpu_free(dpool);
     lj_gpu_free(dbatch);
