@@ -45,9 +45,6 @@ struct lajit_ctx {
     long long seg_N;
     int seg_P;
     int ds_segments; /* LAJIT_DS_SEGMENTS: 0 automatic, 1 never, n >= 2 always n (tests) */
-    /* Context parallelism's varlen calls: the slots 0 .. cp_ids_n − 1 (cp_varlen.c). */
-    lj_dev_buf cp_ids;
-    int64_t cp_ids_n;
     const lj_nccl *nccl_override; /* tests: a fake NCCL table */
     uint32_t autotune;            /* LAJIT_AUTOTUNE_OFF or _EAGER (resolved at creation) */
     lj_tunedb *tunedb; /* opened on the first plan built; NULL until then or if unusable */

@@ -60,11 +60,9 @@ static int regions(const cp_rank *r, size_t *exch, size_t *scratch, size_t *in, 
 
 size_t lj_cp_rank_bytes(const cp_rank *r)
 {
-    size_t exch, scratch, in, ds, total = 0, varlen = 0;
+    size_t exch, scratch, in, ds, total = 0;
     if (!regions(r, &exch, &scratch, &in, &ds) || !add(&total, exch, 1) ||
         !add(&total, scratch, 1) || !add(&total, in, r->c.bwd ? 2 : 1) || !add(&total, ds, 1))
-        return 0;
-    if (r->c.cu_seqlens && ((varlen = lj_cp_varlen_bytes(r)) == 0 || !add(&total, varlen, 1)))
         return 0;
     return total;
 }
@@ -81,9 +79,6 @@ void lj_cp_place(cp_rank *r, CUdeviceptr base)
     r->ds_gather = r->c.ds ? r->incoming + in * (r->c.bwd ? 2 : 1) : 0;
     r->carry = r->gather + (CUdeviceptr)(r->c.logstep ? 1 : r->rank) * r->slot;
     r->own = r->carry;
-    if (r->c.cu_seqlens)
-        lj_cp_varlen_place(
-            r, round16(r->ds_gather ? r->ds_gather + ds : r->incoming + in * (r->c.bwd ? 2 : 1)));
 }
 
 CUdeviceptr lj_cp_incoming(const cp_rank *r, int grad)
@@ -295,7 +290,8 @@ lajit_status lj_cp_ds_sum(lajit_ctx *ctx, const cp_rank *r)
     sum.byte_offset = 2 * r->ds_slot * (size_t)r->P;
     sum.ndim = 4;
     sum.shape = sum_shape;
-    /* Zero lengths (no decay: λ = 1; and no −1, which would restart the sum), after the sum. */
+    /* Zero lengths of its own (after the sum): the scan reads lengths even without s (a −1
+     * would restart the sum), so they cannot be any bytes. */
     const CUdeviceptr zeros = r->ds_gather + round16(r->ds_slot * (size_t)(2 * r->P + 1));
     CUresult zr = LJ_CU(&ctx->env, ctx->device.drv, cuMemsetD32Async, zeros, 0u, 2 * (size_t)r->P,
                         (CUstream)c->stream);
