@@ -545,19 +545,6 @@ static void bench_dispatch_custom(lajit_ctx *ctx, CUstream s)
 
 /* ---- main ---------------------------------------------------------------------------------- */
 
-static int parse_list(const char *s, int *out, int cap)
-{
-    int n = 0;
-    while (*s && n < cap) {
-        out[n++] = atoi(s);
-        const char *c = strchr(s, ',');
-        if (!c)
-            break;
-        s = c + 1;
-    }
-    return n;
-}
-
 int main(int argc, char **argv)
 {
     const char *mode = "all", *family = NULL, *jit_what = "first_call";
@@ -592,19 +579,19 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--H") == 0)
             H = atoi(v);
         else if (strcmp(a, "--D") == 0)
-            nD = parse_list(v, Ds, 8);
+            nD = lj_bench_parse_list(v, Ds, 8);
         else if (strcmp(a, "--N") == 0)
-            nN = parse_list(v, Ns, 16);
+            nN = lj_bench_parse_list(v, Ns, 16);
         else if (strcmp(a, "--decode-B") == 0)
-            nB = parse_list(v, Bs, 16);
+            nB = lj_bench_parse_list(v, Bs, 16);
         else if (strcmp(a, "--decode-H") == 0)
             dH = atoi(v);
         else if (strcmp(a, "--decode-D") == 0)
             dD = atoi(v);
         else if (strcmp(a, "--T") == 0)
-            nT = parse_list(v, Ts, 4);
+            nT = lj_bench_parse_list(v, Ts, 4);
         else if (strcmp(a, "--state") == 0) /* decode pools: 32 (float32), 16 (bfloat16) */
-            nS = parse_list(v, Sbits, 2);
+            nS = lj_bench_parse_list(v, Sbits, 2);
         else {
             fprintf(stderr, "lajit_bench: unknown argument %s\n", a);
             return 2;

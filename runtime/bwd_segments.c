@@ -28,17 +28,10 @@
 #define MAX_SEGMENTS   64
 #define SEGMENT_TOKENS 4096 /* the shortest segment the automatic rule makes */
 
+/* A state the segments copy as bytes: absent, or compact. */
 static int compact_state(const DLTensor *t)
 {
-    if (!t || !t->strides)
-        return 1;
-    int64_t want = 1;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        if (t->shape[d] > 1 && t->strides[d] != want)
-            return 0;
-        want *= t->shape[d];
-    }
-    return 1;
+    return !t || lj_tensor_compact(t);
 }
 
 int lj_bwd_segments(lajit_ctx *ctx, const lajit_attn_bwd_args *a, long long H, long long N,

@@ -159,20 +159,6 @@ static lajit_status check_state(lj_env *env, const char *name, const DLTensor *t
     return LAJIT_OK;
 }
 
-/* Compact float32 of `count` elements from its first (a copy source or destination). */
-static int compact(const DLTensor *t)
-{
-    if (!t->strides)
-        return 1;
-    int64_t want = 1;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        if (t->shape[d] > 1 && t->strides[d] != want)
-            return 0;
-        want *= t->shape[d];
-    }
-    return 1;
-}
-
 /* Everything one rank's call can check alone; fills r's sizes and layout (not its buffers). */
 static lajit_status check_rank(lj_env *env, const cp_call *c, int rank, int P, cp_rank *r)
 {
@@ -209,7 +195,7 @@ static lajit_status check_rank(lj_env *env, const cp_call *c, int rank, int P, c
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s: ds (the gradient of s) needs s",
                             c->fn);
         if (!c->ds->shape || c->ds->ndim != 1 || c->ds->shape[0] != r->H ||
-            !lj_tensor_elem(c->ds->dtype, &e) || e != LJ_ELEM_F32 || !compact(c->ds))
+            !lj_tensor_elem(c->ds->dtype, &e) || e != LJ_ELEM_F32 || !lj_tensor_compact(c->ds))
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                             "%s: ds must be float32 [H] = [%lld], contiguous", c->fn,
                             (long long)r->H);
@@ -331,7 +317,7 @@ static lajit_status cp_local(lajit_ctx *ctx, const cp_rank *r, int grad)
                    : lj_cp_driver_fail(ctx, c, cr, "cuMemsetD32Async (an empty span's state)");
     }
     /* An end rank with no tokens passes its carry (S_0, or dS_N) on as it is. */
-    if (!compact(carry_in))
+    if (!lj_tensor_compact(carry_in))
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                         "%s: rank %d has no tokens, so %s is copied into the exchange as it is: it "
                         "must be contiguous",
@@ -400,7 +386,7 @@ static lajit_status cp_bwd_grads(lajit_ctx *ctx, const cp_rank *r)
         }
         if (r->rank != 0 || !c->d_initial_state)
             return LAJIT_OK;
-        if (!compact(c->d_initial_state))
+        if (!lj_tensor_compact(c->d_initial_state))
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                             "%s: rank 0 has no tokens, so d_initial_state is copied from the "
                             "exchange as it is: it must be contiguous",
@@ -411,7 +397,7 @@ static lajit_status cp_bwd_grads(lajit_ctx *ctx, const cp_rank *r)
             return cr == CUDA_SUCCESS ? LAJIT_OK
                                       : lj_cp_driver_fail(ctx, c, cr, "cuMemsetD32Async (dS_0)");
         }
-        if (!compact(reaching))
+        if (!lj_tensor_compact(reaching))
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                             "%s: rank 0 has no tokens and is the last rank, so d_final_state is "
                             "copied to d_initial_state: it must be contiguous",

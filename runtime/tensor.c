@@ -409,3 +409,16 @@ lajit_status lj_tensor_check_writable(lj_env *env, const char *name, const DLTen
     }
     return LAJIT_OK;
 }
+
+int lj_tensor_compact(const DLTensor *t)
+{
+    if (!t->strides)
+        return 1;
+    int64_t want = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] > 1 && t->strides[d] != want)
+            return 0;
+        want *= t->shape[d];
+    }
+    return 1;
+}

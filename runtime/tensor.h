@@ -94,4 +94,8 @@ int lj_tensor_elem(DLDataType dt, lj_elem *out);
 /* "float32", "float16", "bfloat16", "int32", "int64", or "unsupported". */
 const char *lj_tensor_dtype_name(DLDataType dt);
 
+/* 1 when t's elements are contiguous in row-major order from its first (NULL strides, or strides
+ * that match; dimensions of size 1 may have any stride): one memcpy of its bytes moves it. */
+int lj_tensor_compact(const DLTensor *t);
+
 #endif
