@@ -422,3 +422,21 @@ int lj_tensor_compact(const DLTensor *t)
     }
     return 1;
 }
+
+uint64_t lj_tensor_address(const DLTensor *t)
+{
+    return (uint64_t)(uintptr_t)t->data + t->byte_offset;
+}
+
+DLTensor *lj_device_view(DLTensor *t, uint64_t addr, int ordinal, int ndim, int64_t *shape,
+                         int64_t *strides, DLDataType dtype)
+{
+    memset(t, 0, sizeof *t);
+    t->data = (void *)(uintptr_t)addr;
+    t->device = (DLDevice){kDLCUDA, ordinal};
+    t->ndim = ndim;
+    t->dtype = dtype;
+    t->shape = shape;
+    t->strides = strides;
+    return t;
+}
