@@ -30,7 +30,8 @@ struct fake_function {
 struct fake_handle { /* streams, events, graphs, graph execs */
     int live;
     CUcontext ctx; /* streams and events: the context they belong to */
-    double t;      /* events: the virtual clock when recorded */
+    double t;      /* events: the virtual clock when recorded; graphs and execs: the virtual time
+                      of the kernels captured into them, spent again at each replay */
 };
 /* A context made with cuCtxCreate. sticky: the error a faulted kernel left in it (every later
  * call that needs it fails with this until it is destroyed, as with the real driver). */
@@ -58,7 +59,8 @@ static struct {
     CUresult fault_result;
     lj_fake_time_fn time_fn;
     void *time_user;
-    double clock_ms; /* virtual time: advanced by each launch's kernel time */
+    double clock_ms;   /* virtual time: advanced by each launch's kernel time */
+    double capture_ms; /* kernel time captured into the graph being recorded */
     struct fake_handle streams[MAX_HANDLES], events[MAX_HANDLES], graphs[MAX_HANDLES],
         execs[MAX_HANDLES];
     CUstream capturing; /* the stream under capture */
@@ -564,7 +566,12 @@ static CUresult f_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigne
     /* The kernel "runs": virtual time passes, and a kernel the test marks as faulting leaves
      * its context with a sticky error, seen by the next call (the launch itself succeeds, as
      * launches are asynchronous). */
-    fk.clock_ms += fk.time_fn ? fk.time_fn(l, fk.time_user) : 0.001;
+    /* A captured kernel does not run: its time is spent when its graph is launched. */
+    const double kernel_ms = fk.time_fn ? fk.time_fn(l, fk.time_user) : 0.001;
+    if (captured)
+        fk.capture_ms += kernel_ms;
+    else
+        fk.clock_ms += kernel_ms;
     if (fk.fault_fn && fk.fault_fn(l, fk.fault_user)) {
         if (fk.current == PRIMARY)
             fk.primary_sticky = fk.fault_result;
@@ -762,6 +769,7 @@ static CUresult f_cuStreamBeginCapture(CUstream s, CUstreamCaptureMode mode)
         return err(CUDA_ERROR_INVALID_VALUE); /* the legacy stream cannot be captured */
     fk.capture_active = 1;
     fk.capturing = s;
+    fk.capture_ms = 0;
     fk.counts.captures_begun++;
     return CUDA_SUCCESS;
 }
@@ -778,6 +786,7 @@ static CUresult f_cuStreamEndCapture(CUstream s, CUgraph *g)
     void *h = take_handle(fk.graphs, &dummy);
     if (!h)
         return err(CUDA_ERROR_OUT_OF_MEMORY);
+    ((struct fake_handle *)h)->t = fk.capture_ms;
     *g = (CUgraph)h;
     return CUDA_SUCCESS;
 }
@@ -790,6 +799,7 @@ static CUresult f_cuGraphInstantiate(CUgraphExec *e, CUgraph g, unsigned long lo
     void *h = take_handle(fk.execs, &fk.counts.graphs_instantiated);
     if (!h)
         return err(CUDA_ERROR_OUT_OF_MEMORY);
+    ((struct fake_handle *)h)->t = ((struct fake_handle *)(void *)g)->t;
     *e = (CUgraphExec)h;
     return CUDA_SUCCESS;
 }
@@ -800,6 +810,7 @@ static CUresult f_cuGraphLaunch(CUgraphExec e, CUstream s)
     if (!live_handle(fk.execs, e) || (s && !live_handle(fk.streams, s)))
         return err(CUDA_ERROR_INVALID_HANDLE);
     fk.counts.graph_launches++;
+    fk.clock_ms += ((struct fake_handle *)(void *)e)->t;
     return CUDA_SUCCESS;
 }
 
