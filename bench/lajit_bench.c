@@ -36,16 +36,31 @@ static const char helper_src[] =
     "extern \"C\" __global__ void lj_bench_scale(float4 *x, long long n4, float c) {\n"
     "    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
     "    if (i < n4) { float4 v = x[i]; v.x *= c; v.y *= c; v.z *= c; v.w *= c; x[i] = v; }\n"
+    "}\n"
+    /* The same for launches with programmatic stream serialization (--pdl 1), ordered as
+     * la_decode orders it (templates/common/pdl.cuh): wait for the previous kernel before any
+     * access, then let the next one be scheduled. */
+    "extern \"C\" __global__ void lj_bench_scale_pdl(float4 *x, long long n4, float c) {\n"
+    "#if __CUDA_ARCH__ >= 900\n"
+    "    asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
+    "    asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
+    "#endif\n"
+    "    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+    "    if (i < n4) { float4 v = x[i]; v.x *= c; v.y *= c; v.z *= c; v.w *= c; x[i] = v; }\n"
     "}\n";
 
-static CUfunction fn_empty, fn_scale;
+static CUfunction fn_empty, fn_scale, fn_scale_pdl;
 static int sm_count;
+/* Whether launches with programmatic stream serialization mean anything here: cc 9.0 or later
+ * and a driver with cuLaunchKernelEx (what lajit's own launch checks, runtime/plan_build.c). */
+static int pdl_supported;
 
 static void load_helpers(lajit_ctx *ctx)
 {
     lj_device *dev;
     lj_bench_check(ctx, lajit__ctx_device(ctx, &dev), "device");
     sm_count = dev->info.sms;
+    pdl_supported = dev->info.cc >= 90 && lj_bench_drv->cuLaunchKernelEx != NULL;
     lj_bench_check(ctx, lj_device_make_current(lajit__ctx_env(ctx), dev), "make current");
     lj_compiled c;
     lj_bench_check(ctx,
@@ -56,10 +71,12 @@ static void load_helpers(lajit_ctx *ctx)
     CU(cuModuleLoadData(&m, c.image));
     CU(cuModuleGetFunction(&fn_empty, m, "lj_bench_empty"));
     CU(cuModuleGetFunction(&fn_scale, m, "lj_bench_scale"));
+    CU(cuModuleGetFunction(&fn_scale_pdl, m, "lj_bench_scale_pdl"));
     lj_compiled_free(lajit__ctx_env(ctx), &c);
 }
 
-static void scale_launch(CUdeviceptr p, size_t bytes, CUstream s)
+/* pdl: launched with programmatic stream serialization (the kernel that waits first). */
+static void scale_launch(CUdeviceptr p, size_t bytes, CUstream s, int pdl)
 {
     long long n4 = (long long)(bytes / 16);
     float c = 0.999f;
@@ -67,6 +84,23 @@ static void scale_launch(CUdeviceptr p, size_t bytes, CUstream s)
     /* One float4 per thread: the fastest in-place update measured on an H200
      * (docs/notes/la_decode.md). */
     unsigned blocks = (unsigned)((n4 + 255) / 256);
+    if (pdl) {
+        CUlaunchAttribute attr;
+        memset(&attr, 0, sizeof attr);
+        attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        CUlaunchConfig cfg = {.gridDimX = blocks,
+                              .gridDimY = 1,
+                              .gridDimZ = 1,
+                              .blockDimX = 256,
+                              .blockDimY = 1,
+                              .blockDimZ = 1,
+                              .hStream = s,
+                              .attrs = &attr,
+                              .numAttrs = 1};
+        CU(cuLaunchKernelEx(&cfg, fn_scale_pdl, args, NULL));
+        return;
+    }
     CU(cuLaunchKernel(fn_scale, blocks, 1, 1, 256, 1, 1, 0, s, args, NULL));
 }
 
@@ -338,6 +372,7 @@ typedef struct decode_case {
     CUdeviceptr state_ptr[64];
     size_t state_bytes;
     int nbuf, next;
+    int pdl; /* the ceiling's launches: 1 with programmatic stream serialization */
 } decode_case;
 
 static void run_decode(void *user, CUstream s)
@@ -352,20 +387,23 @@ static void run_decode(void *user, CUstream s)
 static void run_scale(void *user, CUstream s)
 {
     decode_case *c = user;
-    scale_launch(c->state_ptr[c->next], c->state_bytes, s);
+    scale_launch(c->state_ptr[c->next], c->state_bytes, s, c->pdl);
     c->next = (c->next + 1) % c->nbuf;
 }
 
 /* state_bits: 32 (a float32 pool) or 16 (a bfloat16 pool: half the bytes; its ceiling is the
- * in-place update of a buffer of that size). */
+ * in-place update of a buffer of that size). pdl: -1 when --pdl was not given (rows without the
+ * field, the ceiling launched plainly); 0 or 1: ctx was created with LAJIT_PDL set to it, the
+ * ceiling is launched the same way and the rows say "pdl". */
 static void bench_decode(lajit_ctx *ctx, CUstream s, const int *Bs, int nB, int H, int D, int T,
-                         int state_bits)
+                         int state_bits, int pdl)
 {
     for (int bi = 0; bi < nB; bi++) {
         int B = Bs[bi], E = D;
         decode_case c;
         memset(&c, 0, sizeof c);
         c.ctx = ctx;
+        c.pdl = pdl == 1;
         c.state_bytes = (size_t)B * H * D * E * (size_t)(state_bits / 8);
         size_t want = 256u << 20;
         c.nbuf = (int)((want + c.state_bytes - 1) / c.state_bytes);
@@ -416,16 +454,19 @@ static void bench_decode(lajit_ctx *ctx, CUstream s, const int *Bs, int nB, int 
         double ceil_us = time_graph(run_scale, &c, s, steps, 20);
         double tb = 2.0 * (double)c.state_bytes / (us * 1e-6) / 1e12;
         double ctb = 2.0 * (double)c.state_bytes / (ceil_us * 1e-6) / 1e12;
+        char pdl_field[64] = "";
+        if (pdl >= 0)
+            snprintf(pdl_field, sizeof pdl_field, "\"pdl\": %d, ", pdl);
         printf(
             "{\"op\": \"decode\", \"impl\": \"lajit\", \"dtype\": \"bf16\", \"state_dtype\": "
             "\"%s\", "
             "\"B\": %d, \"H\": %d, "
             "\"D\": %d, \"E\": %d, \"T\": %d, \"us\": %.3f, \"TBps\": %.4f, \"ceiling_us\": %.3f, "
-            "\"ceiling_TBps\": %.4f, \"l2\": \"cold\", \"nbuf\": %d, "
+            "\"ceiling_TBps\": %.4f, \"l2\": \"cold\", \"nbuf\": %d, %s"
             "\"how\": \"CUDA graph of %d steps over %d rotating states; ceiling: x *= c on the "
-            "same states, same graph shape\"}\n",
-            state_bits == 32 ? "f32" : "bf16", B, H, D, E, T, us, tb, ceil_us, ctb, c.nbuf, steps,
-            c.nbuf);
+            "same states, same graph shape%s\"}\n",
+            state_bits == 32 ? "f32" : "bf16", B, H, D, E, T, us, tb, ceil_us, ctb, c.nbuf,
+            pdl_field, steps, c.nbuf, pdl == 1 ? "; both with programmatic dependent launch" : "");
         fflush(stdout);
         for (int i = 0; i < c.nbuf; i++)
             CU(cuMemFree(c.state_ptr[i]));
@@ -551,6 +592,7 @@ int main(int argc, char **argv)
     int Ds[8] = {64, 128}, nD = 2, Ns[16] = {1024, 2048, 4096, 8192, 16384, 32768}, nN = 6;
     int Bs[16] = {1, 4, 16, 32, 64, 128, 256}, nB = 7, Ts[4] = {1, 4}, nT = 2;
     int B = 4, H = 32, dH = 64, dD = 128, Sbits[2] = {32}, nS = 1;
+    int pdls[2] = {-1}, nP = 0; /* --pdl: LAJIT_PDL values to measure decode with */
     /* cp runs its ranks in child processes, before anything here touches CUDA. */
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], "--mode") == 0 && strcmp(argv[i + 1], "cp") == 0)
@@ -564,7 +606,7 @@ int main(int argc, char **argv)
                 "       lajit_bench --mode cp --help   (context parallelism: its own arguments)\n"
                 "  [--jit-what first_call_cold|first_call_warm_disk|first_call_bundle]\n"
                 "  [--B 4] [--H 32] [--D 64,128] [--N 1024,...] [--decode-B 1,4,...]\n"
-                "  [--decode-H 64] [--decode-D 128] [--T 1,4] [--state 32,16]\n"
+                "  [--decode-H 64] [--decode-D 128] [--T 1,4] [--state 32,16] [--pdl 0,1]\n"
                 "Prints one JSON row per measurement (DESIGN.md's report rows).\n");
             return 0;
         }
@@ -592,7 +634,14 @@ int main(int argc, char **argv)
             nT = lj_bench_parse_list(v, Ts, 4);
         else if (strcmp(a, "--state") == 0) /* decode pools: 32 (float32), 16 (bfloat16) */
             nS = lj_bench_parse_list(v, Sbits, 2);
-        else {
+        else if (strcmp(a, "--pdl") == 0) { /* decode with LAJIT_PDL=0 and/or 1 */
+            nP = lj_bench_parse_list(v, pdls, 2);
+            for (int j = 0; j < nP; j++)
+                if (pdls[j] != 0 && pdls[j] != 1) {
+                    fprintf(stderr, "lajit_bench: --pdl takes 0, 1 or 0,1\n");
+                    return 2;
+                }
+        } else {
             fprintf(stderr, "lajit_bench: unknown argument %s\n", a);
             return 2;
         }
@@ -628,10 +677,33 @@ int main(int argc, char **argv)
         bench_dispatch(ctx, s);
         bench_dispatch_custom(ctx, s);
     }
-    if (all || strcmp(mode, "decode") == 0)
+    if ((all || strcmp(mode, "decode") == 0) && nP == 0)
         for (int t = 0; t < nT; t++)
             for (int si = 0; si < nS; si++)
-                bench_decode(ctx, s, Bs, nB, dH, dD, Ts[t], Sbits[si] == 16 ? 16 : 32);
+                bench_decode(ctx, s, Bs, nB, dH, dD, Ts[t], Sbits[si] == 16 ? 16 : 32, -1);
+    /* --pdl: one context per value, LAJIT_PDL set while it is created (the switch is read then);
+     * the variable is restored after. */
+    for (int pi = 0; (all || strcmp(mode, "decode") == 0) && pi < nP; pi++) {
+        if (pdls[pi] == 1 && !pdl_supported) {
+            fprintf(stderr, "lajit_bench: --pdl 1 skipped: needs compute capability 9.0 or later "
+                            "and a driver with cuLaunchKernelEx\n");
+            continue;
+        }
+        const char *was = getenv("LAJIT_PDL");
+        char *saved = was ? strdup(was) : NULL;
+        setenv("LAJIT_PDL", pdls[pi] ? "1" : "0", 1);
+        lajit_ctx *pctx;
+        lj_bench_check(NULL, lajit_ctx_create(&desc, &pctx), "context (--pdl)");
+        if (saved)
+            setenv("LAJIT_PDL", saved, 1);
+        else
+            unsetenv("LAJIT_PDL");
+        free(saved);
+        for (int t = 0; t < nT; t++)
+            for (int si = 0; si < nS; si++)
+                bench_decode(pctx, s, Bs, nB, dH, dD, Ts[t], Sbits[si] == 16 ? 16 : 32, pdls[pi]);
+        lajit_ctx_destroy(pctx);
+    }
     if (all || strcmp(mode, "prefill") == 0 || strcmp(mode, "fwdbwd") == 0)
         bench_prefill(ctx, s, B, H, Ds, nD, Ns, nN, family, all || strcmp(mode, "fwdbwd") == 0);
     CU(cuMemFree(flush_buf));

@@ -207,6 +207,9 @@ return {
             block = { cfg.WARPS * 32, 1, 1 },
             smem = smem(cfg, problem),
             entry = "la_decode",
+            -- the kernel waits (common/pdl.cuh) before any global access: sm_90 and later may
+            -- start its CTAs while the previous kernel on the stream finishes
+            pdl = device.cc >= 90,
         }
     end,
 

@@ -69,7 +69,8 @@ static struct {
     lj_fake_counts counts;
     lj_fake_launch log[LJ_FAKE_MAX_LAUNCHES];
     lj_fake_copy copies[LJ_FAKE_MAX_LAUNCHES];
-} fk = {.device_count = 1};
+    int cc_major, cc_minor;
+} fk = {.device_count = 1, .cc_major = 9};
 
 /* The primary context: an address of ours that the fake never dereferences. */
 static char primary_ctx_storage;
@@ -267,8 +268,8 @@ static CUresult f_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
     if (d < 0 || d >= fk.device_count)
         return err(CUDA_ERROR_INVALID_DEVICE);
     switch (a) {
-        case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
-        case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
+        case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = fk.cc_major; break;
+        case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = fk.cc_minor; break;
         case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; break;
         case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = LJ_FAKE_SMEM_OPTIN; break;
         case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *v = 228 * 1024; break;
@@ -529,11 +530,12 @@ static CUresult f_cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction 
     return CUDA_SUCCESS;
 }
 
-static CUresult f_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                                 unsigned by, unsigned bz, unsigned smem, CUstream stream,
-                                 void **params, void **extra)
+/* Both launch entries: the checks and the record; pdl is 1 when cuLaunchKernelEx passed
+ * programmatic stream serialization. */
+static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                       unsigned by, unsigned bz, unsigned smem, CUstream stream, void **params,
+                       void **extra, int pdl)
 {
-    FAKE_ENTRY("cuLaunchKernel");
     NEED_CONTEXT();
     struct fake_function *fn = function_of(f);
     if (!fn)
@@ -561,6 +563,7 @@ static CUresult f_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigne
         l->smem = smem;
         l->stream = stream;
         l->captured = captured;
+        l->pdl = pdl;
         memcpy(&l->params, params[0], sizeof l->params);
     }
     /* The kernel "runs": virtual time passes, and a kernel the test marks as faulting leaves
@@ -583,7 +586,37 @@ static CUresult f_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigne
         fk.log[fk.counts.launches] = record;
     fk.counts.launches++;
     fk.counts.captured_launches += captured;
+    fk.counts.pdl_launches += pdl;
     return CUDA_SUCCESS;
+}
+
+static CUresult f_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                 unsigned by, unsigned bz, unsigned smem, CUstream stream,
+                                 void **params, void **extra)
+{
+    FAKE_ENTRY("cuLaunchKernel");
+    return launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra, 0);
+}
+
+/* Attributes as the driver takes them: the programmatic stream serialization one is the only one
+ * lajit passes, and the fake refuses it below compute capability 9.0 so that a test sees a launch
+ * that should not have asked for it fail; any other attribute is refused too. */
+static CUresult f_cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params,
+                                   void **extra)
+{
+    FAKE_ENTRY("cuLaunchKernelEx");
+    if (!c || (c->numAttrs && !c->attrs))
+        return err(CUDA_ERROR_INVALID_VALUE);
+    int pdl = 0;
+    for (unsigned i = 0; i < c->numAttrs; i++) {
+        if (c->attrs[i].id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+            return err(CUDA_ERROR_INVALID_VALUE);
+        if (fk.cc_major < 9)
+            return err(CUDA_ERROR_NOT_SUPPORTED);
+        pdl = c->attrs[i].value.programmaticStreamSerializationAllowed != 0;
+    }
+    return launch(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,
+                  c->blockDimZ, c->sharedMemBytes, c->hStream, params, extra, pdl);
 }
 
 /* ---- Memory -------------------------------------------------------------------------------- */
@@ -904,6 +937,7 @@ static const lj_driver fake_table = {
     .cuFuncSetAttribute = f_cuFuncSetAttribute,
     .cuFuncGetAttribute = f_cuFuncGetAttribute,
     .cuLaunchKernel = f_cuLaunchKernel,
+    .cuLaunchKernelEx = f_cuLaunchKernelEx,
     .cuMemAlloc = f_cuMemAlloc,
     .cuMemFree = f_cuMemFree,
     .cuMemcpyHtoD = f_cuMemcpyHtoD,
@@ -943,6 +977,7 @@ void lj_fake_driver_reset(void)
     memset(&fk, 0, sizeof fk);
     fk.device_count = 1;
     fk.init_result = CUDA_SUCCESS;
+    fk.cc_major = 9;
 }
 
 const lj_fake_counts *lj_fake_driver_counts(void)
@@ -982,6 +1017,12 @@ const lj_fake_launch *lj_fake_launch_get(int i)
 void lj_fake_driver_set_device_count(int n)
 {
     fk.device_count = n;
+}
+
+void lj_fake_driver_set_cc(int major, int minor)
+{
+    fk.cc_major = major;
+    fk.cc_minor = minor;
 }
 
 void lj_fake_driver_set_init_result(CUresult r)
