@@ -24,8 +24,12 @@
 # Each step writes its log under $OUT and runs under a time limit; a step that fails or runs out
 # of time leaves its rows so far and the next step runs. DEADLINE (seconds from the start, default
 # 570) bounds the whole call: each step's limit is cut to what is left before it, keeping
-# REPORT_RESERVE (default 20) seconds for the report. REPORT_RUN and REPORT_JOIN pass --run and
-# --join to report.py (e.g. REPORT_JOIN=docs/bench/h200.json REPORT_RUN=long-call).
+# REPORT_RESERVE (default 20) seconds for the report. Per-step limits (seconds): TESTS_TIMEOUT 300,
+# DECODE_TIMEOUT 240, PREFILL_TIMEOUT 240, LONG_TIMEOUT 150 (each shape), CP_TIMEOUT 300,
+# PEERS_TIMEOUT 420, PEERS_DECODE_TIMEOUT 150, PEERS_LONG_TIMEOUT 150 (each (B, H, D); 240 at
+# D = 64: PEERS_LONG_TIMEOUT_D64). LONG_SHAPES: "B H D N,N;..." REPORT_RUN, REPORT_JOIN and
+# REPORT_COMMIT pass --run, --join and --commit to report.py (e.g. REPORT_JOIN=docs/bench/h200.json
+# REPORT_RUN=long-call).
 set -uo pipefail
 gpu=${1:-h200}
 shift || true
@@ -128,13 +132,14 @@ if has prefill; then
     lajit_rows --mode prefill
 fi
 # The long-sequence shapes (issue 16): B H D N lists, one lajit_bench (and one FLA call) each.
-long_shapes=${LONG_SHAPES:-"1 8 128 65536,262144,1048576;2 16 64 131072;1 64 128 65536;1 1 128 1048576"}
+# D = 64 last: FLA autotunes longest there, and the deadline cuts what comes last.
+long_shapes=${LONG_SHAPES:-"1 8 128 65536,262144,1048576;1 64 128 65536;1 1 128 1048576;2 16 64 131072"}
 if has long; then
     note "long"
     IFS=';' read -ra specs <<<"$long_shapes"
     for spec in "${specs[@]}"; do
         set -- $spec
-        t=$(limit "${LONG_TIMEOUT:-90}")
+        t=$(limit "${LONG_TIMEOUT:-150}")
         lajit_rows --mode fwdbwd --B "$1" --H "$2" --D "$3" --N "$4"
     done
 fi
@@ -175,6 +180,7 @@ if has peers-long; then
             set -- $spec
             # FLA's first calls compile and autotune: minutes at D = 64 (PEERS_LONG_TIMEOUT).
             lim=$(limit "${PEERS_LONG_TIMEOUT:-150}")
+            [ "$3" = 64 ] && lim=$(limit "${PEERS_LONG_TIMEOUT_D64:-240}")
             peer_rows "$OUT/peers-long.jsonl" "$OUT/peers-long-$1-$2-$3.log" "$lim" "$peer_bench" \
                 --mode prefill --peers fla --B "$1" --H "$2" --D "$3" --N "$4"
             rc=$?
@@ -203,7 +209,7 @@ if has report; then
     [ -n "${REPORT_RUN:-}" ] && extra+=(--run "$REPORT_RUN")
     [ -n "${REPORT_JOIN:-}" ] && extra+=(--join "$REPORT_JOIN")
     python3 bench/report.py --lajit "$OUT/lajit.jsonl" "${peers_args[@]}" --gpu "$gpu" \
-        --commit "$(cat .devwork/commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+        --commit "${REPORT_COMMIT:-$(cat .devwork/commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)}" \
         --meta "$OUT/meta.json" --out "$OUT/report" "${extra[@]}" >"$OUT/report.log" 2>&1 ||
         note "report.py failed (report.log)"
     tail -3 "$OUT/report.log"

@@ -168,7 +168,7 @@ print(json.dumps({"kind": "prefill", "name": "fla_simple_gla", "dtype": "bf16", 
     open(os.path.join(tmp, "build", "CMakeCache.txt"), "w").write(f"CMAKE_HOME_DIRECTORY:INTERNAL={tmp}\n")
     out = os.path.join(tmp, "out")
     env = dict(os.environ, PATH=os.path.join(tmp, "fakebin") + os.pathsep + os.environ["PATH"], OUT=out,
-               PEER_BENCH="peer_bench.py", PEERS_WHL="", LONG_TIMEOUT="2", PEERS_LONG_TIMEOUT="3",
+               PEER_BENCH="peer_bench.py", PEERS_WHL="", LONG_TIMEOUT="2", PEERS_LONG_TIMEOUT="3", PEERS_LONG_TIMEOUT_D64="3",
                DEADLINE="60", REPORT_RESERVE="5")
     r = subprocess.run(["bash", "bench/run_device.sh", "fx", "decode", "long", "peers-decode", "peers-long", "report"],
                        cwd=tmp, env=env, capture_output=True, text=True, timeout=120)
