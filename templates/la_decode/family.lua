@@ -207,9 +207,13 @@ return {
             block = { cfg.WARPS * 32, 1, 1 },
             smem = smem(cfg, problem),
             entry = "la_decode",
-            -- the kernel waits (common/pdl.cuh) before any global access: sm_90 and later may
-            -- start its CTAs while the previous kernel on the stream finishes
-            pdl = device.cc >= 90,
+            -- The kernel waits (common/pdl.cuh) before any global access, so on sm_90 and later
+            -- its CTAs may start while the previous kernel on the stream finishes. Measured on
+            -- the H200 (docs/notes/la_decode.md, session 11): T = 1 gains up to 10 % at small
+            -- batches (B = 1: 3.51 -> 3.27 us fp32 pool, 2.70 -> 2.42 bf16) and loses nothing
+            -- beyond; T = 4 loses up to 17 % at small batches (waiting CTAs crowd the SMs
+            -- that a longer step needs), so only single steps ask for it.
+            pdl = device.cc >= 90 and problem.T == 1,
         }
     end,
 

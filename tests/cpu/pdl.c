@@ -245,12 +245,13 @@ LJ_TEST(other_ops_launch_without)
 }
 
 /* Every built-in family's launch() for each of its representative problems, default config: only
- * la_decode says pdl, and only for cc >= 90. */
+ * la_decode says pdl, and only for single steps (T = 1) on cc >= 90 (its representative problems
+ * include T = 4 and 8, which must not). */
 LJ_TEST(only_decode_specs_say_pdl)
 {
     lajit_ctx *ctx = fake_ctx(NULL, lj_fake_driver());
     const char *archs[] = {"sm_80", "sm_90a", "sm_100a", "sm_120"};
-    int decode_checked = 0;
+    int decode_checked = 0, decode_multi_step_checked = 0;
     for (int fi = 0; lj_embedded_families[fi]; fi++) {
         const char *name = lj_embedded_families[fi];
         lj_family *f;
@@ -274,16 +275,19 @@ LJ_TEST(only_decode_specs_say_pdl)
                     continue;
                 lj_launch l;
                 ASSERT_OK(lj_family_launch(f, &cfg, &problems[pi], &dev, &l));
-                int want = strcmp(name, "la_decode") == 0 && dev.cc >= 90;
+                int want = strcmp(name, "la_decode") == 0 && dev.cc >= 90 && problems[pi].T == 1;
                 if ((int)l.pdl != want)
                     lj_test_fail(__FILE__, __LINE__, "%s on %s, problem %d: pdl %u, want %d", name,
                                  archs[ai], pi, l.pdl, want);
                 decode_checked += strcmp(name, "la_decode") == 0;
+                decode_multi_step_checked +=
+                    strcmp(name, "la_decode") == 0 && dev.cc >= 90 && problems[pi].T > 1;
             }
         }
         lj_free(&ctx->env, problems);
     }
     ASSERT_TRUE(decode_checked >= 4);
+    ASSERT_TRUE(decode_multi_step_checked >= 2);
     lajit_ctx_destroy(ctx);
 }
 
