@@ -48,9 +48,11 @@ def read_rows(path):
     for line in text.splitlines():
         if line.strip().startswith("{"):
             try:
-                rows.append(json.loads(line))
+                r = json.loads(line)
             except ValueError:
-                pass  # a line cut by a timeout
+                continue  # a line cut by a timeout
+            if "skipped" not in r:  # a note that nothing was measured, not a row
+                rows.append(r)
     return rows, None
 
 
