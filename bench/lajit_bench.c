@@ -395,9 +395,18 @@ static void run_scale(void *user, CUstream s)
  * in-place update of a buffer of that size). pdl: -1 when --pdl was not given (rows without the
  * field, the ceiling launched plainly); 0 or 1: ctx was created with LAJIT_PDL set to it, the
  * ceiling is launched the same way and the rows say "pdl". */
+/* What a decode row varies besides B: the input dtype (q, k, v, o; "bf16", "f16" or "f32") and
+ * the state layout (vk: [.., E, D]). */
+typedef struct decode_variant {
+    const char *in;
+    int vk;
+} decode_variant;
+
 static void bench_decode(lajit_ctx *ctx, CUstream s, const int *Bs, int nB, int H, int D, int T,
-                         int state_bits, int pdl)
+                         int state_bits, int pdl, decode_variant dv)
 {
+    const int in_bits = strcmp(dv.in, "f32") == 0 ? 32 : 16;
+    const int in_code = in_bits == 32 ? kDLFloat : strcmp(dv.in, "f16") == 0 ? kDLFloat : kDLBfloat;
     for (int bi = 0; bi < nB; bi++) {
         int B = Bs[bi], E = D;
         decode_case c;
@@ -423,13 +432,15 @@ static void bench_decode(lajit_ctx *ctx, CUstream s, const int *Bs, int nB, int 
             c.states[i] = lj_bench_tensor(c.state_ptr[i], 4, c.state_shape, state_bits,
                                           state_bits == 32 ? kDLFloat : kDLBfloat, 0);
         }
-        size_t nq = (size_t)B * T * H * D;
-        CUdeviceptr q = lj_bench_alloc(nq * 2), k = lj_bench_alloc(nq * 2),
-                    v = lj_bench_alloc(nq * 2), o = lj_bench_alloc(nq * 2),
+        size_t nq = (size_t)B * T * H * D, eb = (size_t)in_bits / 8;
+        CUdeviceptr q = lj_bench_alloc(nq * eb), k = lj_bench_alloc(nq * eb),
+                    v = lj_bench_alloc(nq * eb), o = lj_bench_alloc(nq * eb),
                     sl = lj_bench_alloc((size_t)H * 4);
-        lj_bench_fill_random(q, nq, 16, 1.0f, 7);
-        lj_bench_fill_random(k, nq, 16, 1.0f, 8);
-        lj_bench_fill_random(v, nq, 16, 1.0f, 9);
+        /* (fp16 inputs get bf16 bit patterns of values in [-1, 1]: finite, which is all timing
+         * needs.) */
+        lj_bench_fill_random(q, nq, in_bits, 1.0f, 7);
+        lj_bench_fill_random(k, nq, in_bits, 1.0f, 8);
+        lj_bench_fill_random(v, nq, in_bits, 1.0f, 9);
         float *slopes = malloc((size_t)H * 4);
         lj_bench_check(ctx, lajit_decay_alibi(H, 0, 1, slopes), "slopes");
         CU(cuMemcpyHtoD(sl, slopes, (size_t)H * 4));
@@ -437,10 +448,10 @@ static void bench_decode(lajit_ctx *ctx, CUstream s, const int *Bs, int nB, int 
         int64_t qs4[4] = {B, T, H, D}, qs3[3] = {B, H, D}, ss[1] = {H};
         int nd = T > 1 ? 4 : 3;
         int64_t *qs = T > 1 ? qs4 : qs3;
-        DLTensor tq = lj_bench_tensor(q, nd, qs, 16, kDLBfloat, 0),
-                 tk = lj_bench_tensor(k, nd, qs, 16, kDLBfloat, 0);
-        DLTensor tv = lj_bench_tensor(v, nd, qs, 16, kDLBfloat, 0),
-                 to = lj_bench_tensor(o, nd, qs, 16, kDLBfloat, 0);
+        DLTensor tq = lj_bench_tensor(q, nd, qs, in_bits, in_code, 0),
+                 tk = lj_bench_tensor(k, nd, qs, in_bits, in_code, 0);
+        DLTensor tv = lj_bench_tensor(v, nd, qs, in_bits, in_code, 0),
+                 to = lj_bench_tensor(o, nd, qs, in_bits, in_code, 0);
         DLTensor ts = lj_bench_tensor(sl, 1, ss, 32, kDLFloat, 0);
         c.args.struct_size = sizeof c.args;
         c.args.q = &tq;
@@ -449,6 +460,7 @@ static void bench_decode(lajit_ctx *ctx, CUstream s, const int *Bs, int nB, int 
         c.args.o = &to;
         c.args.s = &ts;
         c.args.scale = 1.0f;
+        c.args.flags = dv.vk ? LAJIT_STATE_VK : 0;
         double us = time_graph(run_decode, &c, s, steps, 20);
         c.next = 0;
         double ceil_us = time_graph(run_scale, &c, s, steps, 20);
@@ -458,15 +470,16 @@ static void bench_decode(lajit_ctx *ctx, CUstream s, const int *Bs, int nB, int 
         if (pdl >= 0)
             snprintf(pdl_field, sizeof pdl_field, "\"pdl\": %d, ", pdl);
         printf(
-            "{\"op\": \"decode\", \"impl\": \"lajit\", \"dtype\": \"bf16\", \"state_dtype\": "
-            "\"%s\", "
+            "{\"op\": \"decode\", \"impl\": \"lajit\", \"dtype\": \"%s\", \"state_dtype\": "
+            "\"%s\", %s"
             "\"B\": %d, \"H\": %d, "
             "\"D\": %d, \"E\": %d, \"T\": %d, \"us\": %.3f, \"TBps\": %.4f, \"ceiling_us\": %.3f, "
             "\"ceiling_TBps\": %.4f, \"l2\": \"cold\", \"nbuf\": %d, %s"
             "\"how\": \"CUDA graph of %d steps over %d rotating states; ceiling: x *= c on the "
             "same states, same graph shape%s\"}\n",
-            state_bits == 32 ? "f32" : "bf16", B, H, D, E, T, us, tb, ceil_us, ctb, c.nbuf,
-            pdl_field, steps, c.nbuf, pdl == 1 ? "; both with programmatic dependent launch" : "");
+            dv.in, state_bits == 32 ? "f32" : "bf16", dv.vk ? "\"vk\": 1, " : "", B, H, D, E, T, us,
+            tb, ceil_us, ctb, c.nbuf, pdl_field, steps, c.nbuf,
+            pdl == 1 ? "; both with programmatic dependent launch" : "");
         fflush(stdout);
         for (int i = 0; i < c.nbuf; i++)
             CU(cuMemFree(c.state_ptr[i]));
@@ -476,6 +489,22 @@ static void bench_decode(lajit_ctx *ctx, CUstream s, const int *Bs, int nB, int 
         CU(cuMemFree(o));
         CU(cuMemFree(sl));
     }
+}
+
+/* Every combination of the decode lists: head width, input dtype, layout, steps, pool dtype. */
+static void bench_decode_all(lajit_ctx *ctx, CUstream s, const int *Bs, int nB, int H,
+                             const int *Ds, int nD, const int *Ts, int nT, const int *Sbits, int nS,
+                             const char *const *ins, int nI, const int *vks, int nV, int pdl)
+{
+    for (int di = 0; di < nD; di++)
+        for (int ii = 0; ii < nI; ii++)
+            for (int vi = 0; vi < nV; vi++)
+                for (int t = 0; t < nT; t++)
+                    for (int si = 0; si < nS; si++) {
+                        decode_variant dv = {ins[ii], vks[vi] != 0};
+                        bench_decode(ctx, s, Bs, nB, H, Ds[di], Ts[t], Sbits[si] == 16 ? 16 : 32,
+                                     pdl, dv);
+                    }
 }
 
 /* ---- Dispatch cost ------------------------------------------------------------------------- */
@@ -590,8 +619,12 @@ int main(int argc, char **argv)
 {
     const char *mode = "all", *family = NULL, *jit_what = "first_call";
     int Ds[8] = {64, 128}, nD = 2, Ns[16] = {1024, 2048, 4096, 8192, 16384, 32768}, nN = 6;
-    int Bs[16] = {1, 4, 16, 32, 64, 128, 256}, nB = 7, Ts[4] = {1, 4}, nT = 2;
-    int B = 4, H = 32, dH = 64, dD = 128, Sbits[2] = {32}, nS = 1;
+    int Bs[16] = {1, 4, 16, 32, 64, 128, 256}, nB = 7, Ts[8] = {1, 4}, nT = 2;
+    int B = 4, H = 32, dH = 64, dDs[8] = {128}, nDD = 1, Sbits[2] = {32}, nS = 1;
+    int vks[2] = {0}, nV = 1;      /* --vk: state layouts, 0 KV and/or 1 VK */
+    const char *ins[3] = {"bf16"}; /* --decode-in: input dtypes */
+    int nI = 1;
+    char in_list[64] = "";
     int pdls[2] = {-1}, nP = 0; /* --pdl: LAJIT_PDL values to measure decode with */
     /* cp runs its ranks in child processes, before anything here touches CUDA. */
     for (int i = 1; i + 1 < argc; i++)
@@ -606,7 +639,8 @@ int main(int argc, char **argv)
                 "       lajit_bench --mode cp --help   (context parallelism: its own arguments)\n"
                 "  [--jit-what first_call_cold|first_call_warm_disk|first_call_bundle]\n"
                 "  [--B 4] [--H 32] [--D 64,128] [--N 1024,...] [--decode-B 1,4,...]\n"
-                "  [--decode-H 64] [--decode-D 128] [--T 1,4] [--state 32,16] [--pdl 0,1]\n"
+                "  [--decode-H 64] [--decode-D 128,...] [--T 1,4,...] [--state 32,16] [--pdl 0,1]\n"
+                "  [--decode-in bf16,f16,f32] [--vk 0,1]\n"
                 "Prints one JSON row per measurement (DESIGN.md's report rows).\n");
             return 0;
         }
@@ -629,10 +663,22 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--decode-H") == 0)
             dH = atoi(v);
         else if (strcmp(a, "--decode-D") == 0)
-            dD = atoi(v);
+            nDD = lj_bench_parse_list(v, dDs, 8);
         else if (strcmp(a, "--T") == 0)
-            nT = lj_bench_parse_list(v, Ts, 4);
-        else if (strcmp(a, "--state") == 0) /* decode pools: 32 (float32), 16 (bfloat16) */
+            nT = lj_bench_parse_list(v, Ts, 8);
+        else if (strcmp(a, "--vk") == 0)
+            nV = lj_bench_parse_list(v, vks, 2);
+        else if (strcmp(a, "--decode-in") == 0) { /* input dtypes of decode rows */
+            snprintf(in_list, sizeof in_list, "%s", v);
+            nI = 0;
+            for (char *t = strtok(in_list, ","); t && nI < 3; t = strtok(NULL, ",")) {
+                if (strcmp(t, "bf16") != 0 && strcmp(t, "f16") != 0 && strcmp(t, "f32") != 0) {
+                    fprintf(stderr, "lajit_bench: --decode-in takes bf16, f16 and/or f32\n");
+                    return 2;
+                }
+                ins[nI++] = t;
+            }
+        } else if (strcmp(a, "--state") == 0) /* decode pools: 32 (float32), 16 (bfloat16) */
             nS = lj_bench_parse_list(v, Sbits, 2);
         else if (strcmp(a, "--pdl") == 0) { /* decode with LAJIT_PDL=0 and/or 1 */
             nP = lj_bench_parse_list(v, pdls, 2);
@@ -678,9 +724,7 @@ int main(int argc, char **argv)
         bench_dispatch_custom(ctx, s);
     }
     if ((all || strcmp(mode, "decode") == 0) && nP == 0)
-        for (int t = 0; t < nT; t++)
-            for (int si = 0; si < nS; si++)
-                bench_decode(ctx, s, Bs, nB, dH, dD, Ts[t], Sbits[si] == 16 ? 16 : 32, -1);
+        bench_decode_all(ctx, s, Bs, nB, dH, dDs, nDD, Ts, nT, Sbits, nS, ins, nI, vks, nV, -1);
     /* --pdl: one context per value, LAJIT_PDL set while it is created (the switch is read then);
      * the variable is restored after. */
     for (int pi = 0; (all || strcmp(mode, "decode") == 0) && pi < nP; pi++) {
@@ -699,9 +743,8 @@ int main(int argc, char **argv)
         else
             unsetenv("LAJIT_PDL");
         free(saved);
-        for (int t = 0; t < nT; t++)
-            for (int si = 0; si < nS; si++)
-                bench_decode(pctx, s, Bs, nB, dH, dD, Ts[t], Sbits[si] == 16 ? 16 : 32, pdls[pi]);
+        bench_decode_all(pctx, s, Bs, nB, dH, dDs, nDD, Ts, nT, Sbits, nS, ins, nI, vks, nV,
+                         pdls[pi]);
         lajit_ctx_destroy(pctx);
     }
     if (all || strcmp(mode, "prefill") == 0 || strcmp(mode, "fwdbwd") == 0)
