@@ -258,30 +258,37 @@ dec = [r for r in rows if r.get("op") == "decode"]
 sd_name = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
 if dec:
     lj = [r for r in dec if r["impl"] == "lajit"]
-    pdls = sorted({r.get("pdl") for r in lj}, key=lambda x: (x is not None, x))
-    groups = sorted({(r.get("H"), r.get("D"), r.get("state_dtype", "f32")) for r in lj}
-                    or {(r.get("H"), r.get("D"), "f32") for r in dec},
-                    key=lambda g: (g[0], g[1], g[2] != "f32", g[2]))
-    for H, D, sd in groups:
-        lab = lambda p: "lajit" if len(pdls) == 1 else f"lajit pdl={p}"
+    # One table per shape: heads, head width, pool dtype, input dtype, layout. FLA's rows (bf16
+    # inputs, KV, fp32 state) sit beside the bf16-input KV tables only.
+    shape_of = lambda r: (r.get("H"), r.get("D"), r.get("state_dtype", "f32"), r.get("dtype", "bf16"),
+                          int(bool(r.get("vk"))))
+    groups = sorted({shape_of(r) for r in lj} or {(r.get("H"), r.get("D"), "f32", "bf16", 0) for r in dec},
+                    key=lambda g: (g[3] != "bf16", g[4], g[0], g[1], g[2] != "f32", g[2], g[3]))
+    for H, D, sd, ind, vk in groups:
+        with_fla = ind == "bf16" and not vk
+        # PDL columns of this table's own rows (None: measured without --pdl, the default context)
+        pdls = sorted({r.get("pdl") for r in lj if shape_of(r) == (H, D, sd, ind, vk)},
+                      key=lambda x: (x is not None, x)) or [None]
+        lab = lambda p: "lajit" if len(pdls) == 1 or p is None else f"lajit pdl={p}"
         head = "| B | T | " + " | ".join(f"{lab(p)} | % of ceiling" for p in pdls) + \
                " | in-place ceiling | FLA (graph, fp32 state) | lajit / FLA |"
-        md += [f"## decode, H={H}, D=E={D}, bf16 q/k/v, {sd_name.get(sd, sd)} state pool, cold L2 "
+        md += [f"## decode, H={H}, D=E={D}, {sd_name.get(ind, ind)} q/k/v, "
+               f"{'VK layout, ' if vk else ''}{sd_name.get(sd, sd)} state pool, cold L2 "
                "(µs per step (TB/s), % of the in-place ceiling of the same pool dtype and call)", "",
                head, "|---" * head.count(" | ") + "|---|"]
-        if sd != "f32":
+        if sd != "f32" and with_fla:
             md[-2:-2] = [f"The ceiling is lajit_bench's x *= c on {sd_name.get(sd, sd)} states of the same "
                          "element count; FLA keeps an fp32 state, so its times (the same column as in the "
                          "fp32 table) are for twice the bytes.", ""]
         for T in sorted({r.get("T", 1) for r in dec}):
             for B in sorted({r["B"] for r in dec}):
                 mine = {r.get("pdl"): r for r in lj if r["B"] == B and r.get("T", 1) == T
-                        and (r.get("H"), r.get("D"), r.get("state_dtype", "f32")) == (H, D, sd)}
-                fl = [r for r in dec if r["impl"] == "fla_graph" and r["B"] == B and r.get("T", 1) == T
-                      and r.get("l2") == "cold" and (r.get("H"), r.get("D")) == (H, D)]
+                        and shape_of(r) == (H, D, sd, ind, vk)}
+                fl = [r for r in dec if with_fla and r["impl"] == "fla_graph" and r["B"] == B
+                      and r.get("T", 1) == T and r.get("l2") == "cold" and (r.get("H"), r.get("D")) == (H, D)]
                 # peers_decode.py's row (T 1 and 4 timed alike) before peer_bench.py's
                 f = sorted(fl, key=lambda r: "peers_decode" not in r.get("how", ""))[0] if fl else None
-                if not mine and not f:
+                if not mine and (not f or not any(shape_of(r) == (H, D, sd, ind, vk) for r in lj)):
                     continue
                 cells = []
                 for p in pdls:
@@ -290,7 +297,7 @@ if dec:
                     cells.append(f"{100 * l['TBps'] / l['ceiling_TBps']:.1f} %" if l and l.get("ceiling_TBps") else "—")
                 c = next((l for l in mine.values() if "ceiling_us" in l), None)
                 cs = f"{c['ceiling_us']:.1f} ({c['ceiling_TBps']:.2f})" if c else "—"
-                why = missing.get(("decode", "fla_graph", B, T))
+                why = missing.get(("decode", "fla_graph", B, T)) if with_fla else None
                 fs = f"{f['us']:.1f} ({f['TBps']:.2f})" if f else (f"missing ({why})" if why else "—")
                 best = min((l["us"] for l in mine.values()), default=None)
                 ratio = f"{best / f['us']:.2f}" if best and f else "—"
@@ -342,7 +349,8 @@ try:
         fig.savefig(png, dpi=110)
         plt.close(fig)
         md.insert(4, f"![time against N]({a.gpu}.png)\n")
-    d1 = [r for r in rows if r.get("op") == "decode" and r.get("T", 1) == 1]
+    d1 = [r for r in rows if r.get("op") == "decode" and r.get("T", 1) == 1 and r.get("D") == 128
+          and r.get("H") == 64 and r.get("dtype", "bf16") == "bf16" and not r.get("vk")]
     lj1 = [r for r in d1 if r.get("impl") == "lajit"]
     if lj1:
         fig, ax = plt.subplots(figsize=(6.5, 4.5))
