@@ -11,7 +11,7 @@
       nvidia-smi, lajit_bench and peer_bench.py: the chosen steps only, a step that runs out of
       time does not stop the next, the report is written, a missing FLA shape is marked.
 Exits 1 with the failed checks listed."""
-import json, os, shutil, subprocess, sys, tempfile
+import json, os, re, shutil, subprocess, sys, tempfile
 
 src, what = sys.argv[1], sys.argv[2]
 data = os.path.join(src, "tests", "data", "bench")
@@ -103,6 +103,29 @@ if what == "report":
         check("| 256 | 4 |" in s and "missing (RuntimeError" in s, f"decode {pool} table: failed FLA shape not marked")
     s = section(md, "decode, H=64, D=E=128, bf16 q/k/v, bf16 state pool")
     check("| 1 | 1 | 1.2 (3.64) | 90.9 % |" in s, "bf16 pool B=1 T=1: not 90.9 % of its own ceiling")
+    # Decode rows of other shapes (a VK layout, fp16 inputs) get tables of their own, without FLA,
+    # and leave the default tables as they were.
+    extra = os.path.join(tmp, "extra.jsonl")
+    with open(extra, "w") as fh:
+        for dt, vk, us in (("bf16", 1, 4.0), ("f16", 0, 5.0)):
+            fh.write(json.dumps({"op": "decode", "impl": "lajit", "dtype": dt, "state_dtype": "f32",
+                                 "vk": vk, "B": 1, "H": 64, "D": 128, "E": 128, "T": 1, "us": us,
+                                 "TBps": 2.0, "ceiling_us": 3.4, "ceiling_TBps": 2.5, "l2": "cold",
+                                 "how": "fixture"}) + "\n")
+    _, md_x = report(os.path.join(tmp, "x"), *full, "--run", "first")
+    rep_x2, md_x2 = report(os.path.join(tmp, "x2"), "--lajit", extra, "--run", "second", "--join",
+                           os.path.join(tmp, "x", "fx.json"))
+    s_vk = section(md_x2, "decode, H=64, D=E=128, bf16 q/k/v, VK layout, fp32 state pool")
+    s_16 = section(md_x2, "decode, H=64, D=E=128, fp16 q/k/v, fp32 state pool")
+    check("| 1 | 1 | 4.0 (2.00) | 80.0 % |" in s_vk and "pdl" not in s_vk, f"VK table: {s_vk[:300]}")
+    check("| 1 | 1 | 5.0 (2.00) | 80.0 % |" in s_16, f"fp16-input table: {s_16[:300]}")
+    # (a joined report does not keep why a peer row is missing: "missing (...)" becomes "—")
+    unmark = lambda text: [re.sub(r"missing \([^|]*\)", "—", line) for line in text.splitlines()
+                           if line.startswith("| ")]
+    for pool in ("fp32", "bf16"):
+        t = "decode, H=64, D=E=128, bf16 q/k/v, " + pool + " state pool"
+        check(unmark(section(md_x2, t)) == unmark(section(md_x, t)),
+              f"{pool} default table changed by other shapes' rows")
     # A later call joined to this report: both kept, each with its own run.
     rep_a, _ = report(os.path.join(tmp, "b"), *full, "--run", "first")
     rep_b, md_b = report(os.path.join(tmp, "c"), "--lajit", f"{data}/lajit.jsonl", "--run", "second",
