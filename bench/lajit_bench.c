@@ -406,7 +406,7 @@ static void bench_decode(lajit_ctx *ctx, CUstream s, const int *Bs, int nB, int 
                          int state_bits, int pdl, decode_variant dv)
 {
     const int in_bits = strcmp(dv.in, "f32") == 0 ? 32 : 16;
-    const int in_code = in_bits == 32 ? kDLFloat : strcmp(dv.in, "f16") == 0 ? kDLFloat : kDLBfloat;
+    const int in_code = strcmp(dv.in, "bf16") == 0 ? kDLBfloat : kDLFloat; /* f16, f32 */
     for (int bi = 0; bi < nB; bi++) {
         int B = Bs[bi], E = D;
         decode_case c;
