@@ -170,8 +170,8 @@ static void fill_values(unsigned char *dst, size_t bytes, lj_dtype dt, float lo,
 /* The buffers of a layout in lj_dense_layout's order. */
 static void layout_sizes(const lj_dense_layout *l, size_t sizes[LJ_DENSE_BUFFERS])
 {
-    const size_t s[LJ_DENSE_BUFFERS] = {l->q,  l->k,           l->v, l->o,   l->s,  l->s0,
-                                        l->sn, l->step_states, l->x, l->dsn, l->ws, l->ds};
+    const size_t s[LJ_DENSE_BUFFERS] = {l->q,           l->k, l->v,   l->o,  l->s,  l->s0, l->sn,
+                                        l->step_states, l->x, l->dsn, l->ws, l->ds, l->o2};
     memcpy(sizes, s, sizeof s);
 }
 
@@ -281,8 +281,8 @@ static void make_params(bench *b, int i)
     unsigned long long ptr[LJ_DENSE_BUFFERS];
     for (int k = 0; k < LJ_DENSE_BUFFERS; k++)
         ptr[k] = sizes[k] ? base + off[k] : 0;
-    lj_dense_buffers buf = {ptr[0], ptr[1], ptr[2], ptr[3], ptr[4],  ptr[5],
-                            ptr[6], ptr[7], ptr[8], ptr[9], ptr[10], ptr[11]};
+    lj_dense_buffers buf = {ptr[0], ptr[1], ptr[2], ptr[3],  ptr[4],  ptr[5], ptr[6],
+                            ptr[7], ptr[8], ptr[9], ptr[10], ptr[11], ptr[12]};
     lj_params_dense(b->p, &buf, 1.0f, &b->params[i]);
 }
 

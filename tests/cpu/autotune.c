@@ -547,7 +547,7 @@ LJ_TEST(dense_params_match_fwd)
         lj_problem q = p;
         q.has_initial = q.has_final = 1;
         q.vk = vk;
-        lj_dense_buffers b = {u.q, u.k, u.v, u.o, u.s, s0, sn, 0, 0, 0, 0, 0};
+        lj_dense_buffers b = {u.q, u.k, u.v, u.o, u.s, s0, sn, 0, 0, 0, 0, 0, 0};
         la_params dense;
         lj_params_dense(&q, &b, 0.25f, &dense);
         expect_same_params(&lj_fake_launch_get(lj_fake_launch_count() - 1)->params, &dense);
@@ -625,7 +625,7 @@ LJ_TEST(dense_params_match_decode)
             lajit_ctx *ctx = fake_ctx(LAJIT_AUTOTUNE_OFF);
             ASSERT_OK(lajit_attn_decode(ctx, &a));
             lajit_ctx_destroy(ctx);
-            lj_dense_buffers b = {q, k, v, o, s, st, st, ss, 0, 0, 0, 0};
+            lj_dense_buffers b = {q, k, v, o, s, st, st, ss, 0, 0, 0, 0, 0};
             la_params dense;
             lj_params_dense(&p, &b, 0.5f, &dense);
             expect_same_params(&lj_fake_launch_get(lj_fake_launch_count() - 1)->params, &dense);
