@@ -128,7 +128,7 @@ return {
     -- to four, then 64-column tiles of 16 warps; a 16-bit pool (8 values per 16-byte vector)
     -- wants the same bytes per row: 32-column tiles of 4 warps at small batches, 128-column tiles
     -- of 16 warps from two states per SM on, with the streaming hint. VK tiles are contiguous, so
-    -- narrow tiles cost less there. T > 1 stages q, k, v in shared memory (direct loads of T rows
+    -- narrow tiles cost less there (a 16-bit VK pool: at least 32 rows per tile). T > 1 stages q, k, v in shared memory (direct loads of T rows
     -- of q and k per thread are slow) except for fewer states than SMs. The thresholds compare
     -- log2 buckets, the same buckets as key(), so one bucket always gets one config.
     default = function(problem, device)
@@ -151,7 +151,11 @@ return {
             else
                 cfg = { TILE_V = 128, WARPS = 16, DIRECT = 1, CACHE = 0 }
             end
-            if wide and lb < ls then cfg.TILE_V = cfg.TILE_V * 2 end
+            -- A VK tile's rows are whole D-wide rows, so a 16-bit pool moves half the bytes
+            -- per row at the same TILE_V: 32 rows instead of 16 in the middle range, and no
+            -- doubling below one state per SM (that left 64 CTAs at B = 1: 39 % of the ceiling;
+            -- 89 % with this rule, docs/notes/la_decode.md, session 11).
+            if wide and cfg.TILE_V == 16 then cfg.TILE_V = 32 end
         elseif wide then
             if lb <= ls then
                 cfg = { TILE_V = 32, WARPS = 4, DIRECT = 1, CACHE = 1 }
