@@ -665,8 +665,16 @@ static lajit_status cp_run_sim(lajit_ctx *ctx, int P, const cp_call *calls)
                           "every rank or none",
                           fn);
     }
-    if (st == LAJIT_OK && ((each = lj_cp_rank_bytes(&r[0])) == 0 ||
-                           __builtin_mul_overflow(round16(each), (size_t)P, &total)))
+    /* Every rank's buffer as large as the largest (varlen ranks differ in their pieces). */
+    for (int j = 0; j < P && st == LAJIT_OK; j++) {
+        const size_t bytes = lj_cp_rank_bytes(&r[j]);
+        if (!bytes)
+            each = SIZE_MAX;
+        else if (each != SIZE_MAX && bytes > each)
+            each = bytes;
+    }
+    if (st == LAJIT_OK &&
+        (each == SIZE_MAX || each == 0 || __builtin_mul_overflow(round16(each), (size_t)P, &total)))
         st = lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                       "%s (simulated): %d ranks' states do not fit in memory", fn, P);
     CUdeviceptr base = 0;

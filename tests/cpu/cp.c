@@ -974,7 +974,8 @@ LJ_TEST(varlen_argument_errors)
 }
 
 /* Two simulated ranks of a varlen forward: rank 0 holds a whole sequence and the start of the
- * next (continues out), rank 1 its end and another (continues in). Per rank: the pool gather,
+ * next (continues out), rank 1 its end, an empty sequence and another (continues in): the ranks'
+ * buffers differ (rank 1's pieces take more), each as large as the largest. Per rank: the pool gather,
  * the state-only varlen forward; the exchange (copies, then rank 1's scan); the outputs and the
  * scatter of final states. Rank 0 offers its last piece's state with length −1 (a chain starts
  * there), rank 1 likewise (two pieces); the slot arrays patched: rank 0's last piece writes no
@@ -987,11 +988,11 @@ LJ_TEST(varlen_simulated_sequence)
     lajit_ctx *ctx = fake_ctx();
     rank_views u[2];
     varlen_views w[2];
-    const int32_t cu0[3] = {0, 3, 5}, cu1[3] = {0, 2, 4};
+    const int32_t cu0[3] = {0, 3, 5}, cu1[4] = {0, 2, 2, 4};
     rank_open(&u[0], 5);
     rank_open(&u[1], 4);
     varlen_open(&w[0], &u[0], 5, cu0, 2, LAJIT_CP_CONTINUES_OUT);
-    varlen_open(&w[1], &u[1], 4, cu1, 2, LAJIT_CP_CONTINUES_IN);
+    varlen_open(&w[1], &u[1], 4, cu1, 3, LAJIT_CP_CONTINUES_IN);
     lajit_cp_attn_fwd_args a[2] = {w[0].a, w[1].a};
     lajit_status st = lajit__cp_attn_fwd_sim(ctx, 2, a);
     if (st != LAJIT_OK)
@@ -1002,7 +1003,7 @@ LJ_TEST(varlen_simulated_sequence)
     ASSERT_EQ(lj_fake_launch_count(), (int)(sizeof want / sizeof want[0]));
     for (int i = 0; i < lj_fake_launch_count(); i++)
         ASSERT_STREQ(lj_fake_launch_get(i)->entry, want[i]);
-    /* The exchanged lengths: −1 from both ranks (each holds two pieces). */
+    /* The exchanged lengths: −1 from both ranks (each holds more than one piece). */
     const size_t each_slot = SLOT;
     for (int r = 0; r < 2; r++) {
         int64_t len = 0;
@@ -1010,10 +1011,10 @@ LJ_TEST(varlen_simulated_sequence)
                8);
         ASSERT_EQ(len, -1);
     }
-    ASSERT_EQ(ctx->cp_ids_n, 2);
+    ASSERT_EQ(ctx->cp_ids_n, 3);
     const int32_t *ids = (const int32_t *)(uintptr_t)ctx->cp_ids.ptr;
-    ASSERT_EQ(ids[0], 0);
-    ASSERT_EQ(ids[1], 1);
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(ids[i], i);
     for (int r = 0; r < 2; r++) {
         varlen_close(&w[r]);
         rank_close(&u[r]);

@@ -201,6 +201,30 @@ static void run(const vcase *c)
     if (stt != LAJIT_OK)
         lj_test_fail(__FILE__, __LINE__, "forward: %s: %s", lajit_status_string(stt),
                      lajit_errmsg(ctx));
+    lj_gpu_sync();
+    if (getenv("CPV_DEBUG")) {
+        for (int r = 0; r < P; r++) {
+            float *oo = malloc((size_t)rv[r].T * H * E * 4 + 4);
+            if (rv[r].T)
+                lj_gpu_download_as(oo, rv[r].o, (size_t)rv[r].T * H * E, dt);
+            for (int p = 0; p < rv[r].pieces; p++) {
+                int nan = 0;
+                for (int t = rv[r].cu[p]; t < rv[r].cu[p + 1]; t++)
+                    nan += isnan(oo[(size_t)t * H * E]);
+                printf("rank %d piece %d [%d,%d) slot %d: %d NaN rows (in %d out %d)\n", r, p,
+                       rv[r].cu[p], rv[r].cu[p + 1], rv[r].slots[p], nan, rv[r].cont_in,
+                       rv[r].cont_out);
+            }
+            free(oo);
+        }
+        int32_t ids[8] = {0};
+        lj_gpu_download(ids, ctx->cp_ids.ptr, (size_t)(ctx->cp_ids_n < 8 ? ctx->cp_ids_n : 8) * 4);
+        printf("ids (%lld, %zu bytes):", (long long)ctx->cp_ids_n, ctx->cp_ids.bytes);
+        for (int i = 0; i < ctx->cp_ids_n && i < 8; i++)
+            printf(" %d", ids[i]);
+        printf("\n");
+        fflush(stdout);
+    }
     stt = lajit__cp_attn_bwd_sim(ctx, P, ba);
     if (stt != LAJIT_OK)
         lj_test_fail(__FILE__, __LINE__, "backward: %s: %s", lajit_status_string(stt),
