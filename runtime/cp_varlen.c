@@ -369,8 +369,30 @@ static lajit_status take_incoming(lajit_ctx *ctx, const cp_rank *r)
                : LAJIT_OK;
 }
 
+#include <stdio.h>
+#include <stdlib.h>
 lajit_status lj_cp_varlen_fwd_outputs(lajit_ctx *ctx, cp_rank *r)
 {
+    if (getenv("CPV_HOSTDEBUG")) {
+        const int32_t *si = (const int32_t *)(uintptr_t)r->v_slots_in;
+        const int32_t *so = (const int32_t *)(uintptr_t)r->v_slots_out;
+        const int32_t *ids = (const int32_t *)(uintptr_t)ctx->cp_ids.ptr;
+        fprintf(stderr, "rank %d pieces %lld base %llx: ids", r->rank, (long long)r->pieces,
+                (unsigned long long)r->base);
+        for (int i = 0; i < r->pieces; i++)
+            fprintf(stderr, " %d", ids[i]);
+        fprintf(stderr, " | in");
+        for (int i = 0; i < r->pieces; i++)
+            fprintf(stderr, " %d", si[i]);
+        fprintf(stderr, " | out");
+        for (int i = 0; i < r->pieces; i++)
+            fprintf(stderr, " %d", so[i]);
+        fprintf(stderr, " | slots_in@+%llx in@+%llx fin@+%llx end@+%llx incoming@+%llx gather@+%llx\n",
+                (unsigned long long)(r->v_slots_in - r->base), (unsigned long long)(r->v_in - r->base),
+                (unsigned long long)(r->v_fin - r->base),
+                (unsigned long long)(r->v_fin - r->base + r->pieces * r->piece_state),
+                (unsigned long long)(r->incoming - r->base), (unsigned long long)(r->gather - r->base));
+    }
     const cp_call *c = &r->c;
     const int o = ctx->ordinal;
     int64_t s1[4], s2[4], s3[1], s4[1];
