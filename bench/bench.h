@@ -39,6 +39,8 @@ void lj_bench_check(lajit_ctx *ctx, lajit_status st, const char *what);
 
 /* Median of n values (sorts v). */
 double lj_bench_median(double *v, int n);
+/* Comma-separated integers of s into out (at most cap); returns how many. */
+int lj_bench_parse_list(const char *s, int *out, int cap);
 
 /* A device allocation of bytes in the current context. */
 CUdeviceptr lj_bench_alloc(size_t bytes);

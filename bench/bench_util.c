@@ -88,3 +88,16 @@ DLTensor lj_bench_tensor(CUdeviceptr p, int ndim, int64_t *shape, int bits, int 
     t.shape = shape;
     return t;
 }
+
+int lj_bench_parse_list(const char *s, int *out, int cap)
+{
+    int n = 0;
+    while (*s && n < cap) {
+        out[n++] = atoi(s);
+        const char *c = strchr(s, ',');
+        if (!c)
+            break;
+        s = c + 1;
+    }
+    return n;
+}

@@ -585,19 +585,6 @@ static int in_list(const int *v, int n, int x)
     return 0;
 }
 
-static int parse_list(const char *s, int *out, int cap)
-{
-    int n = 0;
-    while (*s && n < cap) {
-        out[n++] = atoi(s);
-        const char *c = strchr(s, ',');
-        if (!c)
-            break;
-        s = c + 1;
-    }
-    return n;
-}
-
 static void usage(void)
 {
     printf("usage: lajit_bench --mode cp [--gpus 1,2,4,8] [--tokens-per-gpu 262144]\n"
@@ -632,7 +619,7 @@ int lj_bench_cp_main(int argc, char **argv)
         if (strcmp(a, "--mode") == 0)
             ;
         else if (strcmp(a, "--gpus") == 0)
-            o.ngpus = parse_list(v, o.gpus, MAX_GPUS);
+            o.ngpus = lj_bench_parse_list(v, o.gpus, MAX_GPUS);
         else if (strcmp(a, "--tokens-per-gpu") == 0)
             o.tokens_per_gpu = atoll(v);
         else if (strcmp(a, "--tokens") == 0)

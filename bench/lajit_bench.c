@@ -36,16 +36,31 @@ static const char helper_src[] =
     "extern \"C\" __global__ void lj_bench_scale(float4 *x, long long n4, float c) {\n"
     "    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
     "    if (i < n4) { float4 v = x[i]; v.x *= c; v.y *= c; v.z *= c; v.w *= c; x[i] = v; }\n"
+    "}\n"
+    /* The same for launches with programmatic stream serialization (--pdl 1), ordered as
+     * la_decode orders it (templates/common/pdl.cuh): wait for the previous kernel before any
+     * access, then let the next one be scheduled. */
+    "extern \"C\" __global__ void lj_bench_scale_pdl(float4 *x, long long n4, float c) {\n"
+    "#if __CUDA_ARCH__ >= 900\n"
+    "    asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
+    "    asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
+    "#endif\n"
+    "    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+    "    if (i < n4) { float4 v = x[i]; v.x *= c; v.y *= c; v.z *= c; v.w *= c; x[i] = v; }\n"
     "}\n";
 
-static CUfunction fn_empty, fn_scale;
+static CUfunction fn_empty, fn_scale, fn_scale_pdl;
 static int sm_count;
+/* Whether launches with programmatic stream serialization mean anything here: cc 9.0 or later
+ * and a driver with cuLaunchKernelEx (what lajit's own launch checks, runtime/plan_build.c). */
+static int pdl_supported;
 
 static void load_helpers(lajit_ctx *ctx)
 {
     lj_device *dev;
     lj_bench_check(ctx, lajit__ctx_device(ctx, &dev), "device");
     sm_count = dev->info.sms;
+    pdl_supported = dev->info.cc >= 90 && lj_bench_drv->cuLaunchKernelEx != NULL;
     lj_bench_check(ctx, lj_device_make_current(lajit__ctx_env(ctx), dev), "make current");
     lj_compiled c;
     lj_bench_check(ctx,
@@ -56,10 +71,12 @@ static void load_helpers(lajit_ctx *ctx)
     CU(cuModuleLoadData(&m, c.image));
     CU(cuModuleGetFunction(&fn_empty, m, "lj_bench_empty"));
     CU(cuModuleGetFunction(&fn_scale, m, "lj_bench_scale"));
+    CU(cuModuleGetFunction(&fn_scale_pdl, m, "lj_bench_scale_pdl"));
     lj_compiled_free(lajit__ctx_env(ctx), &c);
 }
 
-static void scale_launch(CUdeviceptr p, size_t bytes, CUstream s)
+/* pdl: launched with programmatic stream serialization (the kernel that waits first). */
+static void scale_launch(CUdeviceptr p, size_t bytes, CUstream s, int pdl)
 {
     long long n4 = (long long)(bytes / 16);
     float c = 0.999f;
@@ -67,6 +84,23 @@ static void scale_launch(CUdeviceptr p, size_t bytes, CUstream s)
     /* One float4 per thread: the fastest in-place update measured on an H200
      * (docs/notes/la_decode.md). */
     unsigned blocks = (unsigned)((n4 + 255) / 256);
+    if (pdl) {
+        CUlaunchAttribute attr;
+        memset(&attr, 0, sizeof attr);
+        attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        CUlaunchConfig cfg = {.gridDimX = blocks,
+                              .gridDimY = 1,
+                              .gridDimZ = 1,
+                              .blockDimX = 256,
+                              .blockDimY = 1,
+                              .blockDimZ = 1,
+                              .hStream = s,
+                              .attrs = &attr,
+                              .numAttrs = 1};
+        CU(cuLaunchKernelEx(&cfg, fn_scale_pdl, args, NULL));
+        return;
+    }
     CU(cuLaunchKernel(fn_scale, blocks, 1, 1, 256, 1, 1, 0, s, args, NULL));
 }
 
@@ -338,6 +372,7 @@ typedef struct decode_case {
     CUdeviceptr state_ptr[64];
     size_t state_bytes;
     int nbuf, next;
+    int pdl; /* the ceiling's launches: 1 with programmatic stream serialization */
 } decode_case;
 
 static void run_decode(void *user, CUstream s)
@@ -352,20 +387,32 @@ static void run_decode(void *user, CUstream s)
 static void run_scale(void *user, CUstream s)
 {
     decode_case *c = user;
-    scale_launch(c->state_ptr[c->next], c->state_bytes, s);
+    scale_launch(c->state_ptr[c->next], c->state_bytes, s, c->pdl);
     c->next = (c->next + 1) % c->nbuf;
 }
 
 /* state_bits: 32 (a float32 pool) or 16 (a bfloat16 pool: half the bytes; its ceiling is the
- * in-place update of a buffer of that size). */
+ * in-place update of a buffer of that size). pdl: -1 when --pdl was not given (rows without the
+ * field, the ceiling launched plainly); 0 or 1: ctx was created with LAJIT_PDL set to it, the
+ * ceiling is launched the same way and the rows say "pdl". */
+/* What a decode row varies besides B: the input dtype (q, k, v, o; "bf16", "f16" or "f32") and
+ * the state layout (vk: [.., E, D]). */
+typedef struct decode_variant {
+    const char *in;
+    int vk;
+} decode_variant;
+
 static void bench_decode(lajit_ctx *ctx, CUstream s, const int *Bs, int nB, int H, int D, int T,
-                         int state_bits)
+                         int state_bits, int pdl, decode_variant dv)
 {
+    const int in_bits = strcmp(dv.in, "f32") == 0 ? 32 : 16;
+    const int in_code = strcmp(dv.in, "bf16") == 0 ? kDLBfloat : kDLFloat; /* f16, f32 */
     for (int bi = 0; bi < nB; bi++) {
         int B = Bs[bi], E = D;
         decode_case c;
         memset(&c, 0, sizeof c);
         c.ctx = ctx;
+        c.pdl = pdl == 1;
         c.state_bytes = (size_t)B * H * D * E * (size_t)(state_bits / 8);
         size_t want = 256u << 20;
         c.nbuf = (int)((want + c.state_bytes - 1) / c.state_bytes);
@@ -385,13 +432,15 @@ static void bench_decode(lajit_ctx *ctx, CUstream s, const int *Bs, int nB, int 
             c.states[i] = lj_bench_tensor(c.state_ptr[i], 4, c.state_shape, state_bits,
                                           state_bits == 32 ? kDLFloat : kDLBfloat, 0);
         }
-        size_t nq = (size_t)B * T * H * D;
-        CUdeviceptr q = lj_bench_alloc(nq * 2), k = lj_bench_alloc(nq * 2),
-                    v = lj_bench_alloc(nq * 2), o = lj_bench_alloc(nq * 2),
+        size_t nq = (size_t)B * T * H * D, eb = (size_t)in_bits / 8;
+        CUdeviceptr q = lj_bench_alloc(nq * eb), k = lj_bench_alloc(nq * eb),
+                    v = lj_bench_alloc(nq * eb), o = lj_bench_alloc(nq * eb),
                     sl = lj_bench_alloc((size_t)H * 4);
-        lj_bench_fill_random(q, nq, 16, 1.0f, 7);
-        lj_bench_fill_random(k, nq, 16, 1.0f, 8);
-        lj_bench_fill_random(v, nq, 16, 1.0f, 9);
+        /* (fp16 inputs get bf16 bit patterns of values in [-1, 1]: finite, which is all timing
+         * needs.) */
+        lj_bench_fill_random(q, nq, in_bits, 1.0f, 7);
+        lj_bench_fill_random(k, nq, in_bits, 1.0f, 8);
+        lj_bench_fill_random(v, nq, in_bits, 1.0f, 9);
         float *slopes = malloc((size_t)H * 4);
         lj_bench_check(ctx, lajit_decay_alibi(H, 0, 1, slopes), "slopes");
         CU(cuMemcpyHtoD(sl, slopes, (size_t)H * 4));
@@ -399,10 +448,10 @@ static void bench_decode(lajit_ctx *ctx, CUstream s, const int *Bs, int nB, int 
         int64_t qs4[4] = {B, T, H, D}, qs3[3] = {B, H, D}, ss[1] = {H};
         int nd = T > 1 ? 4 : 3;
         int64_t *qs = T > 1 ? qs4 : qs3;
-        DLTensor tq = lj_bench_tensor(q, nd, qs, 16, kDLBfloat, 0),
-                 tk = lj_bench_tensor(k, nd, qs, 16, kDLBfloat, 0);
-        DLTensor tv = lj_bench_tensor(v, nd, qs, 16, kDLBfloat, 0),
-                 to = lj_bench_tensor(o, nd, qs, 16, kDLBfloat, 0);
+        DLTensor tq = lj_bench_tensor(q, nd, qs, in_bits, in_code, 0),
+                 tk = lj_bench_tensor(k, nd, qs, in_bits, in_code, 0);
+        DLTensor tv = lj_bench_tensor(v, nd, qs, in_bits, in_code, 0),
+                 to = lj_bench_tensor(o, nd, qs, in_bits, in_code, 0);
         DLTensor ts = lj_bench_tensor(sl, 1, ss, 32, kDLFloat, 0);
         c.args.struct_size = sizeof c.args;
         c.args.q = &tq;
@@ -411,21 +460,26 @@ static void bench_decode(lajit_ctx *ctx, CUstream s, const int *Bs, int nB, int 
         c.args.o = &to;
         c.args.s = &ts;
         c.args.scale = 1.0f;
+        c.args.flags = dv.vk ? LAJIT_STATE_VK : 0;
         double us = time_graph(run_decode, &c, s, steps, 20);
         c.next = 0;
         double ceil_us = time_graph(run_scale, &c, s, steps, 20);
         double tb = 2.0 * (double)c.state_bytes / (us * 1e-6) / 1e12;
         double ctb = 2.0 * (double)c.state_bytes / (ceil_us * 1e-6) / 1e12;
+        char pdl_field[64] = "";
+        if (pdl >= 0)
+            snprintf(pdl_field, sizeof pdl_field, "\"pdl\": %d, ", pdl);
         printf(
-            "{\"op\": \"decode\", \"impl\": \"lajit\", \"dtype\": \"bf16\", \"state_dtype\": "
-            "\"%s\", "
+            "{\"op\": \"decode\", \"impl\": \"lajit\", \"dtype\": \"%s\", \"state_dtype\": "
+            "\"%s\", %s"
             "\"B\": %d, \"H\": %d, "
             "\"D\": %d, \"E\": %d, \"T\": %d, \"us\": %.3f, \"TBps\": %.4f, \"ceiling_us\": %.3f, "
-            "\"ceiling_TBps\": %.4f, \"l2\": \"cold\", \"nbuf\": %d, "
+            "\"ceiling_TBps\": %.4f, \"l2\": \"cold\", \"nbuf\": %d, %s"
             "\"how\": \"CUDA graph of %d steps over %d rotating states; ceiling: x *= c on the "
-            "same states, same graph shape\"}\n",
-            state_bits == 32 ? "f32" : "bf16", B, H, D, E, T, us, tb, ceil_us, ctb, c.nbuf, steps,
-            c.nbuf);
+            "same states, same graph shape%s\"}\n",
+            dv.in, state_bits == 32 ? "f32" : "bf16", dv.vk ? "\"vk\": 1, " : "", B, H, D, E, T, us,
+            tb, ceil_us, ctb, c.nbuf, pdl_field, steps, c.nbuf,
+            pdl == 1 ? "; both with programmatic dependent launch" : "");
         fflush(stdout);
         for (int i = 0; i < c.nbuf; i++)
             CU(cuMemFree(c.state_ptr[i]));
@@ -435,6 +489,22 @@ static void bench_decode(lajit_ctx *ctx, CUstream s, const int *Bs, int nB, int 
         CU(cuMemFree(o));
         CU(cuMemFree(sl));
     }
+}
+
+/* Every combination of the decode lists: head width, input dtype, layout, steps, pool dtype. */
+static void bench_decode_all(lajit_ctx *ctx, CUstream s, const int *Bs, int nB, int H,
+                             const int *Ds, int nD, const int *Ts, int nT, const int *Sbits, int nS,
+                             const char *const *ins, int nI, const int *vks, int nV, int pdl)
+{
+    for (int di = 0; di < nD; di++)
+        for (int ii = 0; ii < nI; ii++)
+            for (int vi = 0; vi < nV; vi++)
+                for (int t = 0; t < nT; t++)
+                    for (int si = 0; si < nS; si++) {
+                        decode_variant dv = {ins[ii], vks[vi] != 0};
+                        bench_decode(ctx, s, Bs, nB, H, Ds[di], Ts[t], Sbits[si] == 16 ? 16 : 32,
+                                     pdl, dv);
+                    }
 }
 
 /* ---- Dispatch cost ------------------------------------------------------------------------- */
@@ -545,25 +615,17 @@ static void bench_dispatch_custom(lajit_ctx *ctx, CUstream s)
 
 /* ---- main ---------------------------------------------------------------------------------- */
 
-static int parse_list(const char *s, int *out, int cap)
-{
-    int n = 0;
-    while (*s && n < cap) {
-        out[n++] = atoi(s);
-        const char *c = strchr(s, ',');
-        if (!c)
-            break;
-        s = c + 1;
-    }
-    return n;
-}
-
 int main(int argc, char **argv)
 {
     const char *mode = "all", *family = NULL, *jit_what = "first_call";
     int Ds[8] = {64, 128}, nD = 2, Ns[16] = {1024, 2048, 4096, 8192, 16384, 32768}, nN = 6;
-    int Bs[16] = {1, 4, 16, 32, 64, 128, 256}, nB = 7, Ts[4] = {1, 4}, nT = 2;
-    int B = 4, H = 32, dH = 64, dD = 128, Sbits[2] = {32}, nS = 1;
+    int Bs[16] = {1, 4, 16, 32, 64, 128, 256}, nB = 7, Ts[8] = {1, 4}, nT = 2;
+    int B = 4, H = 32, dH = 64, dDs[8] = {128}, nDD = 1, Sbits[2] = {32}, nS = 1;
+    int vks[2] = {0}, nV = 1;      /* --vk: state layouts, 0 KV and/or 1 VK */
+    const char *ins[3] = {"bf16"}; /* --decode-in: input dtypes */
+    int nI = 1;
+    char in_list[64] = "";
+    int pdls[2] = {-1}, nP = 0; /* --pdl: LAJIT_PDL values to measure decode with */
     /* cp runs its ranks in child processes, before anything here touches CUDA. */
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], "--mode") == 0 && strcmp(argv[i + 1], "cp") == 0)
@@ -577,7 +639,8 @@ int main(int argc, char **argv)
                 "       lajit_bench --mode cp --help   (context parallelism: its own arguments)\n"
                 "  [--jit-what first_call_cold|first_call_warm_disk|first_call_bundle]\n"
                 "  [--B 4] [--H 32] [--D 64,128] [--N 1024,...] [--decode-B 1,4,...]\n"
-                "  [--decode-H 64] [--decode-D 128] [--T 1,4] [--state 32,16]\n"
+                "  [--decode-H 64] [--decode-D 128,...] [--T 1,4,...] [--state 32,16] [--pdl 0,1]\n"
+                "  [--decode-in bf16,f16,f32] [--vk 0,1]\n"
                 "Prints one JSON row per measurement (DESIGN.md's report rows).\n");
             return 0;
         }
@@ -592,20 +655,39 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--H") == 0)
             H = atoi(v);
         else if (strcmp(a, "--D") == 0)
-            nD = parse_list(v, Ds, 8);
+            nD = lj_bench_parse_list(v, Ds, 8);
         else if (strcmp(a, "--N") == 0)
-            nN = parse_list(v, Ns, 16);
+            nN = lj_bench_parse_list(v, Ns, 16);
         else if (strcmp(a, "--decode-B") == 0)
-            nB = parse_list(v, Bs, 16);
+            nB = lj_bench_parse_list(v, Bs, 16);
         else if (strcmp(a, "--decode-H") == 0)
             dH = atoi(v);
         else if (strcmp(a, "--decode-D") == 0)
-            dD = atoi(v);
+            nDD = lj_bench_parse_list(v, dDs, 8);
         else if (strcmp(a, "--T") == 0)
-            nT = parse_list(v, Ts, 4);
-        else if (strcmp(a, "--state") == 0) /* decode pools: 32 (float32), 16 (bfloat16) */
-            nS = parse_list(v, Sbits, 2);
-        else {
+            nT = lj_bench_parse_list(v, Ts, 8);
+        else if (strcmp(a, "--vk") == 0)
+            nV = lj_bench_parse_list(v, vks, 2);
+        else if (strcmp(a, "--decode-in") == 0) { /* input dtypes of decode rows */
+            snprintf(in_list, sizeof in_list, "%s", v);
+            nI = 0;
+            for (char *t = strtok(in_list, ","); t && nI < 3; t = strtok(NULL, ",")) {
+                if (strcmp(t, "bf16") != 0 && strcmp(t, "f16") != 0 && strcmp(t, "f32") != 0) {
+                    fprintf(stderr, "lajit_bench: --decode-in takes bf16, f16 and/or f32\n");
+                    return 2;
+                }
+                ins[nI++] = t;
+            }
+        } else if (strcmp(a, "--state") == 0) /* decode pools: 32 (float32), 16 (bfloat16) */
+            nS = lj_bench_parse_list(v, Sbits, 2);
+        else if (strcmp(a, "--pdl") == 0) { /* decode with LAJIT_PDL=0 and/or 1 */
+            nP = lj_bench_parse_list(v, pdls, 2);
+            for (int j = 0; j < nP; j++)
+                if (pdls[j] != 0 && pdls[j] != 1) {
+                    fprintf(stderr, "lajit_bench: --pdl takes 0, 1 or 0,1\n");
+                    return 2;
+                }
+        } else {
             fprintf(stderr, "lajit_bench: unknown argument %s\n", a);
             return 2;
         }
@@ -641,10 +723,30 @@ int main(int argc, char **argv)
         bench_dispatch(ctx, s);
         bench_dispatch_custom(ctx, s);
     }
-    if (all || strcmp(mode, "decode") == 0)
-        for (int t = 0; t < nT; t++)
-            for (int si = 0; si < nS; si++)
-                bench_decode(ctx, s, Bs, nB, dH, dD, Ts[t], Sbits[si] == 16 ? 16 : 32);
+    if ((all || strcmp(mode, "decode") == 0) && nP == 0)
+        bench_decode_all(ctx, s, Bs, nB, dH, dDs, nDD, Ts, nT, Sbits, nS, ins, nI, vks, nV, -1);
+    /* --pdl: one context per value, LAJIT_PDL set while it is created (the switch is read then);
+     * the variable is restored after. */
+    for (int pi = 0; (all || strcmp(mode, "decode") == 0) && pi < nP; pi++) {
+        if (pdls[pi] == 1 && !pdl_supported) {
+            fprintf(stderr, "lajit_bench: --pdl 1 skipped: needs compute capability 9.0 or later "
+                            "and a driver with cuLaunchKernelEx\n");
+            continue;
+        }
+        const char *was = getenv("LAJIT_PDL");
+        char *saved = was ? strdup(was) : NULL;
+        setenv("LAJIT_PDL", pdls[pi] ? "1" : "0", 1);
+        lajit_ctx *pctx;
+        lj_bench_check(NULL, lajit_ctx_create(&desc, &pctx), "context (--pdl)");
+        if (saved)
+            setenv("LAJIT_PDL", saved, 1);
+        else
+            unsetenv("LAJIT_PDL");
+        free(saved);
+        bench_decode_all(pctx, s, Bs, nB, dH, dDs, nDD, Ts, nT, Sbits, nS, ins, nI, vks, nV,
+                         pdls[pi]);
+        lajit_ctx_destroy(pctx);
+    }
     if (all || strcmp(mode, "prefill") == 0 || strcmp(mode, "fwdbwd") == 0)
         bench_prefill(ctx, s, B, H, Ds, nD, Ns, nN, family, all || strcmp(mode, "fwdbwd") == 0);
     CU(cuMemFree(flush_buf));

@@ -90,4 +90,10 @@ void lj_buf_printf(lj_buf *b, const char *fmt, ...) __attribute__((format(printf
 /* Hands the text over (caller frees with lj_free) and resets b; NULL if the buffer failed. */
 char *lj_buf_take(lj_buf *b);
 
+/* n rounded up to a multiple of 16 (device buffers laid out in 16-byte aligned regions). */
+static inline size_t lj_round16(size_t n)
+{
+    return (n + 15) & ~(size_t)15;
+}
+
 #endif

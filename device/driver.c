@@ -73,6 +73,7 @@ static const struct {
     LJ_ENTRY(cuFuncGetAttribute),
     LJ_ENTRY_OPTIONAL(cuFuncGetParamInfo, 12040),
     LJ_ENTRY(cuLaunchKernel),
+    LJ_ENTRY_OPTIONAL(cuLaunchKernelEx, 11080),
     LJ_ENTRY(cuMemAlloc),
     LJ_ENTRY(cuMemFree),
     LJ_ENTRY(cuMemcpyHtoD),

@@ -43,6 +43,10 @@ typedef struct lj_driver {
     CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
     CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                                unsigned, unsigned, CUstream, void **, void **);
+    /* CUDA 11.8+, NULL when the driver lacks it: a launch with attributes. lajit passes one,
+     * programmatic stream serialization, for kernels whose spec says pdl (runtime/plan_build.c,
+     * lj_plan_launch); without this entry those kernels launch with cuLaunchKernel. */
+    CUresult (*cuLaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **);
     CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
     CUresult (*cuMemFree)(CUdeviceptr);
     CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);

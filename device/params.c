@@ -57,6 +57,12 @@ static int dq_with_ds(const lj_problem *p)
     return p->op == LJ_OP_BWD && p->part == 0 && p->want_ds;
 }
 
+/* The dv pass with outputs: it is handed v and dk too (la_bwd_sm90/dkdv.cu computes dk beside). */
+static int dv_with_dk(const lj_problem *p)
+{
+    return p->op == LJ_OP_BWD && p->part == 1 && !p->state_only;
+}
+
 lajit_status lj_dense_layout_of(lj_env *env, const lj_problem *p, lj_dense_layout *out)
 {
     memset(out, 0, sizeof *out);
@@ -69,6 +75,11 @@ lajit_status lj_dense_layout_of(lj_env *env, const lj_problem *p, lj_dense_layou
             out->dsn = p->has_dsn ? B * H * (size_t)p->D * (size_t)p->E * 4 : 0;
             out->ws = lj_ds_workspace_bytes(p->B, p->H, p->E);
             out->ds = H * 4;
+        }
+        if (st == LAJIT_OK && dv_with_dk(p)) {
+            size_t el = elem_size(p->dtype), BHN = (size_t)p->B * (size_t)p->H * (size_t)p->N;
+            out->x = BHN * (size_t)p->E * el;
+            out->o2 = BHN * (size_t)p->D * el;
         }
         return st;
     }
@@ -129,6 +140,11 @@ void lj_params_dense(const lj_problem *p, const lj_dense_buffers *b, float scale
             }
             lp->workspace = b->ws;
             lp->dsdecay = b->ds;
+        }
+        if (dv_with_dk(p)) { /* as runtime/roles.c hands them: v as x, dk as o2 (la_params.dk) */
+            long long H = p->H, N = p->N, D = p->D, E = p->E;
+            lp->x = dense4(b->x, H * N * E, N * E, E, 1);
+            lp->dk = dense4(b->o2, H * N * D, N * D, D, 1);
         }
         return;
     }

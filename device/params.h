@@ -7,7 +7,8 @@
  * q, k [B,H,D] (T = 1) or [B,T,H,D], v, o likewise with E, state pool [B,H,D,E] updated in
  * place, step_states [B,T,H,D,E]; the backward's dq, dv and dk passes (part 0..2) as the forward
  * scans they are, the dq pass that also computes ds (part 0 with want_ds: the op's q as x
- * [B,H,N,D], dS_N, the workspace and ds [H]) included. Varlen and the separate ds pass (part 3)
+ * [B,H,N,D], dS_N, the workspace and ds [H]) included, and the dv pass with the op's v as x
+ * [B,H,N,E] and dk as o2 [B,H,N,D] (runtime/roles.c's part 1). Varlen and the separate ds pass (part 3)
  * are not covered. */
 #ifndef LAJIT_PARAMS_H
 #define LAJIT_PARAMS_H
@@ -16,15 +17,16 @@
 #include "la_params.h"
 
 /* Bytes of each buffer a problem needs (0: not used). s: the decay rates, float32 [H]; x, dsn,
- * ws and ds: the dq pass with ds (the workspace must start zeroed: its kernels leave it so). */
+ * ws and ds: the dq pass with ds (the workspace must start zeroed: its kernels leave it so); x
+ * and o2: the dv pass's v and dk (a kernel that computes dk beside dv reads and writes them). */
 typedef struct lj_dense_layout {
-    size_t q, k, v, o, s, s0, sn, step_states, x, dsn, ws, ds;
+    size_t q, k, v, o, s, s0, sn, step_states, x, dsn, ws, ds, o2;
 } lj_dense_layout;
-#define LJ_DENSE_BUFFERS 12
+#define LJ_DENSE_BUFFERS 13
 
 /* Device addresses of those buffers (unused ones 0). */
 typedef struct lj_dense_buffers {
-    unsigned long long q, k, v, o, s, s0, sn, step_states, x, dsn, ws, ds;
+    unsigned long long q, k, v, o, s, s0, sn, step_states, x, dsn, ws, ds, o2;
 } lj_dense_buffers;
 
 /* Bytes of the backward's ds workspace for nseq sequences of H heads with value width E: a

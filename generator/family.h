@@ -29,7 +29,8 @@
  *                    each grid entry is an integer, a problem variable name ("B", "H", "N", "BH",
  *                    "nseq", "T"; for op custom its symbols), or {var, div} meaning ceil(var / div) (integers and divs from
  *                    1 to 2^31 - 1); block entries 1 to 1024 with at most 1024 threads; smem 0 to
- *                    2^30; entry an identifier.
+ *                    2^30; entry an identifier. Optional: covers, split_ws and split_flags
+ *                    (templates/README.md), pdl (a boolean, lj_launch.pdl).
  *   source(cfg, problem, device)   -> { template = "<family>/<file>.cu", consts = {...} }
  *                    consts become globals of the template's Lua environment (besides cfg
  *                    params, the problem and device fields, which are always visible).
@@ -211,6 +212,12 @@ typedef struct lj_launch {
      * buffer (16 more bytes of counters) is zeroed once: the kernels leave it zero. Sizes by
      * lj_split_ws_bytes. */
     unsigned long long split_ws, split_flags;
+    /* 1: the kernel executes griddepcontrol.wait (templates/common/pdl.cuh) before it reads or
+     * writes any global memory, so it may be launched with programmatic stream serialization:
+     * its CTAs may become resident while the previous kernel on the stream finishes. The
+     * runtime does so when the context's LAJIT_PDL switch is on, the device is cc 9.0 or newer
+     * and the driver has cuLaunchKernelEx (lj_plan_launch). */
+    unsigned pdl;
 } lj_launch;
 
 typedef struct lj_family lj_family;

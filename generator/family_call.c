@@ -493,6 +493,16 @@ static int read_launch(lua_State *L, int r, call_rec *rec)
         snprintf(rec->err, sizeof rec->err, "split_ws and split_flags go together");
         return 0;
     }
+    /* pdl: the kernel waits (griddepcontrol.wait) before its first global access, so it may
+     * overlap the previous kernel's tail (lj_launch.pdl). A boolean, never a number: 0 is true in
+     * Lua, and a spec that meant false must not get the overlap. */
+    t = lj_rawgetfield(L, r, "pdl");
+    l->pdl = t == LUA_TBOOLEAN && lua_toboolean(L, -1);
+    lua_settop(L, top);
+    if (t != LUA_TNIL && t != LUA_TBOOLEAN) {
+        snprintf(rec->err, sizeof rec->err, "pdl must be a boolean, not a %s", lua_typename(L, t));
+        return 0;
+    }
     /* The buffers come with the attention ops' la_params; lajit_launch packs only the
      * arguments a custom family declares. */
     if (l->split_ws && lj_family_args(rec->f)) {

@@ -169,7 +169,11 @@ LAJIT_API void lajit_ctx_desc_init(lajit_ctx_desc *desc);
 /* Creates a context. desc may be NULL for the defaults. The driver is not touched here: a
  * context can be created on a machine with no GPU; ops that need one then fail with
  * LAJIT_ERR_NO_DRIVER or LAJIT_ERR_NO_DEVICE. On failure *out is untouched. The environment
- * variable LAJIT_CHECK=1 adds LAJIT_CTX_CHECKED. */
+ * variable LAJIT_CHECK=1 adds LAJIT_CTX_CHECKED. LAJIT_PDL=0 turns programmatic dependent launch
+ * off for the context's kernels, 1 (or unset) leaves it on: a kernel that supports it (decode)
+ * is launched so that its CTAs may start while the previous kernel on the stream finishes, on
+ * devices of compute capability 9.0 and later with a driver that has cuLaunchKernelEx; any
+ * other value fails with LAJIT_ERR_INVALID_ARGUMENT. */
 LAJIT_API lajit_status lajit_ctx_create(const lajit_ctx_desc *desc, lajit_ctx **out);
 
 /* Adds the families of folders outside the library (path: one folder, or several separated by

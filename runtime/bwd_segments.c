@@ -28,17 +28,10 @@
 #define MAX_SEGMENTS   64
 #define SEGMENT_TOKENS 4096 /* the shortest segment the automatic rule makes */
 
+/* A state the segments copy as bytes: absent, or compact. */
 static int compact_state(const DLTensor *t)
 {
-    if (!t || !t->strides)
-        return 1;
-    int64_t want = 1;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        if (t->shape[d] > 1 && t->strides[d] != want)
-            return 0;
-        want *= t->shape[d];
-    }
-    return 1;
+    return !t || lj_tensor_compact(t);
 }
 
 int lj_bwd_segments(lajit_ctx *ctx, const lajit_attn_bwd_args *a, long long H, long long N,
@@ -68,11 +61,6 @@ int lj_bwd_segments(lajit_ctx *ctx, const lajit_attn_bwd_args *a, long long H, l
     return P >= 2 ? P : 0;
 }
 
-static size_t round16(size_t n)
-{
-    return (n + 15) & ~(size_t)15;
-}
-
 /* A [N, H, W] packed view of a [1, H, N, W] tensor (its data, strides in elements). */
 static DLTensor *packed(DLTensor *out, int64_t shape[3], int64_t strides[3], const DLTensor *t)
 {
@@ -97,7 +85,6 @@ static DLTensor *packed(DLTensor *out, int64_t shape[3], int64_t strides[3], con
 static DLTensor *pool(DLTensor *out, int64_t shape[5], CUdeviceptr base, int n, int five,
                       long long H, long long R, long long C, int ordinal)
 {
-    memset(out, 0, sizeof *out);
     int i = 0;
     shape[i++] = n;
     if (five)
@@ -105,30 +92,15 @@ static DLTensor *pool(DLTensor *out, int64_t shape[5], CUdeviceptr base, int n, 
     shape[i++] = H;
     shape[i++] = R;
     shape[i++] = C;
-    out->data = (void *)(uintptr_t)base;
-    out->device = (DLDevice){kDLCUDA, ordinal};
-    out->ndim = i;
-    out->dtype = (DLDataType){kDLFloat, 32, 1};
-    out->shape = shape;
-    return out;
+    return lj_device_view(out, base, ordinal, i, shape, NULL, (DLDataType){kDLFloat, 32, 1});
 }
 
 static DLTensor *ints(DLTensor *out, int64_t shape[1], CUdeviceptr base, int64_t n, int bits,
                       int ordinal)
 {
-    memset(out, 0, sizeof *out);
     shape[0] = n;
-    out->data = (void *)(uintptr_t)base;
-    out->device = (DLDevice){kDLCUDA, ordinal};
-    out->ndim = 1;
-    out->dtype = (DLDataType){kDLInt, (uint8_t)bits, 1};
-    out->shape = shape;
-    return out;
-}
-
-static CUdeviceptr address(const DLTensor *t)
-{
-    return (CUdeviceptr)(uintptr_t)t->data + t->byte_offset;
+    return lj_device_view(out, base, ordinal, 1, shape, NULL,
+                          (DLDataType){kDLInt, (uint8_t)bits, 1});
 }
 
 lajit_status lj_bwd_ds_by_segments(lajit_ctx *ctx, const lajit_attn_bwd_args *a, int P, long long H,
@@ -143,9 +115,9 @@ lajit_status lj_bwd_ds_by_segments(lajit_ctx *ctx, const lajit_attn_bwd_args *a,
     const CUstream stream = (CUstream)a->stream;
     const int vk = (a->flags & LAJIT_STATE_VK) != 0;
     const long long R = vk ? E : D, C = vk ? D : E;
-    const size_t st = (size_t)H * D * E * 4, pools = round16(st * (size_t)P);
-    const size_t cu_b = round16((size_t)(P + 1) * 4), slots_b = round16((size_t)P * 4),
-                 lens_b = round16((size_t)P * 8);
+    const size_t st = (size_t)H * D * E * 4, pools = lj_round16(st * (size_t)P);
+    const size_t cu_b = lj_round16((size_t)(P + 1) * 4), slots_b = lj_round16((size_t)P * 4),
+                 lens_b = lj_round16((size_t)P * 8);
     if ((s = lj_ctx_buffer(ctx, &ctx->seg_ws, cu_b + slots_b + lens_b + 6 * pools, 0, NULL,
                            "the backward's segments")) != LAJIT_OK)
         return s;
@@ -209,7 +181,7 @@ lajit_status lj_bwd_ds_by_segments(lajit_ctx *ctx, const lajit_attn_bwd_args *a,
     /* 1. The forward carries (the first from S_0), scanned into the incoming states. */
     cr = LJ_CU(env, drv, cuMemsetD32Async, W, 0u, st / 4 * (size_t)P, stream);
     if (cr == CUDA_SUCCESS && a->initial_state)
-        cr = LJ_CU(env, drv, cuMemcpyDtoDAsync, W, address(a->initial_state), st, stream);
+        cr = LJ_CU(env, drv, cuMemcpyDtoDAsync, W, lj_tensor_address(a->initial_state), st, stream);
     if (cr != CUDA_SUCCESS)
         return lj_driver_error(env, drv, cr, "lajit_attn_bwd (segments): the forward carries");
     lajit_attn_fwd_args f;
@@ -242,15 +214,16 @@ lajit_status lj_bwd_ds_by_segments(lajit_ctx *ctx, const lajit_attn_bwd_args *a,
         step = "the scan of the local states";
         goto failed;
     }
-    if (a->initial_state && (cr = LJ_CU(env, drv, cuMemcpyDtoDAsync, IN, address(a->initial_state),
-                                        st, stream)) != CUDA_SUCCESS)
+    if (a->initial_state &&
+        (cr = LJ_CU(env, drv, cuMemcpyDtoDAsync, IN, lj_tensor_address(a->initial_state), st,
+                    stream)) != CUDA_SUCCESS)
         return lj_driver_error(env, drv, cr, "lajit_attn_bwd (segments): S_0");
 
     /* 2. The gradient carries (the last from dS_N), scanned from the last segment. */
     cr = LJ_CU(env, drv, cuMemsetD32Async, G, 0u, st / 4 * (size_t)P, stream);
     if (cr == CUDA_SUCCESS && a->d_final_state)
         cr = LJ_CU(env, drv, cuMemcpyDtoDAsync, G + (CUdeviceptr)(P - 1) * st,
-                   address(a->d_final_state), st, stream);
+                   lj_tensor_address(a->d_final_state), st, stream);
     if (cr != CUDA_SUCCESS)
         return lj_driver_error(env, drv, cr, "lajit_attn_bwd (segments): the gradient carries");
     lajit_attn_bwd_args b;
@@ -277,8 +250,9 @@ lajit_status lj_bwd_ds_by_segments(lajit_ctx *ctx, const lajit_attn_bwd_args *a,
         step = "the scan of the gradient states";
         goto failed;
     }
-    if (a->d_final_state && (cr = LJ_CU(env, drv, cuMemcpyDtoDAsync, HH + (CUdeviceptr)(P - 1) * st,
-                                        address(a->d_final_state), st, stream)) != CUDA_SUCCESS)
+    if (a->d_final_state &&
+        (cr = LJ_CU(env, drv, cuMemcpyDtoDAsync, HH + (CUdeviceptr)(P - 1) * st,
+                    lj_tensor_address(a->d_final_state), st, stream)) != CUDA_SUCCESS)
         return lj_driver_error(env, drv, cr, "lajit_attn_bwd (segments): dS_N");
 
     /* 3. Every segment's gradients from its two states; ds summed over the segments. */
@@ -295,8 +269,9 @@ lajit_status lj_bwd_ds_by_segments(lajit_ctx *ctx, const lajit_attn_bwd_args *a,
         step = "the segments' gradients";
         goto failed;
     }
-    if (a->d_initial_state && (cr = LJ_CU(env, drv, cuMemcpyDtoDAsync, address(a->d_initial_state),
-                                          DS0, st, stream)) != CUDA_SUCCESS)
+    if (a->d_initial_state &&
+        (cr = LJ_CU(env, drv, cuMemcpyDtoDAsync, lj_tensor_address(a->d_initial_state), DS0, st,
+                    stream)) != CUDA_SUCCESS)
         return lj_driver_error(env, drv, cr, "lajit_attn_bwd (segments): dS_0");
     return LAJIT_OK;
 failed:

@@ -96,6 +96,18 @@ LAJIT_API lajit_status lajit_ctx_create(const lajit_ctx_desc *desc, lajit_ctx **
             lj_log(&ctx->env, LAJIT_LOG_WARN,
                    "LAJIT_DS_SEGMENTS=%s is not off or 0..64: the automatic choice", segs);
     }
+    /* Unlike LAJIT_DS_SEGMENTS, whose bad value falls back to the automatic choice, a bad
+     * LAJIT_PDL fails: whoever sets it is measuring both ways, and a typo that silently ran the
+     * default would make the two measurements one. */
+    const char *pdl = getenv("LAJIT_PDL");
+    ctx->pdl = 1;
+    if (pdl && *pdl) {
+        if (strcmp(pdl, "0") == 0)
+            ctx->pdl = 0;
+        else if (strcmp(pdl, "1") != 0)
+            return create_failed(ctx, lj_error(&ctx->env, LAJIT_ERR_INVALID_ARGUMENT,
+                                               "LAJIT_PDL=%s is not 0 (off) or 1 (on)", pdl));
+    }
     const char *tdir = getenv("LAJIT_TEMPLATE_DIR");
     if (tdir && *tdir && !(ctx->template_dir = lj_strdup(&ctx->env, tdir)))
         st = LAJIT_ERR_OUT_OF_MEMORY;

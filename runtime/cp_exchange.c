@@ -25,11 +25,6 @@
 static const DLDataType F32 = {kDLFloat, 32, 1};
 static const DLDataType I64 = {kDLInt, 64, 1};
 
-static size_t round16(size_t n)
-{
-    return (n + 15) & ~(size_t)15;
-}
-
 lajit_status lj_cp_driver_fail(lajit_ctx *ctx, const cp_call *c, CUresult cr, const char *what)
 {
     char text[160];
@@ -42,7 +37,8 @@ lajit_status lj_cp_driver_fail(lajit_ctx *ctx, const cp_call *c, CUresult cr, co
 static int add(size_t *acc, size_t a, size_t count)
 {
     size_t n;
-    return !__builtin_mul_overflow(round16(a), count, &n) && !__builtin_add_overflow(*acc, n, acc);
+    return !__builtin_mul_overflow(lj_round16(a), count, &n) &&
+           !__builtin_add_overflow(*acc, n, acc);
 }
 
 /* Region sizes in the order lj_cp_place lays them out. */
@@ -82,8 +78,8 @@ void lj_cp_place(cp_rank *r, CUdeviceptr base)
     r->carry = r->gather + (CUdeviceptr)(r->c.logstep ? 1 : r->rank) * r->slot;
     r->own = r->carry;
     if (r->c.cu_seqlens)
-        lj_cp_varlen_place(
-            r, round16(r->ds_gather ? r->ds_gather + ds : r->incoming + in * (r->c.bwd ? 2 : 1)));
+        lj_cp_varlen_place(r, lj_round16(r->ds_gather ? r->ds_gather + ds
+                                                      : r->incoming + in * (r->c.bwd ? 2 : 1)));
 }
 
 CUdeviceptr lj_cp_incoming(const cp_rank *r, int grad)
@@ -103,13 +99,7 @@ static void states_view(DLTensor *t, int64_t shape[5], int64_t strides[5], const
     const int64_t st[5] = {(int64_t)(step / 4), r->H * R * C, R * C, C, 1};
     memcpy(shape, sh, sizeof sh);
     memcpy(strides, st, sizeof st);
-    memset(t, 0, sizeof *t);
-    t->data = (void *)(uintptr_t)base;
-    t->device = (DLDevice){kDLCUDA, ordinal};
-    t->ndim = 5;
-    t->dtype = F32;
-    t->shape = shape;
-    t->strides = strides;
+    lj_device_view(t, base, ordinal, 5, shape, strides, F32);
 }
 
 /* The same as one state [B,H,R,C] (a 5-d view's last four dimensions). */
@@ -127,13 +117,7 @@ static void lengths_view(DLTensor *t, int64_t shape[1], int64_t strides[1], CUde
 {
     shape[0] = n;
     strides[0] = (int64_t)(step / 8);
-    memset(t, 0, sizeof *t);
-    t->data = (void *)(uintptr_t)base;
-    t->device = (DLDevice){kDLCUDA, ordinal};
-    t->ndim = 1;
-    t->dtype = I64;
-    t->shape = shape;
-    t->strides = strides;
+    lj_device_view(t, base, ordinal, 1, shape, strides, I64);
 }
 
 /* lj_state_scan over n slots at `slots` (`step` bytes apart, lengths at len_off in each), the
@@ -236,12 +220,7 @@ lajit_status lj_cp_exchange_compute(lajit_ctx *ctx, cp_rank *r, int grad, int wa
         DLTensor o5, o4, total;
         states_view(&o5, o_shape, o_strides, r, other, 1, r->state_bytes, ctx->ordinal);
         one_state(&o4, &o5);
-        memset(&total, 0, sizeof total);
-        total.data = (void *)(uintptr_t)(other + r->len_off);
-        total.device = o5.device;
-        total.ndim = 1;
-        total.dtype = I64;
-        total.shape = t_shape;
+        lj_device_view(&total, other + r->len_off, ctx->ordinal, 1, t_shape, NULL, I64);
         st = scan_slots(ctx, r, R, 2, r->slot, 0, r->scratch, &o4, &total,
                         "a step of the log-step exchange");
         if (st == LAJIT_OK)
@@ -283,20 +262,16 @@ lajit_status lj_cp_ds_sum(lajit_ctx *ctx, const cp_rank *r)
     int64_t ls_shape[5] = {r->P, 1, 1, 1, w}, sum_shape[4] = {1, 1, 1, w};
     int64_t len_shape[1], len_strides[1];
     DLTensor ls, in, sum, len;
-    memset(&ls, 0, sizeof ls);
-    ls.data = (void *)(uintptr_t)r->ds_gather;
-    ls.device = (DLDevice){kDLCUDA, ctx->ordinal};
-    ls.ndim = 5;
-    ls.dtype = F32;
-    ls.shape = ls_shape;
+    lj_device_view(&ls, r->ds_gather, ctx->ordinal, 5, ls_shape, NULL, F32);
     in = ls;
     in.byte_offset = r->ds_slot * (size_t)r->P;
     sum = ls;
     sum.byte_offset = 2 * r->ds_slot * (size_t)r->P;
     sum.ndim = 4;
     sum.shape = sum_shape;
-    /* Zero lengths (no decay: λ = 1; and no −1, which would restart the sum), after the sum. */
-    const CUdeviceptr zeros = r->ds_gather + round16(r->ds_slot * (size_t)(2 * r->P + 1));
+    /* Zero lengths of its own (after the sum): the scan reads lengths even without s (a −1
+     * would restart the sum), so they cannot be any bytes. */
+    const CUdeviceptr zeros = r->ds_gather + lj_round16(r->ds_slot * (size_t)(2 * r->P + 1));
     CUresult zr = LJ_CU(&ctx->env, ctx->device.drv, cuMemsetD32Async, zeros, 0u, 2 * (size_t)r->P,
                         (CUstream)c->stream);
     if (zr != CUDA_SUCCESS)
@@ -316,8 +291,7 @@ lajit_status lj_cp_ds_sum(lajit_ctx *ctx, const cp_rank *r)
         return st;
     }
     CUresult cr =
-        LJ_CU(&ctx->env, ctx->device.drv, cuMemcpyDtoDAsync,
-              (CUdeviceptr)(uintptr_t)c->ds->data + c->ds->byte_offset,
+        LJ_CU(&ctx->env, ctx->device.drv, cuMemcpyDtoDAsync, lj_tensor_address(c->ds),
               r->ds_gather + 2 * r->ds_slot * (size_t)r->P, (size_t)r->H * 4, (CUstream)c->stream);
     return cr == CUDA_SUCCESS ? LAJIT_OK : lj_cp_driver_fail(ctx, c, cr, "cuMemcpyDtoDAsync (ds)");
 }

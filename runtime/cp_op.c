@@ -26,11 +26,6 @@
 
 static const DLDataType F32 = {kDLFloat, 32, 1};
 
-static size_t round16(size_t n)
-{
-    return (n + 15) & ~(size_t)15;
-}
-
 /* The exchange the flags force: 0 the all-gather, 1 the log-step scan, −1 the choice by P. */
 static int exchange_choice(uint32_t flags)
 {
@@ -166,20 +161,6 @@ static lajit_status check_state(lj_env *env, const char *name, const DLTensor *t
     return LAJIT_OK;
 }
 
-/* Compact float32 of `count` elements from its first (a copy source or destination). */
-static int compact(const DLTensor *t)
-{
-    if (!t->strides)
-        return 1;
-    int64_t want = 1;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        if (t->shape[d] > 1 && t->strides[d] != want)
-            return 0;
-        want *= t->shape[d];
-    }
-    return 1;
-}
-
 /* Everything one rank's call can check alone; fills r's sizes and layout (not its buffers). */
 static lajit_status check_rank(lj_env *env, const cp_call *c, int rank, int P, cp_rank *r)
 {
@@ -216,7 +197,7 @@ static lajit_status check_rank(lj_env *env, const cp_call *c, int rank, int P, c
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s: ds (the gradient of s) needs s",
                             c->fn);
         if (!c->ds->shape || c->ds->ndim != 1 || c->ds->shape[0] != r->H ||
-            !lj_tensor_elem(c->ds->dtype, &e) || e != LJ_ELEM_F32 || !compact(c->ds))
+            !lj_tensor_elem(c->ds->dtype, &e) || e != LJ_ELEM_F32 || !lj_tensor_compact(c->ds))
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                             "%s: ds must be float32 [H] = [%lld], contiguous", c->fn,
                             (long long)r->H);
@@ -227,9 +208,9 @@ static lajit_status check_rank(lj_env *env, const cp_call *c, int rank, int P, c
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                         "%s: the state of B = %lld, H = %lld, D = %lld, E = %lld is too large",
                         c->fn, (long long)r->B, (long long)r->H, (long long)r->D, (long long)r->E);
-    r->len_off = round16(r->state_bytes);
+    r->len_off = lj_round16(r->state_bytes);
     r->slot = r->len_off + 16;
-    r->ds_slot = round16((size_t)r->H * 4);
+    r->ds_slot = lj_round16((size_t)r->H * 4);
     r->piece_state = r->state_bytes; /* varlen: B = 1, one piece's state */
     return LAJIT_OK;
 }
@@ -253,14 +234,7 @@ static DLTensor *state_view(DLTensor *t, int64_t shape[4], const cp_rank *r, CUd
     shape[1] = r->H;
     shape[2] = r->vk ? r->E : r->D;
     shape[3] = r->vk ? r->D : r->E;
-    memset(t, 0, sizeof *t);
-    t->data = (void *)(uintptr_t)base;
-    t->byte_offset = off;
-    t->device = (DLDevice){kDLCUDA, ordinal};
-    t->ndim = 4;
-    t->dtype = F32;
-    t->shape = shape;
-    return t;
+    return lj_device_view(t, base + off, ordinal, 4, shape, NULL, F32);
 }
 
 /* A device copy of a compact tensor's bytes (S_0 or dS_N into the exchange, H_0 out to dS_0). */
@@ -270,11 +244,6 @@ static lajit_status copy_state(lajit_ctx *ctx, const cp_rank *r, CUdeviceptr dst
     CUresult cr = LJ_CU(&ctx->env, ctx->device.drv, cuMemcpyDtoDAsync, dst, src, bytes,
                         (CUstream)r->c.stream);
     return cr == CUDA_SUCCESS ? LAJIT_OK : lj_cp_driver_fail(ctx, &r->c, cr, what);
-}
-
-static CUdeviceptr address(const DLTensor *t)
-{
-    return (CUdeviceptr)(uintptr_t)t->data + t->byte_offset;
 }
 
 /* The carry of this rank's span and n_r into its slot. Forward (grad = 0): M_r, rank 0's from
@@ -339,12 +308,12 @@ static lajit_status cp_local(lajit_ctx *ctx, const cp_rank *r, int grad)
                    : lj_cp_driver_fail(ctx, c, cr, "cuMemsetD32Async (an empty span's state)");
     }
     /* An end rank with no tokens passes its carry (S_0, or dS_N) on as it is. */
-    if (!compact(carry_in))
+    if (!lj_tensor_compact(carry_in))
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                         "%s: rank %d has no tokens, so %s is copied into the exchange as it is: it "
                         "must be contiguous",
                         c->fn, r->rank, grad ? "d_final_state" : "initial_state");
-    return copy_state(ctx, r, mine, address(carry_in), r->state_bytes,
+    return copy_state(ctx, r, mine, lj_tensor_address(carry_in), r->state_bytes,
                       grad ? "cuMemcpyDtoDAsync (dS_N)" : "cuMemcpyDtoDAsync (S_0)");
 }
 
@@ -408,24 +377,25 @@ static lajit_status cp_bwd_grads(lajit_ctx *ctx, const cp_rank *r)
         }
         if (r->rank != 0 || !c->d_initial_state)
             return LAJIT_OK;
-        if (!compact(c->d_initial_state))
+        if (!lj_tensor_compact(c->d_initial_state))
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                             "%s: rank 0 has no tokens, so d_initial_state is copied from the "
                             "exchange as it is: it must be contiguous",
                             c->fn);
         if (!reaching) { /* P = 1, no tokens, no dS_N: dS_0 = 0 */
-            CUresult cr = LJ_CU(env, ctx->device.drv, cuMemsetD32Async, address(c->d_initial_state),
-                                0u, r->state_bytes / 4, (CUstream)c->stream);
+            CUresult cr =
+                LJ_CU(env, ctx->device.drv, cuMemsetD32Async, lj_tensor_address(c->d_initial_state),
+                      0u, r->state_bytes / 4, (CUstream)c->stream);
             return cr == CUDA_SUCCESS ? LAJIT_OK
                                       : lj_cp_driver_fail(ctx, c, cr, "cuMemsetD32Async (dS_0)");
         }
-        if (!compact(reaching))
+        if (!lj_tensor_compact(reaching))
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                             "%s: rank 0 has no tokens and is the last rank, so d_final_state is "
                             "copied to d_initial_state: it must be contiguous",
                             c->fn);
-        return copy_state(ctx, r, address(c->d_initial_state), address(reaching), r->state_bytes,
-                          "cuMemcpyDtoDAsync (dS_0)");
+        return copy_state(ctx, r, lj_tensor_address(c->d_initial_state),
+                          lj_tensor_address(reaching), r->state_bytes, "cuMemcpyDtoDAsync (dS_0)");
     }
     lajit_attn_bwd_args b;
     memset(&b, 0, sizeof b);
@@ -443,13 +413,7 @@ static lajit_status cp_bwd_grads(lajit_ctx *ctx, const cp_rank *r)
     b.d_final_state = reaching;
     b.d_initial_state = r->rank == 0 ? c->d_initial_state : NULL;
     if (c->ds) {
-        memset(&ds_part, 0, sizeof ds_part);
-        ds_part.data = (void *)(uintptr_t)part;
-        ds_part.device = (DLDevice){kDLCUDA, ctx->ordinal};
-        ds_part.ndim = 1;
-        ds_part.dtype = F32;
-        ds_part.shape = ds_shape;
-        b.ds = &ds_part;
+        b.ds = lj_device_view(&ds_part, part, ctx->ordinal, 1, ds_shape, NULL, F32);
     }
     b.flags = c->flags;
     b.stream = c->stream;
@@ -673,15 +637,15 @@ static lajit_status cp_run_sim(lajit_ctx *ctx, int P, const cp_call *calls)
         else if (each != SIZE_MAX && bytes > each)
             each = bytes;
     }
-    if (st == LAJIT_OK &&
-        (each == SIZE_MAX || each == 0 || __builtin_mul_overflow(round16(each), (size_t)P, &total)))
+    if (st == LAJIT_OK && (each == SIZE_MAX || each == 0 ||
+                           __builtin_mul_overflow(lj_round16(each), (size_t)P, &total)))
         st = lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                       "%s (simulated): %d ranks' states do not fit in memory", fn, P);
     CUdeviceptr base = 0;
     if (st == LAJIT_OK && (st = device_ready(ctx, fn)) == LAJIT_OK)
         st = workspace(ctx, total, &base);
     for (int j = 0; j < P && st == LAJIT_OK; j++)
-        lj_cp_place(&r[j], base + (CUdeviceptr)j * round16(each));
+        lj_cp_place(&r[j], base + (CUdeviceptr)j * lj_round16(each));
     cp_transport t = lj_cp_sim_transport;
     t.user = r;
     const cp_step_kind *prog;

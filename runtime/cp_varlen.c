@@ -28,16 +28,6 @@
 #include "cp.h"
 #include "op_args.h"
 
-static size_t round16(size_t n)
-{
-    return (n + 15) & ~(size_t)15;
-}
-
-static CUdeviceptr address(const DLTensor *t)
-{
-    return (CUdeviceptr)(uintptr_t)t->data + t->byte_offset;
-}
-
 /* ---- Checks and the buffer ------------------------------------------------------------------- */
 
 /* A pool argument: float32 [P, H, R, C] (R, C = D, E, or E, D with VK). */
@@ -137,8 +127,8 @@ static int varlen_sizes(const cp_rank *r, size_t *slots, size_t *pool)
     if (__builtin_mul_overflow(n, (size_t)4, slots) ||
         __builtin_mul_overflow(n, r->piece_state, &p))
         return 0;
-    *slots = round16(*slots);
-    *pool = round16(p);
+    *slots = lj_round16(*slots);
+    *pool = lj_round16(p);
     return 1;
 }
 
@@ -175,26 +165,14 @@ static DLTensor *pool_view(DLTensor *t, int64_t shape[4], const cp_rank *r, CUde
     shape[1] = r->H;
     shape[2] = r->vk ? r->E : r->D;
     shape[3] = r->vk ? r->D : r->E;
-    memset(t, 0, sizeof *t);
-    t->data = (void *)(uintptr_t)base;
-    t->device = (DLDevice){kDLCUDA, ordinal};
-    t->ndim = 4;
-    t->dtype = (DLDataType){kDLFloat, 32, 1};
-    t->shape = shape;
-    return t;
+    return lj_device_view(t, base, ordinal, 4, shape, NULL, (DLDataType){kDLFloat, 32, 1});
 }
 
 static DLTensor *slots_view(DLTensor *t, int64_t shape[1], const cp_rank *r, CUdeviceptr base,
                             int ordinal)
 {
     shape[0] = r->pieces;
-    memset(t, 0, sizeof *t);
-    t->data = (void *)(uintptr_t)base;
-    t->device = (DLDevice){kDLCUDA, ordinal};
-    t->ndim = 1;
-    t->dtype = (DLDataType){kDLInt, 32, 1};
-    t->shape = shape;
-    return t;
+    return lj_device_view(t, base, ordinal, 1, shape, NULL, (DLDataType){kDLInt, 32, 1});
 }
 
 /* ---- Steps ------------------------------------------------------------------------------------ */
@@ -230,7 +208,7 @@ static lajit_status identity_slots(lajit_ctx *ctx, const cp_rank *r)
     if (ctx->cp_ids_n >= r->pieces && ctx->cp_ids.ptr)
         return LAJIT_OK;
     const size_t n = (size_t)r->pieces;
-    lajit_status st = lj_ctx_buffer(ctx, &ctx->cp_ids, round16(n * 4), 0, NULL,
+    lajit_status st = lj_ctx_buffer(ctx, &ctx->cp_ids, lj_round16(n * 4), 0, NULL,
                                     "context parallelism's piece slots");
     if (st != LAJIT_OK)
         return st;
@@ -257,9 +235,10 @@ static lajit_status patched_slots(lajit_ctx *ctx, const cp_rank *r)
     if (!c->state_slots)
         return LAJIT_OK;
     const size_t bytes = (size_t)r->pieces * 4;
-    lajit_status st = copy(ctx, r, r->v_slots_in, address(c->state_slots), bytes, "the slots");
+    lajit_status st =
+        copy(ctx, r, r->v_slots_in, lj_tensor_address(c->state_slots), bytes, "the slots");
     if (st == LAJIT_OK)
-        st = copy(ctx, r, r->v_slots_out, address(c->state_slots), bytes, "the slots");
+        st = copy(ctx, r, r->v_slots_out, lj_tensor_address(c->state_slots), bytes, "the slots");
     if (st == LAJIT_OK && c->cont_in)
         st = fill(ctx, r, r->v_slots_in, 0xffffffffu, 1, "the continued piece's slot");
     if (st == LAJIT_OK && c->cont_out)
@@ -369,30 +348,8 @@ static lajit_status take_incoming(lajit_ctx *ctx, const cp_rank *r)
                : LAJIT_OK;
 }
 
-#include <stdio.h>
-#include <stdlib.h>
 lajit_status lj_cp_varlen_fwd_outputs(lajit_ctx *ctx, cp_rank *r)
 {
-    if (getenv("CPV_HOSTDEBUG")) {
-        const int32_t *si = (const int32_t *)(uintptr_t)r->v_slots_in;
-        const int32_t *so = (const int32_t *)(uintptr_t)r->v_slots_out;
-        const int32_t *ids = (const int32_t *)(uintptr_t)ctx->cp_ids.ptr;
-        fprintf(stderr, "rank %d pieces %lld base %llx: ids", r->rank, (long long)r->pieces,
-                (unsigned long long)r->base);
-        for (int i = 0; i < r->pieces; i++)
-            fprintf(stderr, " %d", ids[i]);
-        fprintf(stderr, " | in");
-        for (int i = 0; i < r->pieces; i++)
-            fprintf(stderr, " %d", si[i]);
-        fprintf(stderr, " | out");
-        for (int i = 0; i < r->pieces; i++)
-            fprintf(stderr, " %d", so[i]);
-        fprintf(stderr, " | slots_in@+%llx in@+%llx fin@+%llx end@+%llx incoming@+%llx gather@+%llx\n",
-                (unsigned long long)(r->v_slots_in - r->base), (unsigned long long)(r->v_in - r->base),
-                (unsigned long long)(r->v_fin - r->base),
-                (unsigned long long)(r->v_fin - r->base + r->pieces * r->piece_state),
-                (unsigned long long)(r->incoming - r->base), (unsigned long long)(r->gather - r->base));
-    }
     const cp_call *c = &r->c;
     const int o = ctx->ordinal;
     int64_t s1[4], s2[4], s3[1], s4[1];
@@ -470,13 +427,7 @@ lajit_status lj_cp_varlen_bwd_grads(lajit_ctx *ctx, cp_rank *r)
         b.cu_seqlens = c->cu_seqlens;
         b.state_slots = slots_view(&ids, s3, r, ctx->cp_ids.ptr, o);
         if (c->ds) {
-            memset(&ds_part, 0, sizeof ds_part);
-            ds_part.data = (void *)(uintptr_t)part;
-            ds_part.device = (DLDevice){kDLCUDA, o};
-            ds_part.ndim = 1;
-            ds_part.dtype = (DLDataType){kDLFloat, 32, 1};
-            ds_part.shape = sd;
-            b.ds = &ds_part;
+            b.ds = lj_device_view(&ds_part, part, o, 1, sd, NULL, (DLDataType){kDLFloat, 32, 1});
         }
         b.flags = c->flags;
         b.stream = c->stream;

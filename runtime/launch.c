@@ -327,10 +327,5 @@ LAJIT_API lajit_status lajit_launch(lajit_ctx *ctx, const lajit_launch_args *a)
     lj_args_pack(d, v, &packed);
     if ((st = lj_device_make_current(env, &ctx->device)) != LAJIT_OK)
         return st;
-    CUresult r = LJ_CU(env, ctx->device.drv, cuLaunchKernel, plan->fn, grid[0], grid[1], grid[2],
-                       plan->launch.block[0], plan->launch.block[1], plan->launch.block[2],
-                       plan->launch.smem, (CUstream)a->stream, packed.params, NULL);
-    if (r != CUDA_SUCCESS)
-        return lj_driver_error(env, ctx->device.drv, r, "cuLaunchKernel");
-    return LAJIT_OK;
+    return lj_plan_launch(ctx, plan, grid, a->stream, packed.params);
 }

@@ -4,8 +4,9 @@
  * else the family's default; each checked by the family's valid()), its
  * kernel from the first cache level that has it (memory, disk cache, bundle, NVRTC, in that
  * order: lj_kernel_fetch, generator/levels.h), and the module load that makes a plan.
- * lj_op_launch is the hot path's entry: a plan-table probe and one cuLaunchKernel once the
- * bucket has its plan (see ops.c for the argument checks before it). */
+ * lj_op_launch is the hot path's entry: a plan-table probe and one launch once the bucket has
+ * its plan (see ops.c for the argument checks before it); lj_plan_launch is that launch, for
+ * lajit_launch too. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -340,6 +341,48 @@ lajit_status lj_plan_get(lajit_ctx *ctx, const char *family, const lj_problem *p
     return build_plan(ctx, family, p, out);
 }
 
+/* Programmatic dependent launch (PDL): a kernel whose spec says pdl waits (griddepcontrol.wait)
+ * before touching global memory, so the driver may make its CTAs resident while the previous
+ * kernel on the stream drains, hiding most of the launch gap of a small decode step. It needs
+ * the attribute on the launch, which only cuLaunchKernelEx takes; sm_90 and later honour it.
+ * Stream capture needs nothing here: the driver records the attribute with the captured kernel
+ * (a programmatic edge of the graph), so a captured decode loop may overlap when replayed too;
+ * whether and by how much is measured on a GPU (lajit_bench --mode decode --pdl 0,1). One
+ * driver call either way, so fault injection counts the same whichever entry is taken. */
+lajit_status lj_plan_launch(lajit_ctx *ctx, const lj_plan *plan, const unsigned grid[3],
+                            void *stream, void **params)
+{
+    lj_env *env = &ctx->env;
+    const lj_driver *drv = ctx->device.drv;
+    const lj_launch *l = &plan->launch;
+    CUresult r;
+    if (l->pdl && ctx->pdl && ctx->device.info.cc >= 90 && drv->cuLaunchKernelEx) {
+        CUlaunchAttribute attr;
+        memset(&attr, 0, sizeof attr);
+        attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        CUlaunchConfig cfg = {.gridDimX = grid[0],
+                              .gridDimY = grid[1],
+                              .gridDimZ = grid[2],
+                              .blockDimX = l->block[0],
+                              .blockDimY = l->block[1],
+                              .blockDimZ = l->block[2],
+                              .sharedMemBytes = l->smem,
+                              .hStream = (CUstream)stream,
+                              .attrs = &attr,
+                              .numAttrs = 1};
+        r = LJ_CU(env, drv, cuLaunchKernelEx, &cfg, plan->fn, params, NULL);
+        if (r != CUDA_SUCCESS)
+            return lj_driver_error(env, drv, r, "cuLaunchKernelEx");
+        return LAJIT_OK;
+    }
+    r = LJ_CU(env, drv, cuLaunchKernel, plan->fn, grid[0], grid[1], grid[2], l->block[0],
+              l->block[1], l->block[2], l->smem, (CUstream)stream, params, NULL);
+    if (r != CUDA_SUCCESS)
+        return lj_driver_error(env, drv, r, "cuLaunchKernel");
+    return LAJIT_OK;
+}
+
 lajit_status lj_op_launch(lajit_ctx *ctx, const char *family, const lj_problem *p,
                           const la_params *lp, void *stream, unsigned *covers)
 {
@@ -376,11 +419,8 @@ lajit_status lj_op_launch(lajit_ctx *ctx, const char *family, const lj_problem *
         lp = &split_lp;
     }
     void *kernel_args[] = {(void *)lp};
-    CUresult r = LJ_CU(env, ctx->device.drv, cuLaunchKernel, plan->fn, grid[0], grid[1], grid[2],
-                       plan->launch.block[0], plan->launch.block[1], plan->launch.block[2],
-                       plan->launch.smem, (CUstream)stream, kernel_args, NULL);
-    if (r != CUDA_SUCCESS)
-        return lj_driver_error(env, ctx->device.drv, r, "cuLaunchKernel");
+    if ((st = lj_plan_launch(ctx, plan, grid, stream, kernel_args)) != LAJIT_OK)
+        return st;
     if (covers)
         *covers = plan->launch.covers;
     return LAJIT_OK;

@@ -7,6 +7,7 @@
 #include "family.h"
 #include "la_params.h"
 #include "lajit.h"
+#include "plan.h"
 #include "roles.h"
 
 /* Finds (hot path: a table probe, no allocation, no Lua) or builds (first call of a bucket) the
@@ -15,6 +16,14 @@
  * spec's launch `covers`). Errors name the family and the problem. */
 lajit_status lj_op_launch(lajit_ctx *ctx, const char *family, const lj_problem *p,
                           const la_params *lp, void *stream, unsigned *covers);
+
+/* Launches plan's kernel on stream with grid and the kernel parameters params (cuLaunchKernel's
+ * form): with programmatic stream serialization (cuLaunchKernelEx) when the spec's launch says
+ * pdl, the context's LAJIT_PDL switch is on, the device is cc 9.0 or newer and the driver has
+ * cuLaunchKernelEx; with cuLaunchKernel otherwise. The caller has made the device current. No
+ * allocation, no Lua. The one launch of lj_op_launch and lajit_launch. */
+lajit_status lj_plan_launch(lajit_ctx *ctx, const lj_plan *plan, const unsigned grid[3],
+                            void *stream, void **params);
 
 /* The plan of p's bucket with the named family (NULL: the op's defaults): found (a table probe)
  * or built. *out is owned by ctx. */

@@ -72,7 +72,7 @@ static lajit_status check_slots(lajit_ctx *ctx, const char *fn, const DLTensor *
         return lj_oom(env);
     memset(buf + count * 4, 0, marks);
     const lj_driver *drv = dev->drv;
-    CUdeviceptr at = (CUdeviceptr)((uintptr_t)slots->data + slots->byte_offset);
+    CUdeviceptr at = (CUdeviceptr)lj_tensor_address(slots);
     CUresult r = LJ_CU(env, drv, cuMemcpyDtoHAsync, buf, at, count * 4, (CUstream)stream);
     if (r == CUDA_SUCCESS)
         r = LJ_CU(env, drv, cuStreamSynchronize, (CUstream)stream);

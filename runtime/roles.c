@@ -23,11 +23,12 @@ static const struct {
 };
 #define N_TENSORS ((int)(sizeof tensors / sizeof tensors[0]))
 
-static const char *const slot_names[LJ_N_SLOTS] = {"q", "k", "v", "o", "s0", "sn", "x", "dsn"};
-static const size_t slot_offsets[LJ_N_SLOTS] = {offsetof(la_params, q),  offsetof(la_params, k),
-                                                offsetof(la_params, v),  offsetof(la_params, o),
-                                                offsetof(la_params, s0), offsetof(la_params, sn),
-                                                offsetof(la_params, x),  offsetof(la_params, dsn)};
+static const char *const slot_names[LJ_N_SLOTS] = {"q",  "k", "v",   "o", "s0",
+                                                   "sn", "x", "dsn", "o2"};
+static const size_t slot_offsets[LJ_N_SLOTS] = {
+    offsetof(la_params, q), offsetof(la_params, k),   offsetof(la_params, v),
+    offsetof(la_params, o), offsetof(la_params, s0),  offsetof(la_params, sn),
+    offsetof(la_params, x), offsetof(la_params, dsn), offsetof(la_params, dk)};
 
 static const struct {
     const char *name;

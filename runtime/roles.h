@@ -22,6 +22,7 @@ enum {
     LJ_SLOT_SN,
     LJ_SLOT_X,   /* an extra sequence operand (the dq pass that also computes ds: the op's q) */
     LJ_SLOT_DSN, /* the gradient of the final state, read (that pass's last term of ds) */
+    LJ_SLOT_O2,  /* a second output, in la_params.dk (the fused dv/dk pass: the op's dk) */
     LJ_N_SLOTS
 };
 

@@ -90,7 +90,7 @@ static lajit_status check_values(lajit_ctx *ctx, const DLTensor *s, long long H,
     if (s) {
         la_params lp;
         memset(&lp, 0, sizeof lp);
-        lp.decay = (unsigned long long)(uintptr_t)s->data + s->byte_offset;
+        lp.decay = lj_tensor_address(s);
         lp.H = (int)H;
         if ((st = lj_check_device_values(ctx, &lp, 0, 0, stream)) != LAJIT_OK)
             return st;
@@ -115,7 +115,7 @@ static lajit_status check_values(lajit_ctx *ctx, const DLTensor *s, long long H,
     if (!buf)
         return lj_oom(env);
     const lj_driver *drv = dev->drv;
-    CUdeviceptr at = (CUdeviceptr)((uintptr_t)len->data + len->byte_offset);
+    CUdeviceptr at = (CUdeviceptr)lj_tensor_address(len);
     CUresult r = LJ_CU(env, drv, cuMemcpyDtoHAsync, buf, at, count * es, (CUstream)stream);
     if (r == CUDA_SUCCESS)
         r = LJ_CU(env, drv, cuStreamSynchronize, (CUstream)stream);

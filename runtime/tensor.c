@@ -409,3 +409,34 @@ lajit_status lj_tensor_check_writable(lj_env *env, const char *name, const DLTen
     }
     return LAJIT_OK;
 }
+
+int lj_tensor_compact(const DLTensor *t)
+{
+    if (!t->strides)
+        return 1;
+    int64_t want = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] > 1 && t->strides[d] != want)
+            return 0;
+        want *= t->shape[d];
+    }
+    return 1;
+}
+
+uint64_t lj_tensor_address(const DLTensor *t)
+{
+    return (uint64_t)(uintptr_t)t->data + t->byte_offset;
+}
+
+DLTensor *lj_device_view(DLTensor *t, uint64_t addr, int ordinal, int ndim, int64_t *shape,
+                         int64_t *strides, DLDataType dtype)
+{
+    memset(t, 0, sizeof *t);
+    t->data = (void *)(uintptr_t)addr;
+    t->device = (DLDevice){kDLCUDA, ordinal};
+    t->ndim = ndim;
+    t->dtype = dtype;
+    t->shape = shape;
+    t->strides = strides;
+    return t;
+}

@@ -94,4 +94,17 @@ int lj_tensor_elem(DLDataType dt, lj_elem *out);
 /* "float32", "float16", "bfloat16", "int32", "int64", or "unsupported". */
 const char *lj_tensor_dtype_name(DLDataType dt);
 
+/* 1 when t's elements are contiguous in row-major order from its first (NULL strides, or strides
+ * that match; dimensions of size 1 may have any stride): one memcpy of its bytes moves it. */
+int lj_tensor_compact(const DLTensor *t);
+
+/* The address of t's first element (data + byte_offset). */
+uint64_t lj_tensor_address(const DLTensor *t);
+
+/* *t made a view of device memory at addr on CUDA device `ordinal`: ndim sizes, strides in
+ * elements (NULL: compact), dtype. shape and strides stay the caller's arrays and must outlive
+ * t (the runtime's own views of its buffers, handed to the public ops). Returns t. */
+DLTensor *lj_device_view(DLTensor *t, uint64_t addr, int ordinal, int ndim, int64_t *shape,
+                         int64_t *strides, DLDataType dtype);
+
 #endif

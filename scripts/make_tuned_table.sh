@@ -6,7 +6,7 @@
 #   scripts/make_tuned_table.sh [BUILD_DIR]        (default: build)
 #
 # What is tuned (each a space-separated list; override in the environment):
-#   DS      head widths, D = E                     (default "64 128")
+#   DS      head widths, D = E                     (default "64 128"; set but empty: no forward)
 #   DTYPES  input types                            (default "f32 f16 bf16")
 #   DECAYS  1 with decay, 0 without                (default "1")
 #   BS, H   batch sizes (comma list) and heads: one bucket per log2(B*H)  (default 1,4,16 and 64)
@@ -21,8 +21,8 @@ set -euo pipefail
 build=${1:-build}
 lajit="$build/tools/lajit"
 out=${OUT_DIR:-tuned}
-DS=${DS:-"64 128"}
-DTYPES=${DTYPES:-"f32 f16 bf16"}
+DS=${DS-"64 128"}
+DTYPES=${DTYPES-"f32 f16 bf16"}
 DECAYS=${DECAYS:-"1"}
 BS=${BS:-1,4,16}
 H=${H:-64}

@@ -93,8 +93,9 @@ static int tune_usage(int rc)
            "every combination is tuned.\n"
            "Each valid configuration is compiled (-j threads, 1 to %d), then timed in a private\n"
            "CUDA context: --warmup launches (1 to 100000, default 3), then the median of --runs\n"
-           "(5 to 100000, default 5), inputs rotated beyond the L2 size. A faulting candidate is\n"
-           "recorded as failed.\n"
+           "(5 to 100000, default 5), inputs rotated beyond the L2 size; a kernel under 50 us\n"
+           "is timed again as CUDA graphs of back-to-back launches (about 250 us each), per\n"
+           "launch. A faulting candidate is recorded as failed.\n"
            "A progress bar goes to stderr on a terminal. --json writes a summary: per bucket\n"
            "the default and the tuned configuration with their times.\n",
            cli_prog, CLI_MAX_JOBS);

@@ -98,13 +98,14 @@ return {
     -- wants ds; ds: the kernel keeps the op's ds output and workspace. The dq pass also hands
     -- on q (as x) and dS_N: a family whose dq kernel computes ds beside dq (la_bwd_sm90) says so
     -- by its launch's `covers = { 3 }`, and the op then skips part 3; this family's dq kernel
-    -- ignores them.
+    -- ignores them. Likewise the dv pass hands on v (as x) and dk (as o2, a second output): a
+    -- kernel that computes dk beside dv (la_bwd_sm90/dkdv.cu) says `covers = { 2 }`.
     roles = {
         { part = 0, q = "dout", k = "v", v = "k", o = "dq", s0 = "s0", x = "q", dsn = "dsn",
           transpose = { "s0", "dsn" }, swap_de = true, ds = true, ticket = true,
           flags = { "has_initial", "has_dsn", "want_ds" } },            -- dq = σ dO Sᵀ (and ds)
-        { part = 1, q = "k", k = "q", v = "dout", o = "dv", s0 = "dsn", sn = "ds0",
-          flags = { "has_final", "has_dsn" } },                         -- dv, reversed, dS₀
+        { part = 1, q = "k", k = "q", v = "dout", o = "dv", s0 = "dsn", sn = "ds0", x = "v",
+          o2 = "dk", flags = { "has_final", "has_dsn" } },              -- dv, reversed, dS₀
         { part = 2, q = "v", k = "dout", v = "q", o = "dk", s0 = "dsn", transpose = { "s0" },
           swap_de = true, flags = { "has_dsn" } },                      -- dk, reversed
         { part = 3, all = true, ticket = true, when = { "want_ds" },

@@ -121,20 +121,25 @@ return {
         return true
     end,
 
-    -- Measured on an H200 (132 SMs), H = 64, D = E = 128, bf16, cold L2 (docs/notes/la_decode.md):
-    -- fewer states than SMs want 16-column tiles (8 CTAs per state); a few states per SM want
-    -- 64-column tiles with the L2 evict-first hint; large batches 64-column tiles of 16 warps.
-    -- VK tiles are contiguous, so narrow tiles cost less there. T > 1 stages q, k, v in shared
-    -- memory (direct loads of T rows of q and k per thread are slow) except for fewer states than
-    -- SMs, where the shorter critical path of direct loads wins. The thresholds compare log2
-    -- buckets, the same buckets as key(), so one bucket always gets one config.
+    -- Measured on an H200 (132 SMs), H = 64, D = E = 128, bf16 inputs, cold L2, as a CUDA graph of
+    -- back-to-back steps (`lajit tune`'s graph timing; docs/notes/la_decode.md, session 11): the
+    -- fp32 pool wants about a thousand CTAs at small batches — 16-column tiles (8 CTAs per state)
+    -- for fewer states than SMs, staged q, k, v and the L2 evict-first hint from one state per SM
+    -- to four, then 64-column tiles of 16 warps; a 16-bit pool (8 values per 16-byte vector)
+    -- wants the same bytes per row: 32-column tiles of 4 warps at small batches, 128-column tiles
+    -- of 16 warps from two states per SM on, with the streaming hint. VK tiles are contiguous, so
+    -- narrow tiles cost less there. T > 1 stages q, k, v in shared memory (direct loads of T rows
+    -- of q and k per thread are slow) except for fewer states than SMs. The thresholds compare
+    -- log2 buckets, the same buckets as key(), so one bucket always gets one config.
     default = function(problem, device)
         local lb = log2_bucket(problem.B * problem.H)
         local ls = log2_bucket(device.sms) -- 7 for 132 SMs
+        local wide = vec_elems(problem) == 8 -- a 16-bit state: twice the values per vector
         local cfg
         if problem.T > 1 then
             if lb < ls then
-                cfg = { TILE_V = 16, WARPS = 8, DIRECT = 1, CACHE = 0 }
+                cfg = wide and { TILE_V = 32, WARPS = 4, DIRECT = 0, CACHE = 1 }
+                    or { TILE_V = 16, WARPS = 8, DIRECT = 1, CACHE = 0 }
             else
                 cfg = { TILE_V = 32, WARPS = 4, DIRECT = 0, CACHE = 0 }
             end
@@ -146,24 +151,29 @@ return {
             else
                 cfg = { TILE_V = 128, WARPS = 16, DIRECT = 1, CACHE = 0 }
             end
+            if wide and lb < ls then cfg.TILE_V = cfg.TILE_V * 2 end
+        elseif wide then
+            if lb <= ls then
+                cfg = { TILE_V = 32, WARPS = 4, DIRECT = 1, CACHE = 1 }
+            else
+                cfg = { TILE_V = 128, WARPS = 16, DIRECT = 1, CACHE = lb <= ls + 6 and 1 or 0 }
+            end
         else
             if lb < ls then
-                cfg = { TILE_V = 16, WARPS = 8, DIRECT = 1, CACHE = 0 }
-            elseif lb < ls + 2 then
-                cfg = { TILE_V = 64, WARPS = 8, DIRECT = 1, CACHE = 2 }
-            elseif lb < ls + 4 then
-                cfg = { TILE_V = 64, WARPS = 8, DIRECT = 1, CACHE = 0 }
+                cfg = { TILE_V = 16, WARPS = 4, DIRECT = 1, CACHE = 3 }
+            elseif lb == ls then
+                cfg = { TILE_V = 16, WARPS = 8, DIRECT = 0, CACHE = 2 }
+            elseif lb == ls + 1 then
+                cfg = { TILE_V = 32, WARPS = 4, DIRECT = 0, CACHE = 2 }
+            elseif lb == ls + 2 then
+                cfg = { TILE_V = 64, WARPS = 8, DIRECT = 0, CACHE = 2 }
+            elseif lb == ls + 3 then
+                cfg = { TILE_V = 64, WARPS = 16, DIRECT = 1, CACHE = 1 }
             else
                 cfg = { TILE_V = 64, WARPS = 16, DIRECT = 1, CACHE = 0 }
             end
         end
         if device.cc < 80 then cfg.CACHE = 0 end
-        -- A 16-bit pool with fewer states than SMs: twice the columns per tile, so a CTA keeps
-        -- the bytes in flight of the fp32 choice (H200, bf16 pool, T = 1, H = 64, D = E = 128,
-        -- B = 1: 3.33 -> 2.85 us in lajit_bench, `lajit tune` 1.25x). Doubling at B = 2..256 too
-        -- (the tuner's 1.04-1.12x at B = 16 and 256) measured slower in lajit_bench's cold-L2
-        -- graph at B = 2..16 (docs/notes/la_decode.md), so it stops here.
-        if vec_elems(problem) == 8 and problem.T == 1 and lb < ls then cfg.TILE_V = cfg.TILE_V * 2 end
         -- Other shapes: the widest tile that divides E, then warps so that every thread holds
         -- state (at most 64 floats of it) and a row fits in the CTA.
         while problem.E % cfg.TILE_V ~= 0 or cfg.TILE_V > problem.E do cfg.TILE_V = cfg.TILE_V // 2 end
@@ -197,6 +207,13 @@ return {
             block = { cfg.WARPS * 32, 1, 1 },
             smem = smem(cfg, problem),
             entry = "la_decode",
+            -- The kernel waits (common/pdl.cuh) before any global access, so on sm_90 and later
+            -- its CTAs may start while the previous kernel on the stream finishes. Measured on
+            -- the H200 (docs/notes/la_decode.md, session 11): T = 1 gains up to 10 % at small
+            -- batches (B = 1: 3.51 -> 3.27 us fp32 pool, 2.70 -> 2.42 bf16) and loses nothing
+            -- beyond; T = 4 loses up to 17 % at small batches (waiting CTAs crowd the SMs
+            -- that a longer step needs), so only single steps ask for it.
+            pdl = device.cc >= 90 and problem.T == 1,
         }
     end,
 

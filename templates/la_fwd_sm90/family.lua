@@ -212,6 +212,12 @@ end
 -- segments measured 1.63 ms against 1.38 whole) and the sequences are long enough (SEG_MIN tokens per segment, N / B on average
 -- in a varlen batch), the fewest (a power of two) that give ~every SM a CTA. With fewer idle SMs
 -- the second read of K and V costs more than the SMs bring (docs/notes/split.md).
+-- Tokens per segment of a sequence cut in `split` (varlen: the average sequence).
+local LONG_SEG = 16384
+local function per_seg(problem, split)
+    return problem.N // math.max(problem.varlen and problem.B or 1, 1) // split
+end
+
 local function split_default(cfg, problem, device)
     local per_seq = problem.N // math.max(problem.varlen and problem.B or 1, 1)
     local ctas = problem.B * problem.H * (problem.E // (cfg.WGS * cfg.TILE_V))
@@ -236,8 +242,12 @@ local function split_config(problem, device)
             cfg.SPLIT = split_default(cfg, problem, device)
             if cfg.SPLIT == 1 then return nil end
             -- Each segment reads the local states before it: beyond 32 segments narrower
-            -- slices (smaller states) fill the SMs for less.
-            if cfg.SPLIT > 32 and tv > 16 and problem.E % (tv // 2) == 0 then goto narrower end
+            -- slices (smaller states) fill the SMs for less, unless the segments stay long
+            -- (H200, B = 1, N = 1M, `lajit tune`: H = 1 64 segments of 32 columns 0.732 ms
+            -- against 32 of 16 columns 1.076; H = 2 64 of 64 columns 1.089 against 32 of 32
+            -- 1.278; at N = 64K, 1K-token segments, the narrower 32 win: docs/notes/split.md).
+            if cfg.SPLIT > 32 and per_seg(problem, cfg.SPLIT) < LONG_SEG and tv > 16
+                and problem.E % (tv // 2) == 0 then goto narrower end
             for _, deep in ipairs({ { STAGES = 3, PREFETCH = 1 }, { STAGES = 2, PREFETCH = 0 } }) do
                 local c = with(cfg, deep)
                 if valid(c, problem, device) then return c end

@@ -4,7 +4,8 @@
  * the caller's context untouched, every driver resource given back) and inputs rotate over
  * several buffer sets; the policies off (database winner, else default) and eager (tune on first
  * call, record, use; default while another process holds the lease); configuration texts; and
- * the dense la_params helper against what the ops themselves pass to kernels. */
+ * the dense la_params helper against what the ops themselves pass to kernels; short kernels
+ * timed as graphs of back-to-back launches. */
 #include "test.h"
 
 #include <sys/wait.h>
@@ -140,6 +141,59 @@ LJ_TEST(search_survives_a_faulting_candidate)
             distinct++;
     }
     ASSERT_TRUE(distinct > 0);
+    lajit_ctx_destroy(ctx);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* Short kernels: alone, UNROLL=1 looks fastest (its launch is cheap); in a graph of back-to-back
+ * launches UNROLL=4 WARPS=2 is. The tuner must rank them by the graph. */
+static double short_time(const lj_fake_launch *l, void *user)
+{
+    (void)user;
+    const int fast_in_graphs = l->block[0] == 64 && l->smem == 4096;
+    if (l->captured)
+        return fast_in_graphs ? 0.002 : 0.004;
+    return fast_in_graphs ? 0.010 : 0.006;
+}
+
+LJ_TEST(search_times_short_kernels_as_graphs)
+{
+    require_nvrtc();
+    use_test_templates();
+    lj_fake_driver_reset();
+    lj_fake_driver_set_kernel_time(short_time, NULL);
+    lajit_ctx *ctx = fake_ctx(LAJIT_AUTOTUNE_OFF);
+    lj_env *env = lajit__ctx_env(ctx);
+    lj_family *f;
+    lj_lua *L;
+    lj_cache *cache;
+    lj_device *dev;
+    ASSERT_OK(lajit__ctx_family(ctx, "toy", &f));
+    ASSERT_OK(lajit__ctx_lua(ctx, &L));
+    ASSERT_OK(lajit__ctx_cache(ctx, &cache));
+    ASSERT_OK(lajit__ctx_device(ctx, &dev));
+    ASSERT_OK(lj_device_make_current(env, dev));
+    lj_problem p = toy_problem();
+    lj_search_out res;
+    lj_search_opts opts = {0};
+    opts.runs = 5;
+    ASSERT_OK(lj_search_run(env, L, f, cache, dev, &p, &opts, &res));
+    ASSERT_EQ(res.n_results, 6);
+    char best[256];
+    lj_config_format(&res.best, best, sizeof best);
+    ASSERT_STREQ(best, "UNROLL=4 WARPS=2");
+    ASSERT_TRUE(fabs(res.best_ms - 0.002) < 1e-5); /* per launch inside the graph */
+    for (int i = 0; i < res.n_results; i++)
+        ASSERT_TRUE(fabs(res.results[i].ms - 0.002) < 1e-5 ||
+                    fabs(res.results[i].ms - 0.004) < 1e-5);
+    lj_search_out_free(env, &res);
+    const lj_fake_counts *c = lj_fake_driver_counts();
+    ASSERT_EQ(c->captures_begun, 6);
+    ASSERT_EQ(c->captures_ended, 6);
+    ASSERT_EQ(c->graph_launches, 6 * 6); /* one warm-up replay and five timed, per candidate */
+    ASSERT_EQ(c->graphs_destroyed, 6);
+    ASSERT_EQ(c->graph_execs_destroyed, 6);
+    lj_fake_driver_set_kernel_time(NULL, NULL);
     lajit_ctx_destroy(ctx);
     ASSERT_TRUE(lj_fake_driver_balanced());
 }
@@ -493,7 +547,7 @@ LJ_TEST(dense_params_match_fwd)
         lj_problem q = p;
         q.has_initial = q.has_final = 1;
         q.vk = vk;
-        lj_dense_buffers b = {u.q, u.k, u.v, u.o, u.s, s0, sn, 0, 0, 0, 0, 0};
+        lj_dense_buffers b = {u.q, u.k, u.v, u.o, u.s, s0, sn, 0, 0, 0, 0, 0, 0};
         la_params dense;
         lj_params_dense(&q, &b, 0.25f, &dense);
         expect_same_params(&lj_fake_launch_get(lj_fake_launch_count() - 1)->params, &dense);
@@ -571,7 +625,7 @@ LJ_TEST(dense_params_match_decode)
             lajit_ctx *ctx = fake_ctx(LAJIT_AUTOTUNE_OFF);
             ASSERT_OK(lajit_attn_decode(ctx, &a));
             lajit_ctx_destroy(ctx);
-            lj_dense_buffers b = {q, k, v, o, s, st, st, ss, 0, 0, 0, 0};
+            lj_dense_buffers b = {q, k, v, o, s, st, st, ss, 0, 0, 0, 0, 0};
             la_params dense;
             lj_params_dense(&p, &b, 0.5f, &dense);
             expect_same_params(&lj_fake_launch_get(lj_fake_launch_count() - 1)->params, &dense);

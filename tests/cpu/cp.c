@@ -1023,34 +1023,3 @@ LJ_TEST(varlen_simulated_sequence)
     lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
     ASSERT_TRUE(lj_fake_driver_balanced());
 }
-
-LJ_TEST(varlen_three_rank_debug)
-{
-    need_nvrtc();
-    lj_fake_driver_reset();
-    fake_device();
-    lajit_ctx *ctx = fake_ctx();
-    rank_views u[3];
-    varlen_views w[3];
-    const int32_t cu0[2] = {0, 200}, cu1[4] = {0, 100, 170, 400}, cu2[3] = {0, 270, 360};
-    rank_open(&u[0], 200);
-    rank_open(&u[1], 400);
-    rank_open(&u[2], 360);
-    varlen_open(&w[0], &u[0], 200, cu0, 1, LAJIT_CP_CONTINUES_OUT);
-    varlen_open(&w[1], &u[1], 400, cu1, 3, LAJIT_CP_CONTINUES_IN | LAJIT_CP_CONTINUES_OUT);
-    varlen_open(&w[2], &u[2], 360, cu2, 2, LAJIT_CP_CONTINUES_IN);
-    lajit_cp_attn_fwd_args a[3] = {w[0].a, w[1].a, w[2].a};
-    lajit_status st = lajit__cp_attn_fwd_sim(ctx, 3, a);
-    if (st != LAJIT_OK)
-        lj_test_fail(__FILE__, __LINE__, "%s: %s", lajit_status_string(st), lajit_errmsg(ctx));
-    for (int i = 0; i < lj_fake_launch_count(); i++)
-        printf("launch %d: %s grid %u %u %u\n", i, lj_fake_launch_get(i)->entry,
-               lj_fake_launch_get(i)->grid[0], lj_fake_launch_get(i)->grid[1],
-               lj_fake_launch_get(i)->grid[2]);
-    for (int r = 0; r < 3; r++) {
-        varlen_close(&w[r]);
-        rank_close(&u[r]);
-    }
-    lajit_ctx_destroy(ctx);
-    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
-}

@@ -35,7 +35,8 @@ static la_tensor4 transposed(la_tensor4 t)
 
 /* The parameters of scan part 0..2 from the op's la_params, as runtime/ops.c wired them in C,
  * and since the dq pass may compute ds (la_bwd_sm90), that pass also given q as x, dS_N
- * transposed, and ds's output and workspace when ds is wanted. */
+ * transposed, and ds's output and workspace when ds is wanted; since the dv pass may compute dk
+ * (la_bwd_sm90/dkdv.cu), that pass also given v as x and dk as its second output. */
 static la_params reference_pass(const la_params *lp, int part, int has_initial, int has_dsn,
                                 int with_ds)
 {
@@ -59,6 +60,7 @@ static la_params reference_pass(const la_params *lp, int part, int has_initial, 
             sp.q = lp->k, sp.k = lp->q, sp.v = lp->dout, sp.o = lp->dv;
             sp.s0 = lp->dsn;
             sp.sn = lp->ds0;
+            sp.x = lp->v, sp.dk = lp->dk;
             break;
         default:
             sp.q = lp->v, sp.k = lp->dout, sp.v = lp->q, sp.o = lp->dk;
@@ -187,6 +189,9 @@ LJ_TEST(both_backward_families_declare_the_same_roles)
     ASSERT_EQ(r0.pass[0].ds, 1);
     ASSERT_EQ(r0.pass[0].ticket, 1);
     ASSERT_EQ(r0.pass[0].slot[LJ_SLOT_X], 0); /* the op's q (the first of roles.c's tensors) */
+    /* Part 1: dv, and v and dk handed on for a kernel that computes dk too. */
+    ASSERT_EQ(r0.pass[1].slot[LJ_SLOT_X], 2);  /* the op's v */
+    ASSERT_EQ(r0.pass[1].slot[LJ_SLOT_O2], 6); /* the op's dk */
     ASSERT_EQ(r0.pass[3].when, LJ_ROLE_WANT_DS);
     ASSERT_EQ(r0.pass[3].all, 1);
     /* A forward family has no roles: a clear error, no panic. */
@@ -195,4 +200,83 @@ LJ_TEST(both_backward_families_declare_the_same_roles)
     ASSERT_STATUS(lj_roles_load(L, fwd, &r0), LAJIT_ERR_TEMPLATE);
     ASSERT_CONTAINS(lajit_errmsg(ctx), "no roles table");
     lajit_ctx_destroy(ctx);
+}
+
+/* The default backward on an sm_90a device (the fake driver's), bf16, N = 5: the kernels it
+ * launches, in order, and the dv pass's parameters. */
+static int sm90_bwd(lajit_ctx *ctx, int b, int h, int d, int e, int state_only, const char **entry,
+                    la_params *dv)
+{
+    const lj_driver *drv = lj_fake_driver();
+    const int n = 5;
+    size_t nq = (size_t)b * h * n * (d > e ? d : e) * 2, ns = (size_t)b * h * d * e * 4;
+    CUdeviceptr m[9];
+    for (int i = 0; i < 9; i++)
+        ASSERT_EQ(drv->cuMemAlloc(&m[i], nq > ns ? nq : ns), CUDA_SUCCESS);
+    int64_t qs[4] = {b, h, n, d}, vs[4] = {b, h, n, e}, hs[1] = {h}, st[4] = {b, h, d, e};
+    DLTensor t[9] = {make(m[0], 4, qs), make(m[1], 4, qs), make(m[2], 4, vs),
+                     make(m[3], 4, vs), make(m[4], 4, qs), make(m[5], 4, qs),
+                     make(m[6], 4, vs), make(m[7], 1, hs), make(m[8], 4, st)};
+    for (int i = 0; i < 7; i++)
+        t[i].dtype.code = kDLBfloat, t[i].dtype.bits = 16;
+    lajit_attn_bwd_args a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = sizeof a;
+    a.q = &t[0], a.k = &t[1], a.v = &t[2], a.dout = &t[3];
+    if (!state_only)
+        a.dq = &t[4], a.dk = &t[5], a.dv = &t[6];
+    a.s = &t[7], a.d_initial_state = &t[8], a.scale = 0.25f;
+    int first = lj_fake_launch_count();
+    lajit_status s = lajit_attn_bwd(ctx, &a);
+    if (s != LAJIT_OK)
+        lj_test_fail(__FILE__, __LINE__, "%s: %s", lajit_status_string(s), lajit_errmsg(ctx));
+    int count = lj_fake_launch_count() - first;
+    for (int i = 0; i < count && i < 3; i++) {
+        const lj_fake_launch *l = lj_fake_launch_get(first + i);
+        entry[i] = l->entry;
+        if (l->params.o.ptr == (state_only ? 0 : m[6]) && l->params.sn.ptr == m[8])
+            *dv = l->params; /* the pass that writes dv and dS_0 */
+    }
+    if (!state_only) {
+        ASSERT_EQ(dv->v.ptr, m[3]); /* dO as the scan's v */
+        ASSERT_EQ(dv->x.ptr, m[2]); /* v, and dk as the second output */
+        ASSERT_EQ(dv->dk.ptr, m[5]);
+        ASSERT_EQ(dv->dk.s2, (long long)d);
+    }
+    for (int i = 0; i < 9; i++)
+        ASSERT_EQ(drv->cuMemFree(m[i]), CUDA_SUCCESS);
+    return count;
+}
+
+/* Where the dv pass can compute dk too (la_bwd_sm90/dkdv.cu: D = E = 64 or 128, 16-bit, at least
+ * 128 sequences x heads) it does, and the dk pass is skipped: two kernels instead of three. With
+ * fewer heads, D != E, or dS_0 alone (no outputs) the passes stay apart. */
+LJ_TEST(sm90_dv_pass_computes_dk_where_it_can)
+{
+    require_nvrtc();
+    lj_fake_driver_reset();
+    const lj_driver *drv = lj_fake_driver();
+    CUdevice dev;
+    CUcontext cu;
+    ASSERT_EQ(drv->cuInit(0), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuDeviceGet(&dev, 0), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuDevicePrimaryCtxRetain(&cu, dev), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuCtxSetCurrent(cu), CUDA_SUCCESS);
+    lajit_ctx *ctx = fake_ctx();
+    const char *e[3] = {0};
+    la_params dv;
+    ASSERT_EQ(sm90_bwd(ctx, 4, 32, 128, 128, 0, e, &dv), 2);
+    ASSERT_STREQ(e[0], "la_fwd_sm90");
+    ASSERT_STREQ(e[1], "la_bwd_sm90_dkdv");
+    ASSERT_EQ(sm90_bwd(ctx, 1, 128, 64, 64, 0, e, &dv), 2);
+    ASSERT_STREQ(e[1], "la_bwd_sm90_dkdv");
+    ASSERT_EQ(sm90_bwd(ctx, 2, 32, 128, 128, 0, e, &dv), 3); /* 64 heads: three passes */
+    ASSERT_STREQ(e[1], "la_fwd_sm90");
+    ASSERT_STREQ(e[2], "la_fwd_sm90");
+    ASSERT_EQ(sm90_bwd(ctx, 4, 32, 64, 128, 0, e, &dv), 3);  /* D != E */
+    ASSERT_EQ(sm90_bwd(ctx, 4, 32, 128, 128, 1, e, &dv), 1); /* dS_0 alone */
+    ASSERT_STREQ(e[0], "la_fwd_sm90");
+    lajit_ctx_destroy(ctx);
+    ASSERT_EQ(drv->cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
+    ASSERT_TRUE(lj_fake_driver_balanced());
 }

@@ -172,6 +172,10 @@ LJ_TEST(bad_launch_results_are_errors)
         {LAUNCH("{ grid = { 1, 1, 1 }, block = { 32, 1, 1 }, entry = 'k', split_ws = 16, "
                 "split_flags = -16 }"),
          "launch", "split_flags"},
+        {LAUNCH("{ grid = { 1, 1, 1 }, block = { 32, 1, 1 }, entry = 'k', pdl = 1 }"), "launch",
+         "pdl must be a boolean"},
+        {LAUNCH("{ grid = { 1, 1, 1 }, block = { 32, 1, 1 }, entry = 'k', pdl = 'yes' }"), "launch",
+         "pdl must be a boolean"},
         {LAUNCH("42"), "launch", "table"},
         {LAUNCH("nil"), "launch", "table"},
         /* Metamethods never run while results are read: an __index that loops, or a __len that

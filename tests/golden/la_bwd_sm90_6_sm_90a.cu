@@ -66,29 +66,29 @@
 #include "common/ds_share.cuh"
 #include "common/split.cuh"
 
-using T = lj_bf16;
+using T = lj_f16;
 constexpr int D = 128;             // key width: 64, 128, 192 or 256 (one wgmma M block per 64 rows of S)
-constexpr int E = 128;             // value width
+constexpr int E = 64;             // value width
 constexpr int BLOCK = 64;     // tokens per chunk = wgmma M of the output (64)
-constexpr int TILE_V = 64;   // value columns per warpgroup
+constexpr int TILE_V = 32;   // value columns per warpgroup
 constexpr int WGS = 2;         // warpgroups per CTA, side by side in E, sharing the Q/K tiles
 constexpr int STAGES = 3;   // chunks in flight in the cp.async ring
 constexpr bool PREFETCH = 1 != 0; // Q Kᵀ of chunk c + 1 issued during chunk c's tail
 constexpr bool SPLIT_QK = 1 != 0; // the two warpgroups each compute half of Q Kᵀ
 constexpr bool DECAY = true;
-constexpr bool HAS_INITIAL = false;
-constexpr bool HAS_FINAL = true;
-constexpr bool VARLEN = false;
-constexpr bool REVERSE = true;
-constexpr bool GRAD_STATE = true;
-constexpr bool STATE_ONLY = true; // the final state only (a span's local state): no q, no o
+constexpr bool HAS_INITIAL = true;
+constexpr bool HAS_FINAL = false;
+constexpr bool VARLEN = true;
+constexpr bool REVERSE = false;
+constexpr bool GRAD_STATE = false;
+constexpr bool STATE_ONLY = false; // the final state only (a span's local state): no q, no o
 constexpr bool DS = false;                 // also the decay gradient (the backward's dq pass)
 constexpr bool HAS_DSN = false;       // DS: dS_N given (the last term of ds)
-constexpr int SPLIT = 32;     // segments per sequence, each walked by its own CTAs (1: whole)
+constexpr int SPLIT = 16;     // segments per sequence, each walked by its own CTAs (1: whole)
 constexpr int SEG_MIN = 1024; // SPLIT: no segment shorter than this (short sequences stay whole)
-constexpr unsigned long long WS_PER = 2031616ull;       // SPLIT: state bytes per (sequence, head)
-constexpr unsigned long long FLAGS_PER = 992ull; // SPLIT: flag bytes per (sequence, head)
-constexpr unsigned SMEM = 214276;  // dynamic shared memory the launch provides (family.lua's smem())
+constexpr unsigned long long WS_PER = 491520ull;       // SPLIT: state bytes per (sequence, head)
+constexpr unsigned long long FLAGS_PER = 240ull; // SPLIT: flag bytes per (sequence, head)
+constexpr unsigned SMEM = 165124;  // dynamic shared memory the launch provides (family.lua's smem())
 
 constexpr int NT = 128 * WGS;           // threads of the CTA
 constexpr int VW = WGS * TILE_V;        // value columns per CTA
@@ -133,7 +133,7 @@ template <int TA, int TB>
 __device__ __forceinline__ void wg_ss64(float (&d)[32], unsigned long long da, unsigned long long db, int acc)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
                  "%32, %33, p, 1, 1, %35, %36;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "l"(da), "l"(db), "r"(acc), "n"(TA), "n"(TB));
@@ -144,7 +144,7 @@ template <int TA, int TB>
 __device__ __forceinline__ void wg_ss64_z(float (&d)[32], unsigned long long da, unsigned long long db)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
                  "%32, %33, p, 1, 1, %34, %35;\n}\n"
                  : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
                  : "l"(da), "l"(db), "n"(TA), "n"(TB));
@@ -154,7 +154,7 @@ template <int TB>
 __device__ __forceinline__ void wg_rs64(float (&d)[32], const unsigned (&a)[4], unsigned long long db, int acc)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
                  "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
@@ -164,7 +164,7 @@ template <int TA, int TB>
 __device__ __forceinline__ void wg_ss32(float (&d)[16], unsigned long long da, unsigned long long db, int acc)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
                  "%16, %17, p, 1, 1, %19, %20;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
                  : "l"(da), "l"(db), "r"(acc), "n"(TA), "n"(TB));
@@ -175,7 +175,7 @@ template <int TA, int TB>
 __device__ __forceinline__ void wg_ss32_z(float (&d)[16], unsigned long long da, unsigned long long db)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
                  "%16, %17, p, 1, 1, %18, %19;\n}\n"
                  : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15])
                  : "l"(da), "l"(db), "n"(TA), "n"(TB));
@@ -185,7 +185,7 @@ template <int TB>
 __device__ __forceinline__ void wg_rs32(float (&d)[16], const unsigned (&a)[4], unsigned long long db, int acc)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
                  "{%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
@@ -539,19 +539,19 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         const unsigned long long dKt = lj_wg_desc<SWQ>(cK, BLOCK * SWQ), dVs = lj_wg_desc<SWV>(sVs, BLOCK * SWV);
         lj_wg_fence();
         if constexpr (OUT) {
-        wg_ss64_z<0, 1>(oa, dQ, dS);
+        wg_ss32_z<0, 1>(oa, dQ, dS);
 #pragma unroll
         for (int kk = 1; kk < D / 16; kk++) {
             const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
-            wg_ss64<0, 1>(oa, lj_wg_desc_at(dQ, off), lj_wg_desc_at(dS, kk * 16 * SWV), 1);
+            wg_ss32<0, 1>(oa, lj_wg_desc_at(dQ, off), lj_wg_desc_at(dS, kk * 16 * SWV), 1);
         }
         if constexpr (DS) {
             const unsigned long long dY = lj_wg_desc<SWV>(sY, D * SWV);
-            wg_ss64_z<0, 1>(ya, dQ, dY);
+            wg_ss32_z<0, 1>(ya, dQ, dY);
 #pragma unroll
             for (int kk = 1; kk < D / 16; kk++) {
                 const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
-                wg_ss64<0, 1>(ya, lj_wg_desc_at(dQ, off), lj_wg_desc_at(dY, kk * 16 * SWV), 1);
+                wg_ss32<0, 1>(ya, lj_wg_desc_at(dQ, off), lj_wg_desc_at(dY, kk * 16 * SWV), 1);
             }
         }
         lj_wg_commit();
@@ -560,7 +560,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
         for (int mb = 0; mb < MB; mb++)
 #pragma unroll
             for (int kk = 0; kk < BLOCK / 16; kk++)
-                wg_ss64<1, 1>(st[mb], lj_wg_desc_at(dKt, mb * (BLOCK * SWQ) + kk * 16 * SWQ),
+                wg_ss32<1, 1>(st[mb], lj_wg_desc_at(dKt, mb * (BLOCK * SWQ) + kk * 16 * SWQ),
                                      lj_wg_desc_at(dVs, kk * 16 * SWV), 1);
         if constexpr (DS) {
             const unsigned long long dVy = lj_wg_desc<SWV>(sVy + wg * V_SLICE, BLOCK * SWV);
@@ -568,7 +568,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
             for (int mb = 0; mb < MB; mb++)
 #pragma unroll
                 for (int kk = 0; kk < BLOCK / 16; kk++)
-                    wg_ss64<1, 1>(yt[mb], lj_wg_desc_at(dKt, mb * (BLOCK * SWQ) + kk * 16 * SWQ),
+                    wg_ss32<1, 1>(yt[mb], lj_wg_desc_at(dKt, mb * (BLOCK * SWQ) + kk * 16 * SWQ),
                                          lj_wg_desc_at(dVy, kk * 16 * SWV), 1);
         }
         lj_wg_commit();
@@ -644,21 +644,21 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
             const unsigned long long dP = lj_wg_desc<SWQ>(sP + (c % P_BUFS) * P_BYTES, 16);
 #pragma unroll
             for (int kk = 0; kk < BLOCK / 16; kk++)
-                wg_ss64<0, 1>(oa, lj_wg_desc_at(dP, kk * 16 * 2), lj_wg_desc_at(dV, kk * 16 * SWV), 1);
+                wg_ss32<0, 1>(oa, lj_wg_desc_at(dP, kk * 16 * 2), lj_wg_desc_at(dV, kk * 16 * SWV), 1);
         } else {
 #pragma unroll
             for (int kk = 0; kk < BLOCK / 16; kk++)
-                wg_rs64<1>(oa, pa[kk], lj_wg_desc_at(dV, kk * 16 * SWV), 1);
+                wg_rs32<1>(oa, pa[kk], lj_wg_desc_at(dV, kk * 16 * SWV), 1);
         }
         if constexpr (DS && SPLIT_QK) {
             const unsigned long long dPz = lj_wg_desc<SWQ>(sPz + (c % P_BUFS) * P_BYTES, 16);
 #pragma unroll
             for (int kk = 0; kk < BLOCK / 16; kk++)
-                wg_ss64<0, 1>(ya, lj_wg_desc_at(dPz, kk * 16 * 2), lj_wg_desc_at(dV, kk * 16 * SWV), 1);
+                wg_ss32<0, 1>(ya, lj_wg_desc_at(dPz, kk * 16 * 2), lj_wg_desc_at(dV, kk * 16 * SWV), 1);
         } else if constexpr (DS) {
 #pragma unroll
             for (int kk = 0; kk < BLOCK / 16; kk++)
-                wg_rs64<1>(ya, pz[kk], lj_wg_desc_at(dV, kk * 16 * SWV), 1);
+                wg_rs32<1>(ya, pz[kk], lj_wg_desc_at(dV, kk * 16 * SWV), 1);
         }
         lj_wg_commit();
 

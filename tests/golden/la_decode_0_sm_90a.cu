@@ -23,6 +23,7 @@
 #include "common/la_params.h"
 #include "common/types.cuh"
 #include "common/seq.cuh"
+#include "common/pdl.cuh"
 
 namespace {
 
@@ -369,6 +370,11 @@ __device__ __forceinline__ void finish_job(const la_params &p, const Job &j, con
 // naming one CTA per SM as the minimum lets it take what it needs (82, no spills).
 extern "C" __global__ void __launch_bounds__(NT) la_decode(const __grid_constant__ la_params p)
 {
+    lj_pdl_wait(); // before any global access (make_job reads p.slots): common/pdl.cuh
+    // The next step's CTAs may be scheduled once every CTA here has said so: as early as this
+    // costs this grid nothing (all its CTAs are resident by then). After load_job it spilled on
+    // sm_100a, after stage_inputs on sm_120.
+    lj_pdl_launch_dependents();
     extern __shared__ float smem[]; // [NSTAGE] staged inputs, then the reduction buffer
                                     // [T][NSLOT][TILE_V]
     const Lane L;

@@ -23,6 +23,7 @@
 #include "common/la_params.h"
 #include "common/types.cuh"
 #include "common/seq.cuh"
+#include "common/pdl.cuh"
 
 namespace {
 
@@ -36,8 +37,8 @@ constexpr bool VK = false;            // state stored [E, D] instead of [D, E]
 constexpr bool DECAY = true;      // s given: λ = exp(−s_h)
 constexpr bool STEP_STATES = false; // write S after every step
 constexpr int TILE_V = 16;     // E columns per tile: smaller = more CTAs for small batches
-constexpr int WARPS = 8;       // warps per CTA: with TILE_V, sets the state registers per thread
-constexpr int CACHE = 0;       // state access hint: 0 none, 1 streaming (.cs), 2 L2 evict-first
+constexpr int WARPS = 4;       // warps per CTA: with TILE_V, sets the state registers per thread
+constexpr int CACHE = 3;       // state access hint: 0 none, 1 streaming (.cs), 2 L2 evict-first
                                       // policy, 3 256-byte L2 prefetch on loads
 constexpr int DIRECT = 1;     // 1: each thread loads its q, k, v straight into registers;
                                       // 0: staged once per CTA in shared memory (one more barrier)
@@ -49,14 +50,14 @@ constexpr int SV = 16 / (int)sizeof(state_t); // state elements per 16-byte vect
 constexpr int CW = VK ? D : TILE_V;    // contiguous width of the tile, elements
 constexpr int RD = VK ? TILE_V : D;    // rows of the tile
 constexpr int LPR = 4;            // threads per row (power of two; threads past CW/SV idle)
-constexpr int RS = 64;              // rows per pass
-constexpr int NR = 4;              // passes: 16-byte state vectors held per thread
+constexpr int RS = 32;              // rows per pass
+constexpr int NR = 8;              // passes: 16-byte state vectors held per thread
 constexpr bool FULL_COLS = LPR * SV == CW;
 constexpr bool FULL_ROWS = NR * RS == RD;
 // Partial output sums per column that meet in shared memory: KV, one per warp (or per row of a
 // pass when a row fills a warp); VK, one per warp a row spans.
-constexpr int NSLOT = 8;
-constexpr unsigned SMEM = 512;     // dynamic shared memory the launch provides, bytes
+constexpr int NSLOT = 4;
+constexpr unsigned SMEM = 256;     // dynamic shared memory the launch provides, bytes
 constexpr int LW = LPR < 32 ? LPR : 32; // threads of one row inside a warp
 // Per-thread inputs: q, k indexed by d, v by e. KV: d is the row (NR of them), e the column (4);
 // VK the other way round. The output partial sums follow e.
@@ -369,6 +370,11 @@ __device__ __forceinline__ void finish_job(const la_params &p, const Job &j, con
 // naming one CTA per SM as the minimum lets it take what it needs (82, no spills).
 extern "C" __global__ void __launch_bounds__(NT) la_decode(const __grid_constant__ la_params p)
 {
+    lj_pdl_wait(); // before any global access (make_job reads p.slots): common/pdl.cuh
+    // The next step's CTAs may be scheduled once every CTA here has said so: as early as this
+    // costs this grid nothing (all its CTAs are resident by then). After load_job it spilled on
+    // sm_100a, after stage_inputs on sm_120.
+    lj_pdl_launch_dependents();
     extern __shared__ float smem[]; // [NSTAGE] staged inputs, then the reduction buffer
                                     // [T][NSLOT][TILE_V]
     const Lane L;

@@ -7,7 +7,10 @@
  * dq pass (la_fwd_sm90/fwd.cu's DS): the family named, so la_bwd's walk cannot stand in for it
  * (part 3 is not this family's); ds within DESIGN.md's normwise bound at N up to 32768 with s_h
  * 0, 0.01, 1 and 4, with S_0 and dS_N, in varlen with ragged lengths and a -1 slot, against a
- * float64 finite difference, and in a graph. Skipped on a GPU that is not sm_90a. */
+ * float64 finite difference, and in a graph. The fused dv/dk pass (dkdv.cu: D = E = 64 or 128,
+ * 16-bit, at least 128 sequences x heads; the b4h32 cases above take it too): N = 1, 65, 913,
+ * 2048, decay and none and strong, S_0, dS_N and dS_0, VK, [B,N,H,D], varlen with empty and
+ * ragged sequences and a -1 slot, a graph. Skipped on a GPU that is not sm_90a. */
 #include <string.h>
 
 #include "attn_cases.h"
@@ -67,6 +70,40 @@ LJ_TEST(graph_capture_with_states)
 {
     run((bwd_case){F, LJ_BF16, 2, 4, 777, 128, 128, 1, 0,  1,         1,
                    1, 0,       0, 0, {0}, 0,   0,   0, 68, .graph = 1});
+}
+
+/* dv and dk in one pass (la_bwd_sm90/dkdv.cu): B·H >= 128, D = E = 64 or 128. */
+
+LJ_TEST(fused_n1_bf16_d128_states)
+{
+    run((bwd_case){F, LJ_BF16, 4, 32, 1, 128, 128, 1, 0, 1, 1, 1, 0, 0, 0, {0}, 0, 0, 0, 90, 0});
+}
+
+LJ_TEST(fused_n65_f16_d64_vk_states_scale)
+{
+    run((bwd_case){F, LJ_F16, 2, 64, 65, 64, 64, 1, 0, 1, 1, 1, 1, 0, 0, {0}, 0, 0.5f, 0, 91, 0});
+}
+
+LJ_TEST(fused_n913_bf16_d128_bnhd_nodecay)
+{
+    run((bwd_case){F, LJ_BF16, 1, 128, 913, 128, 128, 0, 0, 0, 1, 1, 0, 1, 0, {0}, 0, 0, 0, 92, 0});
+}
+
+LJ_TEST(fused_n2048_f16_d64_strong_decay_ds)
+{
+    run((bwd_case){F, LJ_F16, 1, 128, 2048, 64, 64, 2, 1, 1, 1, 1, 0, 0, 0, {0}, 0, 0, 0, 93, 0});
+}
+
+LJ_TEST(fused_varlen_pool_with_minus_one)
+{
+    run((bwd_case){F, LJ_BF16, 0, 32, 0, 128, 128, 1, 0, 1, 1, 1, 0, 0, 6, {1, 0, 63, 65, 130, 700},
+                   1, 0,       0, 94, 0});
+}
+
+LJ_TEST(fused_graph_capture_with_states)
+{
+    run((bwd_case){F, LJ_BF16, 4, 32, 777, 128, 128, 1, 0,  1,         1,
+                   1, 0,       0, 0,  {0}, 0,   0,   0, 95, .graph = 1});
 }
 
 /* ds in the dq pass. */

@@ -30,7 +30,8 @@ struct fake_function {
 struct fake_handle { /* streams, events, graphs, graph execs */
     int live;
     CUcontext ctx; /* streams and events: the context they belong to */
-    double t;      /* events: the virtual clock when recorded */
+    double t;      /* events: the virtual clock when recorded; graphs and execs: the virtual time
+                      of the kernels captured into them, spent again at each replay */
 };
 /* A context made with cuCtxCreate. sticky: the error a faulted kernel left in it (every later
  * call that needs it fails with this until it is destroyed, as with the real driver). */
@@ -58,7 +59,8 @@ static struct {
     CUresult fault_result;
     lj_fake_time_fn time_fn;
     void *time_user;
-    double clock_ms; /* virtual time: advanced by each launch's kernel time */
+    double clock_ms;   /* virtual time: advanced by each launch's kernel time */
+    double capture_ms; /* kernel time captured into the graph being recorded */
     struct fake_handle streams[MAX_HANDLES], events[MAX_HANDLES], graphs[MAX_HANDLES],
         execs[MAX_HANDLES];
     CUstream capturing; /* the stream under capture */
@@ -67,7 +69,8 @@ static struct {
     lj_fake_counts counts;
     lj_fake_launch log[LJ_FAKE_MAX_LAUNCHES];
     lj_fake_copy copies[LJ_FAKE_MAX_LAUNCHES];
-} fk = {.device_count = 1};
+    int cc_major, cc_minor;
+} fk = {.device_count = 1, .cc_major = 9};
 
 /* The primary context: an address of ours that the fake never dereferences. */
 static char primary_ctx_storage;
@@ -265,8 +268,8 @@ static CUresult f_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
     if (d < 0 || d >= fk.device_count)
         return err(CUDA_ERROR_INVALID_DEVICE);
     switch (a) {
-        case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
-        case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
+        case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = fk.cc_major; break;
+        case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = fk.cc_minor; break;
         case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; break;
         case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = LJ_FAKE_SMEM_OPTIN; break;
         case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *v = 228 * 1024; break;
@@ -527,11 +530,12 @@ static CUresult f_cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction 
     return CUDA_SUCCESS;
 }
 
-static CUresult f_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                                 unsigned by, unsigned bz, unsigned smem, CUstream stream,
-                                 void **params, void **extra)
+/* Both launch entries: the checks and the record; pdl is 1 when cuLaunchKernelEx passed
+ * programmatic stream serialization. */
+static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                       unsigned by, unsigned bz, unsigned smem, CUstream stream, void **params,
+                       void **extra, int pdl)
 {
-    FAKE_ENTRY("cuLaunchKernel");
     NEED_CONTEXT();
     struct fake_function *fn = function_of(f);
     if (!fn)
@@ -559,12 +563,18 @@ static CUresult f_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigne
         l->smem = smem;
         l->stream = stream;
         l->captured = captured;
+        l->pdl = pdl;
         memcpy(&l->params, params[0], sizeof l->params);
     }
     /* The kernel "runs": virtual time passes, and a kernel the test marks as faulting leaves
      * its context with a sticky error, seen by the next call (the launch itself succeeds, as
      * launches are asynchronous). */
-    fk.clock_ms += fk.time_fn ? fk.time_fn(l, fk.time_user) : 0.001;
+    /* A captured kernel does not run: its time is spent when its graph is launched. */
+    const double kernel_ms = fk.time_fn ? fk.time_fn(l, fk.time_user) : 0.001;
+    if (captured)
+        fk.capture_ms += kernel_ms;
+    else
+        fk.clock_ms += kernel_ms;
     if (fk.fault_fn && fk.fault_fn(l, fk.fault_user)) {
         if (fk.current == PRIMARY)
             fk.primary_sticky = fk.fault_result;
@@ -576,7 +586,37 @@ static CUresult f_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigne
         fk.log[fk.counts.launches] = record;
     fk.counts.launches++;
     fk.counts.captured_launches += captured;
+    fk.counts.pdl_launches += pdl;
     return CUDA_SUCCESS;
+}
+
+static CUresult f_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                 unsigned by, unsigned bz, unsigned smem, CUstream stream,
+                                 void **params, void **extra)
+{
+    FAKE_ENTRY("cuLaunchKernel");
+    return launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra, 0);
+}
+
+/* Attributes as the driver takes them: the programmatic stream serialization one is the only one
+ * lajit passes, and the fake refuses it below compute capability 9.0 so that a test sees a launch
+ * that should not have asked for it fail; any other attribute is refused too. */
+static CUresult f_cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params,
+                                   void **extra)
+{
+    FAKE_ENTRY("cuLaunchKernelEx");
+    if (!c || (c->numAttrs && !c->attrs))
+        return err(CUDA_ERROR_INVALID_VALUE);
+    int pdl = 0;
+    for (unsigned i = 0; i < c->numAttrs; i++) {
+        if (c->attrs[i].id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+            return err(CUDA_ERROR_INVALID_VALUE);
+        if (fk.cc_major < 9)
+            return err(CUDA_ERROR_NOT_SUPPORTED);
+        pdl = c->attrs[i].value.programmaticStreamSerializationAllowed != 0;
+    }
+    return launch(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,
+                  c->blockDimZ, c->sharedMemBytes, c->hStream, params, extra, pdl);
 }
 
 /* ---- Memory -------------------------------------------------------------------------------- */
@@ -762,6 +802,7 @@ static CUresult f_cuStreamBeginCapture(CUstream s, CUstreamCaptureMode mode)
         return err(CUDA_ERROR_INVALID_VALUE); /* the legacy stream cannot be captured */
     fk.capture_active = 1;
     fk.capturing = s;
+    fk.capture_ms = 0;
     fk.counts.captures_begun++;
     return CUDA_SUCCESS;
 }
@@ -778,6 +819,7 @@ static CUresult f_cuStreamEndCapture(CUstream s, CUgraph *g)
     void *h = take_handle(fk.graphs, &dummy);
     if (!h)
         return err(CUDA_ERROR_OUT_OF_MEMORY);
+    ((struct fake_handle *)h)->t = fk.capture_ms;
     *g = (CUgraph)h;
     return CUDA_SUCCESS;
 }
@@ -790,6 +832,7 @@ static CUresult f_cuGraphInstantiate(CUgraphExec *e, CUgraph g, unsigned long lo
     void *h = take_handle(fk.execs, &fk.counts.graphs_instantiated);
     if (!h)
         return err(CUDA_ERROR_OUT_OF_MEMORY);
+    ((struct fake_handle *)h)->t = ((struct fake_handle *)(void *)g)->t;
     *e = (CUgraphExec)h;
     return CUDA_SUCCESS;
 }
@@ -800,6 +843,7 @@ static CUresult f_cuGraphLaunch(CUgraphExec e, CUstream s)
     if (!live_handle(fk.execs, e) || (s && !live_handle(fk.streams, s)))
         return err(CUDA_ERROR_INVALID_HANDLE);
     fk.counts.graph_launches++;
+    fk.clock_ms += ((struct fake_handle *)(void *)e)->t;
     return CUDA_SUCCESS;
 }
 
@@ -893,6 +937,7 @@ static const lj_driver fake_table = {
     .cuFuncSetAttribute = f_cuFuncSetAttribute,
     .cuFuncGetAttribute = f_cuFuncGetAttribute,
     .cuLaunchKernel = f_cuLaunchKernel,
+    .cuLaunchKernelEx = f_cuLaunchKernelEx,
     .cuMemAlloc = f_cuMemAlloc,
     .cuMemFree = f_cuMemFree,
     .cuMemcpyHtoD = f_cuMemcpyHtoD,
@@ -932,6 +977,7 @@ void lj_fake_driver_reset(void)
     memset(&fk, 0, sizeof fk);
     fk.device_count = 1;
     fk.init_result = CUDA_SUCCESS;
+    fk.cc_major = 9;
 }
 
 const lj_fake_counts *lj_fake_driver_counts(void)
@@ -971,6 +1017,12 @@ const lj_fake_launch *lj_fake_launch_get(int i)
 void lj_fake_driver_set_device_count(int n)
 {
     fk.device_count = n;
+}
+
+void lj_fake_driver_set_cc(int major, int minor)
+{
+    fk.cc_major = major;
+    fk.cc_minor = minor;
 }
 
 void lj_fake_driver_set_init_result(CUresult r)

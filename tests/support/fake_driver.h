@@ -1,7 +1,8 @@
 /* fake_driver.h — an lj_driver table with no GPU behind it, for CPU tests of the launch path.
  *
- * One device, "lajit fake sm_90": compute capability 9.0, 132 SMs, 227 KiB opt-in shared
- * memory per block, 228 KiB per SM, 64 Ki registers per SM, 50 MiB of L2, driver 13000.
+ * One device, "lajit fake sm_90": compute capability 9.0 (lj_fake_driver_set_cc sets another),
+ * 132 SMs, 227 KiB opt-in shared memory per block, 228 KiB per SM, 64 Ki registers per SM,
+ * 50 MiB of L2, driver 13000.
  * - Device memory is host memory: cuMemAlloc returns a malloc'ed block as a CUdeviceptr, so a
  *   test can read and write it directly; cuMemcpy* and cuMemset* operate on it.
  * - cuModuleLoadData accepts any image starting with "\x7fELF" (CUDA_ERROR_INVALID_IMAGE
@@ -9,6 +10,8 @@
  * - cuLaunchKernel checks its arguments as the driver would (live function, nonzero grid, at
  *   most 1024 threads, dynamic shared memory within the function's limit, a current context)
  *   and records the launch, with the bytes of its first kernel parameter (an la_params).
+ *   cuLaunchKernelEx does the same and records whether programmatic stream serialization was
+ *   asked for (refused with CUDA_ERROR_NOT_SUPPORTED below cc 9.0, as any other attribute is).
  * - Streams, events and graphs are handles that do nothing; a launch during stream capture is
  *   recorded with captured = 1. Events read a virtual clock that launches advance (by the
  *   kernel-time function when one is set; elapsed times are 1 ms when none is).
@@ -36,6 +39,7 @@ typedef struct lj_fake_launch {
     unsigned smem; /* dynamic shared memory bytes */
     CUstream stream;
     int captured;     /* launched while a stream capture was active */
+    int pdl;          /* cuLaunchKernelEx with programmatic stream serialization allowed */
     la_params params; /* the first kernel parameter's bytes */
 } lj_fake_launch;
 
@@ -59,6 +63,7 @@ typedef struct lj_fake_counts {
     int dtod_copies; /* cuMemcpyDtoDAsync calls that succeeded (the log keeps the first 256) */
     int launches;    /* all successful launches (the log keeps the first 256) */
     int captured_launches;
+    int pdl_launches; /* launches with programmatic stream serialization */
     int streams_created, streams_destroyed;
     int events_created, events_destroyed;
     int captures_begun, captures_ended;
@@ -90,6 +95,8 @@ const lj_fake_copy *lj_fake_copy_get(int i);
  * returns (default CUDA_SUCCESS); and a failure injected by name: every later call of the entry
  * named fn (its base name, "cuModuleLoadData") returns r. fn NULL clears it. */
 void lj_fake_driver_set_device_count(int n);
+/* The compute capability the device reports (default 9.0); before the context opens it. */
+void lj_fake_driver_set_cc(int major, int minor);
 void lj_fake_driver_set_init_result(CUresult r);
 void lj_fake_driver_fail(const char *fn, CUresult r);
 
