@@ -11,7 +11,9 @@
  * token; each sequence's S_N in the pool of the rank where it ends and its dS_0 in the pool of the
  * rank where it starts (DESIGN.md's bf16 tolerance); every other slot of those pools still
  * poisoned; ds (every rank asks) within DESIGN.md's normwise bound and the same bits on every
- * rank. Both exchanges; s = 0 through the decay path and strong decay. Needs sm_90a. */
+ * rank. Both exchanges; s = 0 through the decay path and strong decay. Needs sm_90a. The cases,
+ * each rank's pieces and its buffers are tests/support/cp_varlen_case.c's, which the cpu test
+ * cp.varlen_gpu_cases_on_the_fake_driver replays on the fake driver. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,29 +21,13 @@
 #include <string.h>
 
 #include "attn_cases.h"
-#include "context.h"
 #include "cp_op.h"
+#include "cp_varlen_case.h"
 #include "gpu.h"
 #include "la_ref.h"
 #include "test.h"
 
-enum { H = 2, D = 64, E = 64, MAXP = 8, MAXS = 16 };
-
-typedef struct vcase {
-    int P, nseq;
-    int len[MAXS];     /* sequence lengths */
-    int cut[MAXP + 1]; /* rank r holds packed tokens [cut[r], cut[r+1]) */
-    int decay;         /* 1: s = 0 through the decay path; 2: strong */
-    unsigned xchg;
-    unsigned seed;
-} vcase;
-
-typedef struct rank_v {
-    int T, pieces, first_seq, cont_in, cont_out;
-    int32_t cu[MAXS + 2], slots[MAXS + 1];
-    CUdeviceptr q, k, v, dout, o, dq, dk, dv, cu_d, slots_d, s0, sn, dsn, ds0, ds;
-    lj_test_tensor tq, tk, tv, tdo, to, tdq, tdk, tdv, tcu, tsl, ts0, tsn, tdsn, tds0, tds;
-} rank_v;
+enum { H = LJ_CPV_H, D = LJ_CPV_D, E = LJ_CPV_E, MAXP = LJ_CPV_MAXP, MAXS = LJ_CPV_MAXS };
 
 static void need_sm90a(void)
 {
@@ -61,81 +47,45 @@ static int is_poison(const float *x, size_t n)
     return 1;
 }
 
-static void run(const vcase *c)
+static void run(const lj_cpv_case *c)
 {
-    const int P = c->P, nseq = c->nseq, NS = nseq; /* pool slots: one per sequence */
+    const int P = c->P, nseq = c->nseq;
     const lj_dtype dt = LJ_BF16;
-    const float sigma = 0.125f;
-    const size_t DE = (size_t)D * E, st = (size_t)H * DE;
-    int start[MAXS + 1] = {0};
-    for (int i = 0; i < nseq; i++)
-        start[i + 1] = start[i] + c->len[i];
+    const float sigma = LJ_CPV_SCALE;
+    const size_t DE = (size_t)D * E, pool_n = lj_cpv_pool_floats(c), pool_b = lj_cpv_pool_bytes(c);
+    int start[MAXS + 1];
+    lj_cpv_starts(c, start);
     const int T = start[nseq];
     ASSERT_EQ(c->cut[0], 0);
     ASSERT_EQ(c->cut[P], T);
-    /* Packed [T, H, D|E] host inputs; pools [NS, H, D, E]. */
+    /* Packed [T, H, D|E] host inputs; pools [nseq, H, D, E] (slot i: sequence i). */
     float *q = malloc((size_t)T * H * D * 4 + 4), *k = malloc((size_t)T * H * D * 4 + 4);
     float *v = malloc((size_t)T * H * E * 4 + 4), *dO = malloc((size_t)T * H * E * 4 + 4);
-    float *s0 = malloc(NS * st), *dsn = malloc(NS * st), s[H];
+    float *s0 = malloc(pool_b), *dsn = malloc(pool_b), s[H];
     case_seed(c->seed);
     case_random_fill(q, (size_t)T * H * D, 1.0f, dt);
     case_random_fill(k, (size_t)T * H * D, 1.0f, dt);
     case_random_fill(v, (size_t)T * H * E, 1.0f, dt);
     case_random_fill(dO, (size_t)T * H * E, 1.0f, dt);
-    case_random_fill(s0, NS * st / 4, 1.0f, LJ_F32);
-    case_random_fill(dsn, NS * st / 4, 0.1f, LJ_F32);
+    case_random_fill(s0, pool_n, 1.0f, LJ_F32);
+    case_random_fill(dsn, pool_n, 0.1f, LJ_F32);
     for (int h = 0; h < H; h++)
         s[h] = c->decay == 2 ? (h == 0 ? 0.05f : 1.5f) : 0.0f;
-    int slot_of[MAXS];
-    for (int i = 0; i < nseq; i++)
-        slot_of[i] = i == 1 ? -1 : i; /* sequence 1 has no states */
 
     lajit_ctx *ctx = case_open_ctx();
-    const DLDataType bf16 = lj_test_dl_dtype(dt), f32 = lj_test_dl_dtype(LJ_F32);
-    const DLDataType i32 = lj_test_dl_int32();
     CUdeviceptr d_s = lj_gpu_alloc(H * 4);
     lj_gpu_upload(d_s, s, H * 4);
     lj_test_tensor ts;
-    const int64_t hs[1] = {H}, pool_shape[4] = {NS, H, D, E};
-    rank_v rv[MAXP];
+    const int64_t hs[1] = {H};
+    const DLTensor *s_t = lj_gpu_tensor(&ts, d_s, 0, 1, hs, NULL, lj_test_dl_dtype(LJ_F32));
+    lj_cpv_rank rv[MAXP]; /* its tensors point into it: opened in place, never copied */
     lajit_cp_attn_fwd_args fa[MAXP];
     lajit_cp_attn_bwd_args ba[MAXP];
     for (int r = 0; r < P; r++) {
-        rank_v *u = &rv[r];
-        memset(u, 0, sizeof *u);
-        const int a = c->cut[r], b = c->cut[r + 1];
-        u->T = b - a;
-        /* Its pieces: every sequence overlapping [a, b) (and, for an empty slice, the sequence
-         * it sits in), clipped. */
-        int first = 0;
-        while (first < nseq - 1 && start[first + 1] <= a && !(start[first + 1] == a && a == b))
-            first++;
-        u->first_seq = first;
-        u->cu[0] = 0;
-        int n = 0;
-        for (int i = first; i < nseq; i++) {
-            const int lo = start[i] > a ? start[i] : a, hi = start[i + 1] < b ? start[i + 1] : b;
-            if (start[i] >= b && n > 0)
-                break;
-            u->cu[n + 1] = (hi > lo ? hi : lo) - a;
-            if (u->cu[n + 1] < u->cu[n])
-                u->cu[n + 1] = u->cu[n];
-            u->slots[n] = slot_of[i];
-            n++;
-            if (start[i + 1] >= b)
-                break;
-        }
-        u->pieces = n;
-        u->cont_in = r > 0 && start[first] < a;
-        const int last = first + n - 1;
-        u->cont_out = r < P - 1 && start[last + 1] > b;
+        lj_cpv_rank *u = &rv[r];
+        lj_cpv_rank_open(u, c, r, lj_gpu_alloc, s_t);
+        const int a = c->cut[r];
         const size_t qn = (size_t)u->T * H * D, vn = (size_t)u->T * H * E;
-        CUdeviceptr *bufs[] = {&u->q, &u->k, &u->dq, &u->dk};
-        for (int i = 0; i < 4; i++)
-            *bufs[i] = lj_gpu_alloc(qn * 2 + 16);
-        CUdeviceptr *vb[] = {&u->v, &u->dout, &u->o, &u->dv};
-        for (int i = 0; i < 4; i++)
-            *vb[i] = lj_gpu_alloc(vn * 2 + 16);
         if (u->T) {
             lj_gpu_upload_as(u->q, q + (size_t)a * H * D, qn, dt);
             lj_gpu_upload_as(u->k, k + (size_t)a * H * D, qn, dt);
@@ -146,85 +96,21 @@ static void run(const vcase *c)
             lj_gpu_poison(u->dk, qn * 2);
             lj_gpu_poison(u->dv, vn * 2);
         }
-        u->cu_d = lj_gpu_alloc((size_t)(n + 1) * 4);
-        u->slots_d = lj_gpu_alloc((size_t)n * 4);
-        lj_gpu_upload(u->cu_d, u->cu, (size_t)(n + 1) * 4);
-        lj_gpu_upload(u->slots_d, u->slots, (size_t)n * 4);
-        u->s0 = lj_gpu_alloc(NS * st);
-        u->dsn = lj_gpu_alloc(NS * st);
-        u->sn = lj_gpu_alloc(NS * st);
-        u->ds0 = lj_gpu_alloc(NS * st);
-        u->ds = lj_gpu_alloc(H * 4);
-        lj_gpu_upload(u->s0, s0, NS * st);
-        lj_gpu_upload(u->dsn, dsn, NS * st);
-        lj_gpu_poison(u->sn, NS * st);
-        lj_gpu_poison(u->ds0, NS * st);
+        lj_gpu_upload(u->cu_d, u->cu, (size_t)(u->pieces + 1) * 4);
+        lj_gpu_upload(u->slots_d, u->slots, (size_t)u->pieces * 4);
+        lj_gpu_upload(u->s0, s0, pool_b);
+        lj_gpu_upload(u->dsn, dsn, pool_b);
+        lj_gpu_poison(u->sn, pool_b);
+        lj_gpu_poison(u->ds0, pool_b);
         lj_gpu_poison(u->ds, H * 4);
-        const int64_t qs[3] = {u->T, H, D}, vs[3] = {u->T, H, E}, cs[1] = {n + 1}, ss[1] = {n};
-        const uint32_t flags = c->xchg | (u->cont_in ? LAJIT_CP_CONTINUES_IN : 0) |
-                               (u->cont_out ? LAJIT_CP_CONTINUES_OUT : 0);
-        lajit_cp_attn_fwd_args *f = &fa[r];
-        memset(f, 0, sizeof *f);
-        f->struct_size = sizeof *f;
-        f->q = lj_gpu_tensor(&u->tq, u->q, 0, 3, qs, NULL, bf16);
-        f->k = lj_gpu_tensor(&u->tk, u->k, 0, 3, qs, NULL, bf16);
-        f->v = lj_gpu_tensor(&u->tv, u->v, 0, 3, vs, NULL, bf16);
-        f->o = lj_gpu_tensor(&u->to, u->o, 0, 3, vs, NULL, bf16);
-        f->s = c->decay ? lj_gpu_tensor(&ts, d_s, 0, 1, hs, NULL, f32) : NULL;
-        f->scale = sigma;
-        f->initial_state = lj_gpu_tensor(&u->ts0, u->s0, 0, 4, pool_shape, NULL, f32);
-        f->final_state = lj_gpu_tensor(&u->tsn, u->sn, 0, 4, pool_shape, NULL, f32);
-        f->cu_seqlens = lj_gpu_tensor(&u->tcu, u->cu_d, 0, 1, cs, NULL, i32);
-        f->state_slots = lj_gpu_tensor(&u->tsl, u->slots_d, 0, 1, ss, NULL, i32);
-        f->flags = flags;
-        lajit_cp_attn_bwd_args *g = &ba[r];
-        memset(g, 0, sizeof *g);
-        g->struct_size = sizeof *g;
-        g->q = f->q;
-        g->k = f->k;
-        g->v = f->v;
-        g->dout = lj_gpu_tensor(&u->tdo, u->dout, 0, 3, vs, NULL, bf16);
-        g->dq = lj_gpu_tensor(&u->tdq, u->dq, 0, 3, qs, NULL, bf16);
-        g->dk = lj_gpu_tensor(&u->tdk, u->dk, 0, 3, qs, NULL, bf16);
-        g->dv = lj_gpu_tensor(&u->tdv, u->dv, 0, 3, vs, NULL, bf16);
-        g->s = f->s;
-        g->ds = c->decay ? lj_gpu_tensor(&u->tds, u->ds, 0, 1, hs, NULL, f32) : NULL;
-        g->scale = sigma;
-        g->initial_state = f->initial_state;
-        g->d_final_state = lj_gpu_tensor(&u->tdsn, u->dsn, 0, 4, pool_shape, NULL, f32);
-        g->d_initial_state = lj_gpu_tensor(&u->tds0, u->ds0, 0, 4, pool_shape, NULL, f32);
-        g->cu_seqlens = f->cu_seqlens;
-        g->state_slots = f->state_slots;
-        g->flags = flags;
+        fa[r] = u->fa;
+        ba[r] = u->ba;
     }
     lajit_status stt = lajit__cp_attn_fwd_sim(ctx, P, fa);
     if (stt != LAJIT_OK)
         lj_test_fail(__FILE__, __LINE__, "forward: %s: %s", lajit_status_string(stt),
                      lajit_errmsg(ctx));
     lj_gpu_sync();
-    if (getenv("CPV_DEBUG")) {
-        for (int r = 0; r < P; r++) {
-            float *oo = malloc((size_t)rv[r].T * H * E * 4 + 4);
-            if (rv[r].T)
-                lj_gpu_download_as(oo, rv[r].o, (size_t)rv[r].T * H * E, dt);
-            for (int p = 0; p < rv[r].pieces; p++) {
-                int nan = 0;
-                for (int t = rv[r].cu[p]; t < rv[r].cu[p + 1]; t++)
-                    nan += isnan(oo[(size_t)t * H * E]);
-                printf("rank %d piece %d [%d,%d) slot %d: %d NaN rows (in %d out %d)\n", r, p,
-                       rv[r].cu[p], rv[r].cu[p + 1], rv[r].slots[p], nan, rv[r].cont_in,
-                       rv[r].cont_out);
-            }
-            free(oo);
-        }
-        int32_t ids[8] = {0};
-        lj_gpu_download(ids, ctx->cp_ids.ptr, (size_t)(ctx->cp_ids_n < 8 ? ctx->cp_ids_n : 8) * 4);
-        printf("ids (%lld, %zu bytes):", (long long)ctx->cp_ids_n, ctx->cp_ids.bytes);
-        for (int i = 0; i < ctx->cp_ids_n && i < 8; i++)
-            printf(" %d", ids[i]);
-        printf("\n");
-        fflush(stdout);
-    }
     stt = lajit__cp_attn_bwd_sim(ctx, P, ba);
     if (stt != LAJIT_OK)
         lj_test_fail(__FILE__, __LINE__, "backward: %s: %s", lajit_status_string(stt),
@@ -234,9 +120,9 @@ static void run(const vcase *c)
     /* Every rank's outputs back into packed order. */
     float *go = malloc((size_t)T * H * E * 4 + 4), *gq = malloc((size_t)T * H * D * 4 + 4);
     float *gk = malloc((size_t)T * H * D * 4 + 4), *gv = malloc((size_t)T * H * E * 4 + 4);
-    float *pool = malloc(NS * st), gds[MAXP][H];
+    float *pool = malloc(pool_b), gds[MAXP][H];
     for (int r = 0; r < P; r++) {
-        const rank_v *u = &rv[r];
+        const lj_cpv_rank *u = &rv[r];
         const size_t a = (size_t)c->cut[r];
         if (u->T) {
             lj_gpu_download_as(go + a * H * E, u->o, (size_t)u->T * H * E, dt);
@@ -279,7 +165,7 @@ static void run(const vcase *c)
                     x[3][t * E + e] = dO[tok * E + e];
                 }
             }
-            const int sl = slot_of[i];
+            const int sl = lj_cpv_slot_of(i);
             for (size_t j = 0; j < DE; j++) {
                 S0[j] = sl >= 0 ? s0[(size_t)sl * H * DE + h * DE + j] : 0;
                 dSN[j] = sl >= 0 ? dsn[(size_t)sl * H * DE + h * DE + j] : 0;
@@ -304,12 +190,12 @@ static void run(const vcase *c)
                 case_check(what, g, ref[m], (size_t)n, (size_t)w, tol, NULL);
             }
             if (sl >= 0) {
-                lj_gpu_download(pool, rv[re].sn, NS * st);
+                lj_gpu_download(pool, rv[re].sn, pool_b);
                 for (size_t j = 0; j < DE; j++)
                     got[j] = pool[(size_t)sl * H * DE + h * DE + j];
                 snprintf(what, sizeof what, "S_N of sequence %d head %d on rank %d", i, h, re);
                 case_check(what, got, SN, D, E, tol, NULL);
-                lj_gpu_download(pool, rv[rs].ds0, NS * st);
+                lj_gpu_download(pool, rv[rs].ds0, pool_b);
                 for (size_t j = 0; j < DE; j++)
                     got[j] = pool[(size_t)sl * H * DE + h * DE + j];
                 snprintf(what, sizeof what, "dS_0 of sequence %d head %d on rank %d", i, h, rs);
@@ -317,14 +203,14 @@ static void run(const vcase *c)
                 /* No other rank wrote that slot. */
                 for (int r = 0; r < P; r++) {
                     if (r != re) {
-                        lj_gpu_download(pool, rv[r].sn, NS * st);
+                        lj_gpu_download(pool, rv[r].sn, pool_b);
                         if (!is_poison(pool + (size_t)sl * H * DE, H * DE))
                             lj_test_fail(__FILE__, __LINE__,
                                          "rank %d wrote S_N of sequence %d (it ends on rank %d)", r,
                                          i, re);
                     }
                     if (r != rs) {
-                        lj_gpu_download(pool, rv[r].ds0, NS * st);
+                        lj_gpu_download(pool, rv[r].ds0, pool_b);
                         if (!is_poison(pool + (size_t)sl * H * DE, H * DE))
                             lj_test_fail(__FILE__, __LINE__,
                                          "rank %d wrote dS_0 of sequence %d (it starts on rank %d)",
@@ -351,13 +237,8 @@ static void run(const vcase *c)
                 lj_test_fail(__FILE__, __LINE__, "ds[%d]: rank %d differs from rank 0", h, r);
     }
     printf("varlen P=%d nseq=%d T=%d decay=%d xchg=0x%x: passed\n", P, nseq, T, c->decay, c->xchg);
-    for (int r = 0; r < P; r++) {
-        rank_v *u = &rv[r];
-        CUdeviceptr all[] = {u->q,    u->k,       u->v,  u->dout, u->o,   u->dq,  u->dk, u->dv,
-                             u->cu_d, u->slots_d, u->s0, u->sn,   u->dsn, u->ds0, u->ds};
-        for (size_t j = 0; j < sizeof all / sizeof all[0]; j++)
-            lj_gpu_free(all[j]);
-    }
+    for (int r = 0; r < P; r++)
+        lj_cpv_rank_close(&rv[r], lj_gpu_free);
     lj_gpu_free(d_s);
     lajit_ctx_destroy(ctx);
     void *host[] = {q, k, v, dO, s0, dsn, go, gq, gk, gv, pool};
@@ -365,21 +246,14 @@ static void run(const vcase *c)
         free(host[j]);
 }
 
-/* Four sequences over three ranks: sequence 0 starts on rank 0 and ends on rank 1, sequence 2
- * passes through rank 1 entirely? No: rank 1 holds the end of 0, all of 1 (no states, slot −1)
- * and the start of 2; rank 2 the rest of 2 and all of 3. */
+/* Four sequences over three ranks (cp_varlen_case.h: a middle rank continuing both ways with
+ * three pieces, one of them a sequence without a slot). */
 LJ_TEST(three_ranks)
 {
     need_sm90a();
     for (int decay = 1; decay <= 2; decay++)
         for (int x = 0; x < 2; x++) {
-            vcase c = {.P = 3,
-                       .nseq = 4,
-                       .len = {300, 70, 500, 90},
-                       .cut = {0, 200, 600, 960},
-                       .decay = decay,
-                       .xchg = x ? LAJIT_CP_LOGSTEP : LAJIT_CP_ALLGATHER,
-                       .seed = 40u + (unsigned)(2 * decay + x)};
+            const lj_cpv_case c = lj_cpv_three_ranks(decay, x);
             run(&c);
         }
 }
@@ -390,13 +264,7 @@ LJ_TEST(five_ranks_pass_through)
 {
     need_sm90a();
     for (int x = 0; x < 2; x++) {
-        vcase c = {.P = 5,
-                   .nseq = 5,
-                   .len = {100, 0, 1500, 64, 200},
-                   .cut = {0, 100, 500, 900, 1700, 1864},
-                   .decay = 2,
-                   .xchg = x ? LAJIT_CP_LOGSTEP : LAJIT_CP_ALLGATHER,
-                   .seed = 77u + (unsigned)x};
+        const lj_cpv_case c = lj_cpv_five_ranks(x);
         run(&c);
     }
 }
