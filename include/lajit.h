@@ -535,7 +535,19 @@ LAJIT_API lajit_status lajit_attn_state_scan(lajit_ctx *ctx,
  * - final_state: S_N, float32 [B,H,D,E] (VK), written on every rank that gives it (each computes
  *   it from the gathered spans; the values agree); NULL when not wanted. With the log-step
  *   exchange it is a broadcast, a collective: every rank gives it, or none.
- * - cu_seqlens: must be NULL (varlen batches across ranks are not in this version).
+ * - cu_seqlens (varlen): a packed batch whose sequences may cross ranks. Rank r holds a
+ *   contiguous slice of the packed tokens, q, k [T_r,H,D], v, o [T_r,H,E], cut into pieces by its
+ *   own cu_seqlens (int32 [pieces + 1], from 0 to T_r; a piece may be empty): whole sequences,
+ *   and at its ends parts of sequences that cross into it. flags LAJIT_CP_CONTINUES_IN: its
+ *   first piece continues the sequence of the previous rank's last piece; LAJIT_CP_CONTINUES_OUT:
+ *   its last piece continues on the next rank (rank r's _OUT must match rank r + 1's _IN: not
+ *   detectable, wrong answers otherwise). initial_state / final_state are then pools [P,H,D,E]
+ *   (VK: [P,H,E,D]) of float32 with state_slots (int32 [pieces], the slot encoding of
+ *   lajit_attn_fwd): a piece that continues in does not read its slot's initial state (it
+ *   starts from the state the exchange brings), one that continues out does not write its
+ *   final state (the rank where the sequence ends does); the rest as lajit_attn_fwd's varlen.
+ *   Each rank exchanges one state (its last piece's) whatever its number of pieces. Between
+ *   ranks the exchange restarts wherever a sequence starts (lengths −1 in the state scan).
  * Checked here (LAJIT_ERR_INVALID_ARGUMENT unless said): NULL comm; a communicator whose size,
  * rank or device cannot be queried (LAJIT_ERR_NCCL, NCCL's text in lajit_errmsg) or whose device
  * is not the context's; q, k, v, o that disagree in B, H, n_r, D or E; states of another shape
@@ -549,6 +561,10 @@ LAJIT_API lajit_status lajit_attn_state_scan(lajit_ctx *ctx,
  * log-step scan beyond — docs/notes/context_parallel.md has the crossover). */
 #define LAJIT_CP_ALLGATHER 0x10u /* one all-gather of every rank's state: P states per rank */
 #define LAJIT_CP_LOGSTEP   0x20u /* ⌈log2 P⌉ + 1 point-to-point steps of one state each */
+/* Varlen (cu_seqlens given): this rank's first piece continues the sequence the previous rank's
+ * last piece began (or carried on); its last piece continues on the next rank. */
+#define LAJIT_CP_CONTINUES_IN  0x40u
+#define LAJIT_CP_CONTINUES_OUT 0x80u
 
 typedef struct lajit_cp_attn_fwd_args {
     size_t struct_size; /* sizeof(lajit_cp_attn_fwd_args) */
@@ -559,7 +575,8 @@ typedef struct lajit_cp_attn_fwd_args {
     float scale;
     const DLTensor *initial_state; /* rank 0 only */
     DLTensor *final_state;         /* every rank that gives it */
-    const DLTensor *cu_seqlens;    /* NULL */
+    const DLTensor *cu_seqlens;    /* NULL, or this rank's pieces (varlen) */
+    const DLTensor *state_slots;   /* varlen: the pools' slot of each piece */
     uint32_t flags;                /* LAJIT_STATE_VK, LAJIT_CP_ALLGATHER or LAJIT_CP_LOGSTEP */
     void *stream;
 } lajit_cp_attn_fwd_args;
@@ -586,7 +603,10 @@ LAJIT_API lajit_status lajit_cp_attn_fwd(lajit_ctx *ctx, const lajit_cp_attn_fwd
  * - initial_state: S_0 as in the forward (rank 0 only). d_initial_state: dS_0, float32, written
  *   by rank 0 only (other ranks ignore it). d_final_state: dS_N, float32, read by the last rank
  *   only; NULL: zero.
- * - cu_seqlens: must be NULL (as in the forward).
+ * - cu_seqlens, state_slots, LAJIT_CP_CONTINUES_IN / _OUT (varlen): as in the forward; the pools
+ *   initial_state, d_final_state (read) and d_initial_state (written) by state_slots with
+ *   lajit_attn_bwd's slot encoding, every rank its own pieces' (a piece continuing out reads no
+ *   dS_N from its slot: the gradient comes from the next rank; one continuing in writes no dS_0).
  * Memory: the context's exchange buffer (as the forward's) and, for ds, lajit_attn_bwd's
  * workspace; nothing is allocated after the first call of a shape (capture after it). Checks,
  * what cannot be checked and the failure rule: as for lajit_cp_attn_fwd. */
@@ -601,7 +621,8 @@ typedef struct lajit_cp_attn_bwd_args {
     const DLTensor *initial_state; /* rank 0 only */
     DLTensor *d_initial_state;     /* rank 0 only */
     const DLTensor *d_final_state; /* the last rank only */
-    const DLTensor *cu_seqlens;    /* NULL */
+    const DLTensor *cu_seqlens;    /* NULL, or this rank's pieces (varlen) */
+    const DLTensor *state_slots;   /* varlen: the pools' slot of each piece */
     uint32_t flags;                /* LAJIT_STATE_VK, LAJIT_CP_ALLGATHER or LAJIT_CP_LOGSTEP */
     void *stream;
 } lajit_cp_attn_bwd_args;

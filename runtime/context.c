@@ -142,8 +142,8 @@ LAJIT_API void lajit_ctx_destroy(lajit_ctx *ctx)
     lj_env *env = &ctx->env;
     if (ctx->device_open) {
         const lj_driver *drv = ctx->device.drv;
-        lj_dev_buf *bufs[] = {&ctx->scratch, &ctx->split_flags, &ctx->split_states, &ctx->cp_ws,
-                              &ctx->seg_ws};
+        lj_dev_buf *bufs[] = {&ctx->scratch, &ctx->split_flags, &ctx->split_states,
+                              &ctx->cp_ws,   &ctx->seg_ws,      &ctx->cp_ids};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]->ptr && lj_device_make_current(env, &ctx->device) == LAJIT_OK)
                 LJ_CU(env, drv, cuMemFree, bufs[i]->ptr);

@@ -47,6 +47,9 @@ struct lajit_ctx {
     int ds_segments; /* LAJIT_DS_SEGMENTS: 0 automatic, 1 never, n >= 2 always n (tests) */
     int pdl;         /* LAJIT_PDL: 1 (default) launch kernels whose spec says pdl with
                         programmatic stream serialization where possible (lj_plan_launch), 0 never */
+    /* Context parallelism's varlen calls: the slots 0 .. cp_ids_n − 1 (cp_varlen.c). */
+    lj_dev_buf cp_ids;
+    int64_t cp_ids_n;
     const lj_nccl *nccl_override; /* tests: a fake NCCL table */
     uint32_t autotune;            /* LAJIT_AUTOTUNE_OFF or _EAGER (resolved at creation) */
     lj_tunedb *tunedb; /* opened on the first plan built; NULL until then or if unusable */

@@ -25,9 +25,12 @@ typedef struct cp_call {
     DLTensor *final_state;         /* forward: S_N */
     DLTensor *d_initial_state;     /* backward: rank 0's dS_0 */
     const DLTensor *d_final_state; /* backward: the last rank's dS_N */
-    const DLTensor *cu_seqlens;
-    uint32_t flags; /* LAJIT_STATE_VK only: what the ops are given */
-    int logstep;    /* the exchange: 0 all-gather, 1 log2(P)-step scan */
+    const DLTensor *cu_seqlens;    /* varlen: this rank's pieces of the packed batch */
+    const DLTensor *state_slots;   /* varlen: the pools' slot of each piece */
+    int cont_in, cont_out;         /* varlen: the first piece continues the previous rank's last,
+                                      the last continues on the next rank */
+    uint32_t flags;                /* LAJIT_STATE_VK only: what the ops are given */
+    int logstep;                   /* the exchange: 0 all-gather, 1 log2(P)-step scan */
     void *stream;
 } cp_call;
 
@@ -55,6 +58,13 @@ typedef struct cp_rank {
     CUdeviceptr incoming_g; /* backward: the gradient direction's, [P] or [1] */
     CUdeviceptr ds_gather;  /* backward with ds */
     CUdeviceptr own;        /* log-step: the slot holding this rank's running carry (A or T) */
+    /* Varlen (cp_varlen.c): the rank's pieces (sequences or parts of them), the state of one,
+     * and its regions: slot arrays (identity; the caller's with the continued pieces' entries
+     * set to −1, for reading and for writing) and pools of one state per piece (initial and
+     * final states, the gradient direction's dS_N, local dS_0 and dS_0). */
+    int64_t pieces;
+    size_t piece_state;
+    CUdeviceptr v_ids, v_slots_in, v_slots_out, v_in, v_fin, v_dsn, v_gc, v_ds0;
 } cp_rank;
 
 /* The transport of the exchanges. In the simulated one, a transfer is the receiving rank's
@@ -109,6 +119,19 @@ typedef struct cp_nccl_user {
 } cp_nccl_user;
 extern const cp_transport lj_cp_nccl_transport; /* .user to be set */
 extern const cp_transport lj_cp_sim_transport;  /* .user to be set */
+
+/* ---- cp_varlen.c ------------------------------------------------------------------------------ */
+
+/* Varlen calls: the checks of the pieces, the bytes of the varlen regions (0 on overflow) and
+ * their placement from base, the local steps (the carry of the last piece, or in the gradient
+ * direction of the first, into r->carry with the length or −1 for a chain that starts here), and
+ * the span's outputs or gradients from the incoming states. */
+lajit_status lj_cp_varlen_check(lj_env *env, cp_rank *r);
+size_t lj_cp_varlen_bytes(const cp_rank *r);
+void lj_cp_varlen_place(cp_rank *r, CUdeviceptr base);
+lajit_status lj_cp_varlen_local(lajit_ctx *ctx, cp_rank *r, int grad);
+lajit_status lj_cp_varlen_fwd_outputs(lajit_ctx *ctx, cp_rank *r);
+lajit_status lj_cp_varlen_bwd_grads(lajit_ctx *ctx, cp_rank *r);
 
 /* A failed driver call of r's call: "fn: what". */
 lajit_status lj_cp_driver_fail(lajit_ctx *ctx, const cp_call *c, CUresult cr, const char *what);

@@ -56,9 +56,11 @@ static int regions(const cp_rank *r, size_t *exch, size_t *scratch, size_t *in, 
 
 size_t lj_cp_rank_bytes(const cp_rank *r)
 {
-    size_t exch, scratch, in, ds, total = 0;
+    size_t exch, scratch, in, ds, total = 0, varlen = 0;
     if (!regions(r, &exch, &scratch, &in, &ds) || !add(&total, exch, 1) ||
         !add(&total, scratch, 1) || !add(&total, in, r->c.bwd ? 2 : 1) || !add(&total, ds, 1))
+        return 0;
+    if (r->c.cu_seqlens && ((varlen = lj_cp_varlen_bytes(r)) == 0 || !add(&total, varlen, 1)))
         return 0;
     return total;
 }
@@ -75,6 +77,9 @@ void lj_cp_place(cp_rank *r, CUdeviceptr base)
     r->ds_gather = r->c.ds ? r->incoming + in * (r->c.bwd ? 2 : 1) : 0;
     r->carry = r->gather + (CUdeviceptr)(r->c.logstep ? 1 : r->rank) * r->slot;
     r->own = r->carry;
+    if (r->c.cu_seqlens)
+        lj_cp_varlen_place(r, lj_round16(r->ds_gather ? r->ds_gather + ds
+                                                      : r->incoming + in * (r->c.bwd ? 2 : 1)));
 }
 
 CUdeviceptr lj_cp_incoming(const cp_rank *r, int grad)

@@ -37,10 +37,11 @@ static lajit_status check_args(lj_env *env, const char *fn, const size_t *struct
                                size_t expected, uint32_t flags, float scale)
 {
     const uint32_t both = LAJIT_CP_ALLGATHER | LAJIT_CP_LOGSTEP;
+    const uint32_t cp = both | LAJIT_CP_CONTINUES_IN | LAJIT_CP_CONTINUES_OUT;
     if (struct_size && (flags & both) == both)
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                         "%s: LAJIT_CP_ALLGATHER and LAJIT_CP_LOGSTEP are exclusive", fn);
-    return lj_check_args(env, fn, struct_size, expected, flags & ~both, scale);
+    return lj_check_args(env, fn, struct_size, expected, flags & ~cp, scale);
 }
 
 static cp_call fwd_call(const lajit_cp_attn_fwd_args *a)
@@ -57,6 +58,9 @@ static cp_call fwd_call(const lajit_cp_attn_fwd_args *a)
     c.initial_state = a->initial_state;
     c.final_state = a->final_state;
     c.cu_seqlens = a->cu_seqlens;
+    c.state_slots = a->state_slots;
+    c.cont_in = (a->flags & LAJIT_CP_CONTINUES_IN) != 0;
+    c.cont_out = (a->flags & LAJIT_CP_CONTINUES_OUT) != 0;
     c.flags = a->flags & LAJIT_STATE_VK;
     c.logstep = exchange_choice(a->flags);
     c.stream = a->stream;
@@ -83,6 +87,9 @@ static cp_call bwd_call(const lajit_cp_attn_bwd_args *a)
     c.d_initial_state = a->d_initial_state;
     c.d_final_state = a->d_final_state;
     c.cu_seqlens = a->cu_seqlens;
+    c.state_slots = a->state_slots;
+    c.cont_in = (a->flags & LAJIT_CP_CONTINUES_IN) != 0;
+    c.cont_out = (a->flags & LAJIT_CP_CONTINUES_OUT) != 0;
     c.flags = a->flags & LAJIT_STATE_VK;
     c.logstep = exchange_choice(a->flags);
     c.stream = a->stream;
@@ -157,12 +164,6 @@ static lajit_status check_state(lj_env *env, const char *name, const DLTensor *t
 /* Everything one rank's call can check alone; fills r's sizes and layout (not its buffers). */
 static lajit_status check_rank(lj_env *env, const cp_call *c, int rank, int P, cp_rank *r)
 {
-    if (c->cu_seqlens)
-        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
-                        "%s: cu_seqlens must be NULL: a varlen batch across ranks is not "
-                        "supported yet (each rank holds a span of every sequence of a "
-                        "[B, H, N, D] batch)",
-                        c->fn);
     memset(r, 0, sizeof *r);
     r->c = *c;
     r->rank = rank;
@@ -171,19 +172,25 @@ static lajit_status check_rank(lj_env *env, const cp_call *c, int rank, int P, c
     if (r->c.logstep < 0)
         r->c.logstep = P > LJ_CP_ALLGATHER_MAX_P;
     lajit_status st;
-    if ((st = check_seqs(env, r)) != LAJIT_OK)
+    if (!c->cu_seqlens && (c->cont_in || c->cont_out || c->state_slots))
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "%s: state_slots and LAJIT_CP_CONTINUES_IN/_OUT are for varlen calls "
+                        "(cu_seqlens)",
+                        c->fn);
+    if (c->cu_seqlens) { /* the pieces and the pools (cp_varlen.c) */
+        if ((st = lj_cp_varlen_check(env, r)) != LAJIT_OK)
+            return st;
+    } else if ((st = check_seqs(env, r)) != LAJIT_OK ||
+               (rank == 0 && c->initial_state &&
+                (st = check_state(env, "initial_state", c->initial_state, r)) != LAJIT_OK) ||
+               (c->final_state &&
+                (st = check_state(env, "final_state", c->final_state, r)) != LAJIT_OK) ||
+               (rank == 0 && c->d_initial_state &&
+                (st = check_state(env, "d_initial_state", c->d_initial_state, r)) != LAJIT_OK) ||
+               (rank == P - 1 && c->d_final_state &&
+                (st = check_state(env, "d_final_state", c->d_final_state, r)) != LAJIT_OK)) {
         return st;
-    if (rank == 0 && c->initial_state &&
-        (st = check_state(env, "initial_state", c->initial_state, r)) != LAJIT_OK)
-        return st;
-    if (c->final_state && (st = check_state(env, "final_state", c->final_state, r)) != LAJIT_OK)
-        return st;
-    if (rank == 0 && c->d_initial_state &&
-        (st = check_state(env, "d_initial_state", c->d_initial_state, r)) != LAJIT_OK)
-        return st;
-    if (rank == P - 1 && c->d_final_state &&
-        (st = check_state(env, "d_final_state", c->d_final_state, r)) != LAJIT_OK)
-        return st;
+    }
     if (c->ds) {
         lj_elem e;
         if (!c->s)
@@ -204,6 +211,7 @@ static lajit_status check_rank(lj_env *env, const cp_call *c, int rank, int P, c
     r->len_off = lj_round16(r->state_bytes);
     r->slot = r->len_off + 16;
     r->ds_slot = lj_round16((size_t)r->H * 4);
+    r->piece_state = r->state_bytes; /* varlen: B = 1, one piece's state */
     return LAJIT_OK;
 }
 
@@ -445,10 +453,16 @@ static const cp_step_kind fwd_program[] = {CP_LOCAL_STATE, CP_EXCHANGE, CP_FWD_O
 static const cp_step_kind bwd_program[] = {CP_LOCAL_STATE, CP_EXCHANGE,  CP_LOCAL_GRAD,
                                            CP_EXCHANGE_G,  CP_BWD_GRADS, CP_DS};
 
+/* The forward's S_N: a dense call's final_state (a varlen call's is a pool, by pieces). */
+static int wants_final(const cp_rank *r)
+{
+    return !r->c.bwd && !r->c.cu_seqlens && r->c.final_state != NULL;
+}
+
 static int step_rounds(const cp_rank *r, cp_step_kind k)
 {
     if (k == CP_EXCHANGE)
-        return lj_cp_exchange_rounds(r, !r->c.bwd && r->c.final_state != NULL);
+        return lj_cp_exchange_rounds(r, wants_final(r));
     if (k == CP_EXCHANGE_G)
         return lj_cp_exchange_rounds(r, 0);
     if (k == CP_DS)
@@ -460,7 +474,7 @@ static int step_rounds(const cp_rank *r, cp_step_kind k)
 static lajit_status step_transfer(lajit_ctx *ctx, cp_rank *r, cp_step_kind k, int i,
                                   const cp_transport *t)
 {
-    const int want_final = !r->c.bwd && r->c.final_state != NULL;
+    const int want_final = wants_final(r);
     switch (k) {
         case CP_EXCHANGE: return lj_cp_exchange_transfer(ctx, r, 0, want_final, i, t);
         case CP_EXCHANGE_G: return lj_cp_exchange_transfer(ctx, r, 1, 0, i, t);
@@ -471,15 +485,18 @@ static lajit_status step_transfer(lajit_ctx *ctx, cp_rank *r, cp_step_kind k, in
 
 static lajit_status step_compute(lajit_ctx *ctx, cp_rank *r, cp_step_kind k, int i)
 {
-    const int want_final = !r->c.bwd && r->c.final_state != NULL;
+    const int want_final = wants_final(r);
     switch (k) {
-        case CP_LOCAL_STATE: return cp_local(ctx, r, 0);
+        case CP_LOCAL_STATE:
+            return r->c.cu_seqlens ? lj_cp_varlen_local(ctx, r, 0) : cp_local(ctx, r, 0);
         case CP_EXCHANGE: return lj_cp_exchange_compute(ctx, r, 0, want_final, i);
-        case CP_FWD_OUTPUTS: return cp_fwd_outputs(ctx, r);
+        case CP_FWD_OUTPUTS:
+            return r->c.cu_seqlens ? lj_cp_varlen_fwd_outputs(ctx, r) : cp_fwd_outputs(ctx, r);
         case CP_LOCAL_GRAD: /* the gradient exchange reuses the slots the forward one has read */
-            return cp_local(ctx, r, 1);
+            return r->c.cu_seqlens ? lj_cp_varlen_local(ctx, r, 1) : cp_local(ctx, r, 1);
         case CP_EXCHANGE_G: return lj_cp_exchange_compute(ctx, r, 1, 0, i);
-        case CP_BWD_GRADS: return cp_bwd_grads(ctx, r);
+        case CP_BWD_GRADS:
+            return r->c.cu_seqlens ? lj_cp_varlen_bwd_grads(ctx, r) : cp_bwd_grads(ctx, r);
         default: return lj_cp_ds_sum(ctx, r);
     }
 }
@@ -612,7 +629,15 @@ static lajit_status cp_run_sim(lajit_ctx *ctx, int P, const cp_call *calls)
                           "every rank or none",
                           fn);
     }
-    if (st == LAJIT_OK && ((each = lj_cp_rank_bytes(&r[0])) == 0 ||
+    /* Every rank's buffer as large as the largest (varlen ranks differ in their pieces). */
+    for (int j = 0; j < P && st == LAJIT_OK; j++) {
+        const size_t bytes = lj_cp_rank_bytes(&r[j]);
+        if (!bytes)
+            each = SIZE_MAX;
+        else if (each != SIZE_MAX && bytes > each)
+            each = bytes;
+    }
+    if (st == LAJIT_OK && (each == SIZE_MAX || each == 0 ||
                            __builtin_mul_overflow(lj_round16(each), (size_t)P, &total)))
         st = lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                       "%s (simulated): %d ranks' states do not fit in memory", fn, P);

@@ -9,6 +9,7 @@
 
 #include "context.h"
 #include "cp_op.h"
+#include "cp_varlen_case.h"
 #include "fake_driver.h"
 #include "gpu.h"
 #include "nvrtc.h"
@@ -313,7 +314,7 @@ LJ_TEST(argument_errors)
     a = u.a;
     a.cu_seqlens = u.a.s;
     ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
-    ASSERT_CONTAINS(lajit_errmsg(ctx), "cu_seqlens must be NULL");
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "q must be [T, H, D] (this rank's packed tokens, varlen)");
     a = u.a;
     a.q = NULL;
     ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
@@ -871,4 +872,340 @@ LJ_TEST(logstep_simulated_sequence)
     lajit_ctx_destroy(ctx);
     lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
     ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* ---- Varlen across ranks ----------------------------------------------------------------------- */
+
+/* One rank's packed tokens: q, k, v, o [T, H, D|E] over rank_views' buffers (T = n), its pieces
+ * (cu_seqlens int32), their slots and pools [4, H, D, E]. */
+typedef struct varlen_views {
+    CUdeviceptr cu, slots, pool_in, pool_out;
+    lj_test_tensor tq, tk, tv, to, tcu, tsl, tin, tout;
+    lajit_cp_attn_fwd_args a;
+} varlen_views;
+
+static void varlen_open(varlen_views *w, rank_views *u, int T, const int32_t *cu, int pieces,
+                        uint32_t flags)
+{
+    memset(w, 0, sizeof *w);
+    const DLDataType bf16 = lj_test_dl_dtype(LJ_BF16), f32 = lj_test_dl_dtype(LJ_F32);
+    const int64_t qs[3] = {T, H, D}, vs[3] = {T, H, E}, cs[1] = {pieces + 1}, ss[1] = {pieces};
+    const int64_t ps[4] = {4, H, D, E};
+    w->cu = alloc((size_t)(pieces + 1) * 4);
+    memcpy((void *)(uintptr_t)w->cu, cu, (size_t)(pieces + 1) * 4);
+    w->slots = alloc((size_t)pieces * 4);
+    int32_t *sl = (int32_t *)(uintptr_t)w->slots;
+    for (int i = 0; i < pieces; i++)
+        sl[i] = i % 4;
+    w->pool_in = alloc((size_t)4 * H * D * E * 4);
+    w->pool_out = alloc((size_t)4 * H * D * E * 4);
+    lajit_cp_attn_fwd_args *a = &w->a;
+    *a = u->a;
+    a->q = lj_gpu_tensor(&w->tq, u->q, 0, 3, qs, NULL, bf16);
+    a->k = lj_gpu_tensor(&w->tk, u->k, 0, 3, qs, NULL, bf16);
+    a->v = lj_gpu_tensor(&w->tv, u->v, 0, 3, vs, NULL, bf16);
+    a->o = lj_gpu_tensor(&w->to, u->o, 0, 3, vs, NULL, bf16);
+    a->cu_seqlens = lj_gpu_tensor(&w->tcu, w->cu, 0, 1, cs, NULL, lj_test_dl_int32());
+    a->state_slots = lj_gpu_tensor(&w->tsl, w->slots, 0, 1, ss, NULL, lj_test_dl_int32());
+    a->initial_state = lj_gpu_tensor(&w->tin, w->pool_in, 0, 4, ps, NULL, f32);
+    a->final_state = lj_gpu_tensor(&w->tout, w->pool_out, 0, 4, ps, NULL, f32);
+    a->flags = flags;
+}
+
+static void varlen_close(varlen_views *w)
+{
+    const lj_driver *drv = lj_fake_driver();
+    CUdeviceptr p[4] = {w->cu, w->slots, w->pool_in, w->pool_out};
+    for (int i = 0; i < 4; i++)
+        drv->cuMemFree(p[i]);
+}
+
+/* The varlen checks: pieces as [T, H, D] tensors, int32 cu_seqlens, state_slots [pieces] when
+ * pools are given and only with cu_seqlens, pools [P, H, D, E] of float32, no continuation into
+ * rank 0 or out of the last rank. */
+LJ_TEST(varlen_argument_errors)
+{
+    lj_fake_driver_reset();
+    fake_device();
+    lajit_ctx *ctx = fake_ctx();
+    rank_views u;
+    rank_open(&u, 6);
+    varlen_views w;
+    const int32_t cu[3] = {0, 2, 6};
+    varlen_open(&w, &u, 6, cu, 2, LAJIT_CP_CONTINUES_IN);
+    lajit_cp_attn_fwd_args a;
+    lj_test_tensor t;
+    fake_nccl_reset(2, 0);
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &w.a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "rank 0's first piece cannot continue");
+    fake_nccl_reset(2, 1);
+    a = w.a;
+    a.flags = LAJIT_CP_CONTINUES_OUT;
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "the last rank's last piece cannot continue");
+    a = w.a;
+    a.state_slots = NULL;
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "varlen with states needs state_slots");
+    a = w.a;
+    a.state_slots =
+        lj_gpu_tensor(&t, w.slots, 0, 1, (const int64_t[]){3}, NULL, lj_test_dl_int32());
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "state_slots must be int32 [pieces] = [2]");
+    a = w.a;
+    a.final_state = lj_gpu_tensor(&t, w.pool_out, 0, 4, (const int64_t[]){4, H, D, 32}, NULL,
+                                  lj_test_dl_dtype(LJ_F32));
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "final_state must be a pool [P, H, D, E]");
+    a = w.a;
+    a.cu_seqlens =
+        lj_gpu_tensor(&t, w.cu, 0, 1, (const int64_t[]){3}, NULL, lj_test_dl_dtype(LJ_F32));
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "cu_seqlens must be int32 [pieces + 1]");
+    a = u.a; /* dense */
+    a.state_slots = w.a.state_slots;
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "are for varlen calls");
+    ASSERT_EQ(lj_fake_launch_count(), 0);
+    varlen_close(&w);
+    rank_close(&u);
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* Two simulated ranks of a varlen forward: rank 0 holds a whole sequence and the start of the
+ * next (continues out), rank 1 its end, an empty sequence and another (continues in): the ranks'
+ * buffers differ (rank 1's pieces take more), each as large as the largest. Per rank: the pool gather,
+ * the state-only varlen forward; the exchange (copies, then rank 1's scan); the outputs and the
+ * scatter of final states. Rank 0 offers its last piece's state with length −1 (a chain starts
+ * there), rank 1 likewise (two pieces); the slot arrays patched: rank 0's last piece writes no
+ * final state, rank 1's first reads no initial state. */
+LJ_TEST(varlen_simulated_sequence)
+{
+    need_nvrtc();
+    lj_fake_driver_reset();
+    fake_device();
+    lajit_ctx *ctx = fake_ctx();
+    rank_views u[2];
+    varlen_views w[2];
+    const int32_t cu0[3] = {0, 3, 5}, cu1[4] = {0, 2, 2, 4};
+    rank_open(&u[0], 5);
+    rank_open(&u[1], 4);
+    varlen_open(&w[0], &u[0], 5, cu0, 2, LAJIT_CP_CONTINUES_OUT);
+    varlen_open(&w[1], &u[1], 4, cu1, 3, LAJIT_CP_CONTINUES_IN);
+    lajit_cp_attn_fwd_args a[2] = {w[0].a, w[1].a};
+    lajit_status st = lajit__cp_attn_fwd_sim(ctx, 2, a);
+    if (st != LAJIT_OK)
+        lj_test_fail(__FILE__, __LINE__, "%s: %s", lajit_status_string(st), lajit_errmsg(ctx));
+    static const char *const want[] = {"la_state_pool", "la_fwd_sm90",   "la_state_pool",
+                                       "la_fwd_sm90",   "la_state_scan", "la_fwd_sm90",
+                                       "la_state_pool", "la_fwd_sm90",   "la_state_pool"};
+    ASSERT_EQ(lj_fake_launch_count(), (int)(sizeof want / sizeof want[0]));
+    for (int i = 0; i < lj_fake_launch_count(); i++)
+        ASSERT_STREQ(lj_fake_launch_get(i)->entry, want[i]);
+    /* The exchanged lengths: −1 from both ranks (each holds more than one piece). */
+    const size_t each_slot = SLOT;
+    for (int r = 0; r < 2; r++) {
+        int64_t len = 0;
+        memcpy(&len, (const char *)(uintptr_t)ctx->cp_ws.ptr + (size_t)r * each_slot + SLOT - 16,
+               8);
+        ASSERT_EQ(len, -1);
+    }
+    ASSERT_EQ(ctx->cp_ids_n, 3);
+    const int32_t *ids = (const int32_t *)(uintptr_t)ctx->cp_ids.ptr;
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(ids[i], i);
+    for (int r = 0; r < 2; r++) {
+        varlen_close(&w[r]);
+        rank_close(&u[r]);
+    }
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* ---- The gpu test's varlen cases on the fake driver ---------------------------------------- */
+
+static void fake_free(CUdeviceptr p)
+{
+    lj_fake_driver()->cuMemFree(p);
+}
+
+/* An lj_arg<rank> packed at byte offset off of a custom family's launch: ptr, sizes, strides. */
+static void packed_arg(const lj_fake_launch *l, size_t off, int rank, long long *out)
+{
+    memcpy(out, (const unsigned char *)&l->params + off, (size_t)(1 + 2 * rank) * 8);
+}
+
+/* Bytes from an lj_arg's address to the end of its last element (4-byte elements). */
+static size_t arg_reach(const long long *a, int rank)
+{
+    long long last = 0;
+    for (int i = 0; i < rank; i++)
+        last += (a[1 + i] - 1) * a[1 + rank + i];
+    return (size_t)(last + 1) * 4;
+}
+
+/* Rank r's slots as the pool copies must read them: the caller's, with the first piece's −1 when
+ * it continues in (reading: no initial state, no dS_0 written) or the last piece's when it
+ * continues out (writing: no final state, no dS_N read). */
+static int32_t expected_slot(const lj_cpv_rank *u, int piece, int reading)
+{
+    if (reading ? (piece == 0 && u->cont_in) : (piece == u->pieces - 1 && u->cont_out))
+        return -1;
+    return u->slots[piece];
+}
+
+/* The launches [from, to) of one simulated call over ranks rv[0 .. P): every la_state_pool copy
+ * moves between one of a rank's pools and a batch of its pieces inside the context's exchange
+ * buffer, each argument inside its allocation, with the rank's patched slots and the direction
+ * and fresh-slot rule of its role; every attention kernel over a rank's pieces reads and writes
+ * the rank's own pools (one state per piece, inside the exchange buffer) through the identity
+ * slots. counts[r][role]: the copies seen (roles s0, sn, dsn, ds0). Returns the attention
+ * launches seen. */
+static int check_varlen_launches(const lajit_ctx *ctx, const lj_cpv_case *c, const lj_cpv_rank *rv,
+                                 int from, int to, int counts[][4])
+{
+    int attention = 0;
+    const size_t state = (size_t)LJ_CPV_H * LJ_CPV_D * LJ_CPV_E * 4;
+    const CUdeviceptr ws = ctx->cp_ws.ptr, ws_end = ws + ctx->cp_ws.bytes;
+    ASSERT_TRUE(to <= LJ_FAKE_MAX_LAUNCHES);
+    for (int i = from; i < to; i++) {
+        const lj_fake_launch *l = lj_fake_launch_get(i);
+        if (strcmp(l->entry, "la_state_pool") == 0) {
+            long long pool[9], slots[3], states[9];
+            int32_t scatter, fresh;
+            packed_arg(l, 0, 4, pool);
+            packed_arg(l, 72, 1, slots);
+            packed_arg(l, 96, 4, states);
+            memcpy(&scatter, (const unsigned char *)&l->params + 168, 4);
+            memcpy(&fresh, (const unsigned char *)&l->params + 176, 4); /* 8-byte slots */
+            int r = -1, role = -1;
+            for (int j = 0; j < c->P && r < 0; j++) {
+                const CUdeviceptr mine[4] = {rv[j].s0, rv[j].sn, rv[j].dsn, rv[j].ds0};
+                for (int k = 0; k < 4; k++)
+                    if ((CUdeviceptr)pool[0] == mine[k])
+                        r = j, role = k;
+            }
+            if (r < 0)
+                lj_test_fail(__FILE__, __LINE__, "launch %d: la_state_pool on a pool no rank gave",
+                             i);
+            static const char *const names[4] = {"initial_state", "final_state", "d_final_state",
+                                                 "d_initial_state"};
+            if (!lj_fake_memory_holds((CUdeviceptr)pool[0], arg_reach(pool, 4)))
+                lj_test_fail(__FILE__, __LINE__,
+                             "launch %d: rank %d's %s pool [%lld, %lld, %lld, %lld] reaches %zu "
+                             "bytes past its address, beyond its allocation",
+                             i, r, names[role], pool[1], pool[2], pool[3], pool[4],
+                             arg_reach(pool, 4));
+            ASSERT_TRUE(lj_fake_memory_holds((CUdeviceptr)slots[0], arg_reach(slots, 1)));
+            ASSERT_EQ(states[1], rv[r].pieces);
+            ASSERT_EQ(slots[1], rv[r].pieces);
+            ASSERT_TRUE((CUdeviceptr)states[0] >= ws &&
+                        (CUdeviceptr)states[0] + arg_reach(states, 4) <= ws_end);
+            static const int want_scatter[4] = {0, 1, 0, 1}, want_fresh[4] = {-1, -1, 1, 0};
+            ASSERT_EQ(scatter, want_scatter[role]);
+            ASSERT_EQ(fresh, want_fresh[role]);
+            const int32_t *got = (const int32_t *)(uintptr_t)slots[0];
+            const int reading = role == 0 || role == 3; /* the initial state's slot */
+            for (int p = 0; p < rv[r].pieces; p++)
+                if (got[p * slots[2]] != expected_slot(&rv[r], p, reading))
+                    lj_test_fail(__FILE__, __LINE__,
+                                 "launch %d: rank %d's %s copy reads slot %d for piece %d, "
+                                 "expected %d",
+                                 i, r, names[role], got[p * slots[2]], p,
+                                 expected_slot(&rv[r], p, reading));
+            counts[r][role]++;
+        } else if (strncmp(l->entry, "la_fwd", 6) == 0 || strncmp(l->entry, "la_bwd", 6) == 0) {
+            const la_params *p = &l->params;
+            int r = -1;
+            for (int j = 0; j < c->P; j++)
+                if (p->cu_seqlens == rv[j].cu_d)
+                    r = j;
+            ASSERT_TRUE(r >= 0); /* every attention launch is a rank's varlen call */
+            ASSERT_EQ(p->nseq, rv[r].pieces);
+            ASSERT_EQ(p->slots, (unsigned long long)ctx->cp_ids.ptr);
+            const int32_t *ids = (const int32_t *)(uintptr_t)p->slots;
+            for (int j = 0; j < rv[r].pieces; j++)
+                ASSERT_EQ(ids[j], j);
+            const la_tensor4 *st[4] = {&p->s0, &p->sn, &p->ds0, &p->dsn};
+            for (int k = 0; k < 4; k++) {
+                const CUdeviceptr a = (CUdeviceptr)st[k]->ptr;
+                if (a && (a < ws || a + (size_t)rv[r].pieces * state > ws_end))
+                    lj_test_fail(__FILE__, __LINE__,
+                                 "launch %d (%s): rank %d's state %d at %#llx is not a pool of its "
+                                 "pieces inside the exchange buffer",
+                                 i, l->entry, r, k, (unsigned long long)a);
+            }
+            attention++;
+        }
+    }
+    return attention;
+}
+
+/* One case of tests/gpu/cp_varlen.c, forward then backward, with its own buffers. */
+static void replay_varlen_case(const lj_cpv_case *c)
+{
+    lj_fake_driver_reset();
+    fake_device();
+    lajit_ctx *ctx = fake_ctx();
+    lj_test_tensor ts;
+    CUdeviceptr d_s = alloc(LJ_CPV_H * 4);
+    const DLTensor *s =
+        lj_gpu_tensor(&ts, d_s, 0, 1, (const int64_t[]){LJ_CPV_H}, NULL, lj_test_dl_dtype(LJ_F32));
+    lj_cpv_rank rv[LJ_CPV_MAXP];
+    lajit_cp_attn_fwd_args fa[LJ_CPV_MAXP];
+    lajit_cp_attn_bwd_args ba[LJ_CPV_MAXP];
+    for (int r = 0; r < c->P; r++) {
+        lj_cpv_rank_open(&rv[r], c, r, alloc, s);
+        memcpy((void *)(uintptr_t)rv[r].cu_d, rv[r].cu, (size_t)(rv[r].pieces + 1) * 4);
+        memcpy((void *)(uintptr_t)rv[r].slots_d, rv[r].slots, (size_t)rv[r].pieces * 4);
+        fa[r] = rv[r].fa;
+        ba[r] = rv[r].ba;
+    }
+    int counts[LJ_CPV_MAXP][4];
+    memset(counts, 0, sizeof counts);
+    lajit_status st = lajit__cp_attn_fwd_sim(ctx, c->P, fa);
+    if (st != LAJIT_OK)
+        lj_test_fail(__FILE__, __LINE__, "forward: %s: %s", lajit_status_string(st),
+                     lajit_errmsg(ctx));
+    const int fwd_end = lj_fake_launch_count();
+    /* Per rank: the state-only forward and the outputs. */
+    ASSERT_EQ(check_varlen_launches(ctx, c, rv, 0, fwd_end, counts), 2 * c->P);
+    for (int r = 0; r < c->P; r++) { /* one gather of S_0, one scatter of S_N per rank */
+        ASSERT_EQ(counts[r][0], 1);
+        ASSERT_EQ(counts[r][1], 1);
+    }
+    memset(counts, 0, sizeof counts);
+    st = lajit__cp_attn_bwd_sim(ctx, c->P, ba);
+    if (st != LAJIT_OK)
+        lj_test_fail(__FILE__, __LINE__, "backward: %s: %s", lajit_status_string(st),
+                     lajit_errmsg(ctx));
+    ASSERT_TRUE(check_varlen_launches(ctx, c, rv, fwd_end, lj_fake_launch_count(), counts) >
+                4 * c->P);           /* the forward's two, the state-only backward and its passes */
+    for (int r = 0; r < c->P; r++) { /* S_0 and dS_N gathered, dS_0 scattered, once each */
+        ASSERT_EQ(counts[r][0], 1);
+        ASSERT_EQ(counts[r][1], 0);
+        ASSERT_EQ(counts[r][2], 1);
+        ASSERT_EQ(counts[r][3], 1);
+    }
+    for (int r = 0; r < c->P; r++)
+        lj_cpv_rank_close(&rv[r], fake_free);
+    fake_free(d_s);
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* tests/gpu/cp_varlen.c's cases (the same pieces and buffers: tests/support/cp_varlen_case.c)
+ * through the fake driver: what each launch of the forward and the backward is handed. */
+LJ_TEST(varlen_gpu_cases_on_the_fake_driver)
+{
+    need_nvrtc();
+    for (int x = 0; x < 2; x++) {
+        const lj_cpv_case three = lj_cpv_three_ranks(2, x), five = lj_cpv_five_ranks(x);
+        replay_varlen_case(&three);
+        replay_varlen_case(&five);
+    }
 }

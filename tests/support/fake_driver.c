@@ -1007,6 +1007,11 @@ int lj_fake_launch_count(void)
     return fk.counts.launches;
 }
 
+int lj_fake_memory_holds(CUdeviceptr p, size_t bytes)
+{
+    return find_alloc(p, bytes) >= 0;
+}
+
 const lj_fake_launch *lj_fake_launch_get(int i)
 {
     if (i < 0 || i >= fk.counts.launches || i >= LJ_FAKE_MAX_LAUNCHES)

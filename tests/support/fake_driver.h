@@ -91,6 +91,11 @@ const lj_fake_launch *lj_fake_launch_get(int i);
 /* The i-th successful cuMemcpyDtoDAsync, oldest first (NULL when out of range or beyond 256). */
 const lj_fake_copy *lj_fake_copy_get(int i);
 
+/* 1 when [p, p + bytes) lies inside one live allocation of fake device memory: a test can hold a
+ * recorded launch's tensor arguments to the buffers they point into (the fake runs no kernel, so
+ * nothing else would notice a view reaching past its allocation). */
+int lj_fake_memory_holds(CUdeviceptr p, size_t bytes);
+
 /* Configuration: the number of devices cuDeviceGetCount reports (default 1); what cuInit
  * returns (default CUDA_SUCCESS); and a failure injected by name: every later call of the entry
  * named fn (its base name, "cuModuleLoadData") returns r. fn NULL clears it. */
