@@ -196,8 +196,13 @@ for op in ("fwd", "fwdbwd"):
                     cell[r["impl"]] = r["ms"]
                     fl = r.get("floor_ms")
             peers_ms = [v for k, v in cell.items() if k != "lajit"]
-            ratio = (f"{cell['lajit'] / min(peers_ms):.2f}" if "lajit" in cell and peers_ms else "—")
-            md.append(f"| {N} | " + " | ".join(f"{cell[i]:.3f}" if i in cell else "—" for i in impls)
+            # A peer the call ran out of time for is "missing", and no ratio is drawn against
+            # the peers that remain (the fastest may be the one missing).
+            gone = {i for i in impls if i not in cell and (op, i, *GRID, D, N) in missing}
+            ratio = (f"{cell['lajit'] / min(peers_ms):.2f}" if "lajit" in cell and peers_ms and not gone
+                     else "—")
+            md.append(f"| {N} | " + " | ".join(f"{cell[i]:.3f}" if i in cell else
+                                                ("missing" if i in gone else "—") for i in impls)
                       + f" | {fl if fl is not None else '—'} | {ratio} |")
         md.append("")
 fb = [r for r in rows if r.get("op") == "fwdbwd" and is_grid(r)]
