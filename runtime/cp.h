@@ -136,4 +136,10 @@ lajit_status lj_cp_varlen_bwd_grads(lajit_ctx *ctx, cp_rank *r);
 /* A failed driver call of r's call: "fn: what". */
 lajit_status lj_cp_driver_fail(lajit_ctx *ctx, const cp_call *c, CUresult cr, const char *what);
 
+/* The op arguments a rank's local call starts from: the call's sequence tensors, s, scale, flags
+ * and stream; states, slots, cu_seqlens and ds are the caller's to set (a local-state call clears
+ * the outputs it does not want: lajit_attn_fwd with o NULL, lajit_attn_bwd with dq, dk, dv NULL). */
+void lj_cp_fwd_args(const cp_call *c, lajit_attn_fwd_args *f);
+void lj_cp_bwd_args(const cp_call *c, lajit_attn_bwd_args *b);
+
 #endif

@@ -161,6 +161,38 @@ static lajit_status check_state(lj_env *env, const char *name, const DLTensor *t
     return LAJIT_OK;
 }
 
+/* The op arguments a rank's local call starts from (cp.h). */
+void lj_cp_fwd_args(const cp_call *c, lajit_attn_fwd_args *f)
+{
+    memset(f, 0, sizeof *f);
+    f->struct_size = sizeof *f;
+    f->q = c->q;
+    f->k = c->k;
+    f->v = c->v;
+    f->o = c->o;
+    f->s = c->s;
+    f->scale = c->scale;
+    f->flags = c->flags;
+    f->stream = c->stream;
+}
+
+void lj_cp_bwd_args(const cp_call *c, lajit_attn_bwd_args *b)
+{
+    memset(b, 0, sizeof *b);
+    b->struct_size = sizeof *b;
+    b->q = c->q;
+    b->k = c->k;
+    b->v = c->v;
+    b->dout = c->dout;
+    b->dq = c->dq;
+    b->dk = c->dk;
+    b->dv = c->dv;
+    b->s = c->s;
+    b->scale = c->scale;
+    b->flags = c->flags;
+    b->stream = c->stream;
+}
+
 /* Everything one rank's call can check alone; fills r's sizes and layout (not its buffers). */
 static lajit_status check_rank(lj_env *env, const cp_call *c, int rank, int P, cp_rank *r)
 {
@@ -271,29 +303,19 @@ static lajit_status cp_local(lajit_ctx *ctx, const cp_rank *r, int grad)
         lajit_status st;
         if (!grad) {
             lajit_attn_fwd_args f;
-            memset(&f, 0, sizeof f);
-            f.struct_size = sizeof f;
-            f.k = c->k;
-            f.v = c->v;
-            f.s = c->s;
-            f.scale = c->scale;
+            lj_cp_fwd_args(c, &f);
+            f.q = NULL; /* the local state alone: k and v */
+            f.o = NULL;
             f.initial_state = carry_in;
             f.final_state = state_view(&m, shape, r, mine, 0, ctx->ordinal);
-            f.flags = c->flags;
-            f.stream = c->stream;
             st = lajit_attn_fwd(ctx, &f);
         } else {
             lajit_attn_bwd_args b;
-            memset(&b, 0, sizeof b);
-            b.struct_size = sizeof b;
-            b.q = c->q;
-            b.dout = c->dout;
-            b.s = c->s;
-            b.scale = c->scale;
+            lj_cp_bwd_args(c, &b);
+            b.k = b.v = NULL; /* the local gradient state alone: q and dout */
+            b.dq = b.dk = b.dv = NULL;
             b.d_final_state = carry_in;
             b.d_initial_state = state_view(&m, shape, r, mine, 0, ctx->ordinal);
-            b.flags = c->flags;
-            b.stream = c->stream;
             st = lajit_attn_bwd(ctx, &b);
         }
         if (st != LAJIT_OK)
@@ -338,17 +360,8 @@ static lajit_status cp_fwd_outputs(lajit_ctx *ctx, const cp_rank *r)
     int64_t in_shape[4];
     DLTensor in_state;
     lajit_attn_fwd_args f;
-    memset(&f, 0, sizeof f);
-    f.struct_size = sizeof f;
-    f.q = c->q;
-    f.k = c->k;
-    f.v = c->v;
-    f.o = c->o;
-    f.s = c->s;
-    f.scale = c->scale;
+    lj_cp_fwd_args(c, &f);
     f.initial_state = incoming_state(ctx, r, 0, &in_state, in_shape);
-    f.flags = c->flags;
-    f.stream = c->stream;
     lajit_status st = lajit_attn_fwd(ctx, &f);
     if (st != LAJIT_OK)
         lj_error_prefix(&ctx->env, "%s (rank %d, its span's outputs): ", c->fn, r->rank);
@@ -398,25 +411,13 @@ static lajit_status cp_bwd_grads(lajit_ctx *ctx, const cp_rank *r)
                           lj_tensor_address(reaching), r->state_bytes, "cuMemcpyDtoDAsync (dS_0)");
     }
     lajit_attn_bwd_args b;
-    memset(&b, 0, sizeof b);
-    b.struct_size = sizeof b;
-    b.q = c->q;
-    b.k = c->k;
-    b.v = c->v;
-    b.dout = c->dout;
-    b.dq = c->dq;
-    b.dk = c->dk;
-    b.dv = c->dv;
-    b.s = c->s;
-    b.scale = c->scale;
+    lj_cp_bwd_args(c, &b);
     b.initial_state = incoming;
     b.d_final_state = reaching;
     b.d_initial_state = r->rank == 0 ? c->d_initial_state : NULL;
     if (c->ds) {
         b.ds = lj_device_view(&ds_part, part, ctx->ordinal, 1, ds_shape, NULL, F32);
     }
-    b.flags = c->flags;
-    b.stream = c->stream;
     if ((st = lajit_attn_bwd(ctx, &b)) != LAJIT_OK)
         lj_error_prefix(env, "%s (rank %d, its span's gradients): ", c->fn, r->rank);
     return st;

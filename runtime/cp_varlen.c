@@ -287,18 +287,13 @@ lajit_status lj_cp_varlen_local(lajit_ctx *ctx, cp_rank *r, int grad)
             st = copy(ctx, r, r->v_fin, r->v_in, all, "an empty span's states");
         } else {
             lajit_attn_fwd_args f;
-            memset(&f, 0, sizeof f);
-            f.struct_size = sizeof f;
-            f.k = c->k;
-            f.v = c->v;
-            f.s = c->s;
-            f.scale = c->scale;
+            lj_cp_fwd_args(c, &f);
+            f.q = NULL; /* the pieces' local states alone: k and v */
+            f.o = NULL;
             f.initial_state = pool_view(&p1, s1, r, r->v_in, o);
             f.final_state = pool_view(&p2, s2, r, r->v_fin, o);
             f.cu_seqlens = c->cu_seqlens;
             f.state_slots = &ids;
-            f.flags = c->flags;
-            f.stream = c->stream;
             st = fail_at(ctx, r, lajit_attn_fwd(ctx, &f), "its pieces' local states");
         }
         if (st == LAJIT_OK)
@@ -321,18 +316,13 @@ lajit_status lj_cp_varlen_local(lajit_ctx *ctx, cp_rank *r, int grad)
         st = copy(ctx, r, r->v_gc, r->v_dsn, all, "an empty span's gradient states");
     } else {
         lajit_attn_bwd_args b;
-        memset(&b, 0, sizeof b);
-        b.struct_size = sizeof b;
-        b.q = c->q;
-        b.dout = c->dout;
-        b.s = c->s;
-        b.scale = c->scale;
+        lj_cp_bwd_args(c, &b);
+        b.k = b.v = NULL; /* the pieces' local gradient states alone: q and dout */
+        b.dq = b.dk = b.dv = NULL;
         b.d_final_state = pool_view(&p1, s1, r, r->v_dsn, o);
         b.d_initial_state = pool_view(&p2, s2, r, r->v_gc, o);
         b.cu_seqlens = c->cu_seqlens;
         b.state_slots = &ids;
-        b.flags = c->flags;
-        b.stream = c->stream;
         st = fail_at(ctx, r, lajit_attn_bwd(ctx, &b), "its pieces' local gradient states");
     }
     if (st == LAJIT_OK)
@@ -363,20 +353,11 @@ lajit_status lj_cp_varlen_fwd_outputs(lajit_ctx *ctx, cp_rank *r)
                       "an empty span's states");
     } else {
         lajit_attn_fwd_args f;
-        memset(&f, 0, sizeof f);
-        f.struct_size = sizeof f;
-        f.q = c->q;
-        f.k = c->k;
-        f.v = c->v;
-        f.o = c->o;
-        f.s = c->s;
-        f.scale = c->scale;
+        lj_cp_fwd_args(c, &f);
         f.initial_state = pool_view(&p1, s1, r, r->v_in, o);
         f.final_state = c->final_state ? pool_view(&p2, s2, r, r->v_fin, o) : NULL;
         f.cu_seqlens = c->cu_seqlens;
         f.state_slots = slots_view(&ids, s3, r, ctx->cp_ids.ptr, o);
-        f.flags = c->flags;
-        f.stream = c->stream;
         st = fail_at(ctx, r, lajit_attn_fwd(ctx, &f), "its pieces' outputs");
     }
     if (st == LAJIT_OK && c->final_state)
@@ -410,17 +391,7 @@ lajit_status lj_cp_varlen_bwd_grads(lajit_ctx *ctx, cp_rank *r)
                       "an empty span's dS_0");
     } else {
         lajit_attn_bwd_args b;
-        memset(&b, 0, sizeof b);
-        b.struct_size = sizeof b;
-        b.q = c->q;
-        b.k = c->k;
-        b.v = c->v;
-        b.dout = c->dout;
-        b.dq = c->dq;
-        b.dk = c->dk;
-        b.dv = c->dv;
-        b.s = c->s;
-        b.scale = c->scale;
+        lj_cp_bwd_args(c, &b);
         b.initial_state = pool_view(&p1, s1, r, r->v_in, o);
         b.d_final_state = pool_view(&p2, s2, r, r->v_dsn, o);
         b.d_initial_state = c->d_initial_state ? pool_view(&p5, s5, r, r->v_ds0, o) : NULL;
@@ -429,8 +400,6 @@ lajit_status lj_cp_varlen_bwd_grads(lajit_ctx *ctx, cp_rank *r)
         if (c->ds) {
             b.ds = lj_device_view(&ds_part, part, o, 1, sd, NULL, (DLDataType){kDLFloat, 32, 1});
         }
-        b.flags = c->flags;
-        b.stream = c->stream;
         st = fail_at(ctx, r, lajit_attn_bwd(ctx, &b), "its pieces' gradients");
     }
     if (st == LAJIT_OK && c->d_initial_state)
