@@ -7,6 +7,7 @@
 
 #include "context.h"
 #include "fake_driver.h"
+#include "params.h"
 #include "roles.h"
 
 enum { B = 2, H = 3, N = 5, D = 32, E = 16 };
@@ -242,6 +243,33 @@ static int sm90_bwd(lajit_ctx *ctx, int b, int h, int d, int e, int state_only, 
         ASSERT_EQ(dv->x.ptr, m[2]); /* v, and dk as the second output */
         ASSERT_EQ(dv->dk.ptr, m[5]);
         ASSERT_EQ(dv->dk.s2, (long long)d);
+        /* The tuner lays the pass out the same way (device/params.c): its dense buffers in the
+         * op's roles give the parameters the op gave. */
+        lj_problem p;
+        memset(&p, 0, sizeof p);
+        p.op = LJ_OP_BWD, p.part = 1, p.dtype = LJ_BF16, p.decay = 1, p.has_final = 1;
+        p.B = b, p.H = h, p.N = n, p.D = d, p.E = e;
+        lj_dense_layout lay;
+        lj_env env;
+        lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
+        ASSERT_OK(lj_dense_layout_of(&env, &p, &lay));
+        ASSERT_EQ(lay.x, (size_t)b * h * n * e * 2);
+        ASSERT_EQ(lay.o2, (size_t)b * h * n * d * 2);
+        lj_dense_buffers buf;
+        memset(&buf, 0, sizeof buf);
+        buf.q = m[1], buf.k = m[0], buf.v = m[3], buf.o = m[6], buf.s = m[7], buf.sn = m[8];
+        buf.x = m[2], buf.o2 = m[5];
+        la_params dense;
+        lj_params_dense(&p, &buf, 0.25f, &dense);
+        const la_tensor4 *got[] = {&dv->q, &dv->k, &dv->v, &dv->o, &dv->x, &dv->dk, &dv->sn};
+        const la_tensor4 *want[] = {&dense.q, &dense.k,  &dense.v, &dense.o,
+                                    &dense.x, &dense.dk, &dense.sn};
+        for (int i = 0; i < 7; i++) {
+            la_tensor4 g = *got[i], w = *want[i];
+            if (b == 1) /* a unit batch's stride is not read (the op gives 0) */
+                g.s0 = w.s0 = 0;
+            ASSERT_EQ(memcmp(&g, &w, sizeof g), 0);
+        }
     }
     for (int i = 0; i < 9; i++)
         ASSERT_EQ(drv->cuMemFree(m[i]), CUDA_SUCCESS);
