@@ -335,6 +335,12 @@ static lajit_status bench_open(bench *b)
             goto fail;
         make_params(b, i);
     }
+    /* From pageable memory the copies (on the context's default stream) may return before their
+     * DMA lands, and the timing stream is non-blocking: wait for them before any candidate reads
+     * the sets. */
+    what = "cuStreamSynchronize (the tuner's inputs)";
+    if ((r = LJ_CU(env, drv, cuStreamSynchronize, NULL)) != CUDA_SUCCESS)
+        goto fail;
     return LAJIT_OK;
 fail:;
     lajit_status st = lj_driver_error(env, drv, r, what);

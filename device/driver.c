@@ -77,6 +77,7 @@ static const struct {
     LJ_ENTRY(cuMemAlloc),
     LJ_ENTRY(cuMemFree),
     LJ_ENTRY(cuMemcpyHtoD),
+    LJ_ENTRY(cuMemcpyHtoDAsync),
     LJ_ENTRY(cuMemcpyDtoH),
     LJ_ENTRY(cuMemcpyDtoHAsync),
     LJ_ENTRY(cuMemcpyDtoDAsync),

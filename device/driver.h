@@ -50,6 +50,9 @@ typedef struct lj_driver {
     CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
     CUresult (*cuMemFree)(CUdeviceptr);
     CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+    /* Ordered on the stream; from pageable memory it returns once the source is staged, so the
+     * buffer may be reused at once (the op's small tables, written before their kernels). */
+    CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
     CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
     CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
     CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);

@@ -137,13 +137,15 @@ lajit_status lj_bwd_ds_by_segments(lajit_ctx *ctx, const lajit_attn_bwd_args *a,
             hslots[j] = j;
             hlens[j] = hcu[j + 1] - hcu[j];
         }
+        /* On the caller's stream: a plain cuMemcpyHtoD from pageable memory may return before
+         * its DMA lands, unordered with a non-blocking stream's kernels. */
         cr = LJ_CU(env, drv, cuStreamSynchronize, stream);
         if (cr == CUDA_SUCCESS)
-            cr = LJ_CU(env, drv, cuMemcpyHtoD, cu, hcu, (size_t)(P + 1) * 4);
+            cr = LJ_CU(env, drv, cuMemcpyHtoDAsync, cu, hcu, (size_t)(P + 1) * 4, stream);
         if (cr == CUDA_SUCCESS)
-            cr = LJ_CU(env, drv, cuMemcpyHtoD, slots, hslots, (size_t)P * 4);
+            cr = LJ_CU(env, drv, cuMemcpyHtoDAsync, slots, hslots, (size_t)P * 4, stream);
         if (cr == CUDA_SUCCESS)
-            cr = LJ_CU(env, drv, cuMemcpyHtoD, lens, hlens, (size_t)P * 8);
+            cr = LJ_CU(env, drv, cuMemcpyHtoDAsync, lens, hlens, (size_t)P * 8, stream);
         if (cr != CUDA_SUCCESS)
             return lj_driver_error(env, drv, cr, "lajit_attn_bwd (segments): their boundaries");
         ctx->seg_at = cu;

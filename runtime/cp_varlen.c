@@ -217,9 +217,11 @@ static lajit_status identity_slots(lajit_ctx *ctx, const cp_rank *r)
         return lj_oom(&ctx->env);
     for (size_t i = 0; i < n; i++)
         ids[i] = (int32_t)i;
+    /* On the caller's stream (bwd_segments.c says why), after its earlier calls. */
     CUresult cr = LJ_CU(&ctx->env, ctx->device.drv, cuStreamSynchronize, (CUstream)r->c.stream);
     if (cr == CUDA_SUCCESS)
-        cr = LJ_CU(&ctx->env, ctx->device.drv, cuMemcpyHtoD, ctx->cp_ids.ptr, ids, n * 4);
+        cr = LJ_CU(&ctx->env, ctx->device.drv, cuMemcpyHtoDAsync, ctx->cp_ids.ptr, ids, n * 4,
+                   (CUstream)r->c.stream);
     lj_free(&ctx->env, ids);
     if (cr != CUDA_SUCCESS)
         return lj_cp_driver_fail(ctx, &r->c, cr, "the piece slots");

@@ -245,7 +245,16 @@ LJ_TEST(backward_ds_by_segments)
     b.s = &u.ts;
     b.ds = &tds;
     b.scale = 1.0f;
+    /* On a stream of the caller's: the segments' boundaries are written on it (ordered before
+     * its kernels), never by a synchronous copy, which a non-blocking stream does not wait for. */
+    CUstream stream;
+    ASSERT_EQ(lj_fake_driver()->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    b.stream = stream;
     ASSERT_OK(lajit_attn_bwd(ctx, &b));
+    ASSERT_EQ(lj_fake_driver_counts()->htod_copies, 0);
+    ASSERT_EQ(lj_fake_driver_counts()->htod_async_copies, 3);
+    ASSERT_TRUE(lj_fake_last_htod_stream() == stream);
+    b.stream = NULL;
     static const char *const want[] = {"la_fwd_sm90",   "la_state_scan", "la_fwd_sm90",
                                        "la_state_scan", "la_fwd_sm90",   "la_fwd_sm90",
                                        "la_fwd_sm90"};
@@ -289,6 +298,7 @@ LJ_TEST(backward_ds_by_segments)
     unsetenv("LAJIT_DS_SEGMENTS");
     for (int i = 0; i < 4; i++)
         ASSERT_EQ(lj_fake_driver()->cuMemFree(g[i]), CUDA_SUCCESS);
+    ASSERT_EQ(lj_fake_driver()->cuStreamDestroy(stream), CUDA_SUCCESS);
     seqs_close(&u);
     ASSERT_EQ(lj_fake_driver_counts()->allocs, lj_fake_driver_counts()->frees);
 }

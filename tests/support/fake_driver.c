@@ -68,6 +68,7 @@ static struct {
     const void *last_image;
     lj_fake_counts counts;
     lj_fake_launch log[LJ_FAKE_MAX_LAUNCHES];
+    CUstream last_htod_stream; /* of the last cuMemcpyHtoDAsync */
     lj_fake_copy copies[LJ_FAKE_MAX_LAUNCHES];
     int cc_major, cc_minor;
 } fk = {.device_count = 1, .cc_major = 9};
@@ -666,7 +667,25 @@ static CUresult f_cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes)
     if (find_alloc(dst, bytes) < 0)
         return err(CUDA_ERROR_INVALID_VALUE);
     memcpy((void *)(uintptr_t)dst, src, bytes);
+    fk.counts.htod_copies++;
     return CUDA_SUCCESS;
+}
+
+static CUresult f_cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t bytes, CUstream s)
+{
+    FAKE_ENTRY("cuMemcpyHtoDAsync");
+    NEED_CONTEXT();
+    if ((s && !live_handle(fk.streams, s)) || find_alloc(dst, bytes) < 0)
+        return err(CUDA_ERROR_INVALID_VALUE);
+    memcpy((void *)(uintptr_t)dst, src, bytes);
+    fk.counts.htod_async_copies++;
+    fk.last_htod_stream = s;
+    return CUDA_SUCCESS;
+}
+
+CUstream lj_fake_last_htod_stream(void)
+{
+    return fk.last_htod_stream;
 }
 
 static CUresult f_cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes)
@@ -941,6 +960,7 @@ static const lj_driver fake_table = {
     .cuMemAlloc = f_cuMemAlloc,
     .cuMemFree = f_cuMemFree,
     .cuMemcpyHtoD = f_cuMemcpyHtoD,
+    .cuMemcpyHtoDAsync = f_cuMemcpyHtoDAsync,
     .cuMemcpyDtoH = f_cuMemcpyDtoH,
     .cuMemcpyDtoHAsync = f_cuMemcpyDtoHAsync,
     .cuMemcpyDtoDAsync = f_cuMemcpyDtoDAsync,

@@ -61,7 +61,8 @@ typedef struct lj_fake_counts {
     int smem_attrs;        /* cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) */
     int allocs, frees;
     int dtod_copies; /* cuMemcpyDtoDAsync calls that succeeded (the log keeps the first 256) */
-    int launches;    /* all successful launches (the log keeps the first 256) */
+    int htod_copies, htod_async_copies; /* cuMemcpyHtoD / cuMemcpyHtoDAsync that succeeded */
+    int launches;                       /* all successful launches (the log keeps the first 256) */
     int captured_launches;
     int pdl_launches; /* launches with programmatic stream serialization */
     int streams_created, streams_destroyed;
@@ -72,6 +73,9 @@ typedef struct lj_fake_counts {
     int contexts_created, contexts_destroyed; /* private contexts (cuCtxCreate) */
     int faults;                               /* launches the fault function made fault */
 } lj_fake_counts;
+
+/* The stream of the last successful cuMemcpyHtoDAsync. */
+CUstream lj_fake_last_htod_stream(void);
 
 /* The table. Its state starts reset. */
 const lj_driver *lj_fake_driver(void);
