@@ -161,7 +161,7 @@ return {
 
     source = function(cfg, problem, device)
         if fused(problem) then
-            local consts = spec.scan_consts(scan_problem(problem), { f16 = "lj_f16", bf16 = "lj_bf16" })
+            local consts = spec.scan_consts(scan_problem(problem)) -- 16-bit: spec.ELEM names them
             consts.SMEM = dkdv_smem(cfg, problem)
             return { template = "la_bwd_sm90/dkdv.cu", consts = consts }
         end
