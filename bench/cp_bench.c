@@ -11,10 +11,11 @@
  * rank (a layer is done when its last rank is), then the median over the repetitions.
  *
  * Measured per job, with each exchange (LAJIT_CP_ALLGATHER, LAJIT_CP_LOGSTEP: --exchange): one
- * layer's forward (lajit_cp_attn_fwd) and forward + backward (then lajit_cp_attn_bwd, without
- * and with ds), and their exchanges alone (the NCCL calls the exchange makes, of the same bytes,
- * on the same stream, timed the same way, without the compute between its rounds: one exchange
- * for the forward, three for forward + backward); on one GPU, where neither exchange moves
+ * layer's forward (lajit_cp_attn_fwd, which hands out the state entering the rank's span) and
+ * forward + backward (then lajit_cp_attn_bwd from that state, without and with ds), and their
+ * exchanges alone (the NCCL calls the exchange makes, of the same bytes, on the same stream, timed
+ * the same way, without the compute between its rounds: one exchange for the forward, two for
+ * forward + backward); on one GPU, where neither exchange moves
  * anything and one job serves both, also the plain ops (lajit_attn_fwd
  * and lajit_attn_bwd, no context parallelism) on the same tokens. Weak scaling keeps the tokens
  * per GPU (--tokens-per-gpu) at every P, strong scaling the tokens in all (--tokens). A row's
@@ -39,10 +40,11 @@ enum { MAX_GPUS = 64, MAX_REPS = 200 };
 /* What a job times, per rank and repetition. */
 enum cp_what {
     W_FWD,           /* lajit_cp_attn_fwd */
-    W_FWDBWD,        /* lajit_cp_attn_fwd, then lajit_cp_attn_bwd without ds */
+    W_FWDBWD,        /* lajit_cp_attn_fwd, then lajit_cp_attn_bwd without ds (from the forward's
+                        incoming_state, as a training step keeps it) */
     W_FWDBWD_DS,     /* the same with ds */
     W_XFWD,          /* the forward's exchange alone (its NCCL calls) */
-    W_XFWDBWD,       /* fwd+bwd's (without ds): three exchanges */
+    W_XFWDBWD,       /* fwd+bwd's (without ds): two exchanges */
     W_SINGLE_FWD,    /* one GPU only: lajit_attn_fwd over the same tokens */
     W_SINGLE_FWDBWD, /* one GPU only: lajit_attn_fwd, then lajit_attn_bwd */
     W_COUNT
@@ -178,11 +180,11 @@ static void op_fwdbwd_ds(cp_rank *c)
     c->bwd.ds = NULL;
 }
 
-/* fwd+bwd's exchanges: the forward's, and the backward's two (the states again, then the
- * gradient states). ds's own all-gather (H floats per rank) is left out. */
+/* fwd+bwd's exchanges: the forward's and the backward's gradient states (the backward starts
+ * from the forward's incoming_state, so it does not exchange the states again). ds's own
+ * all-gather (H floats per rank) is left out. */
 static void op_xfwdbwd(cp_rank *c)
 {
-    exchange(c, 0);
     exchange(c, 0);
     exchange(c, 1);
 }
@@ -285,7 +287,7 @@ static void rank_main(const cp_opts *o, const cp_job *j, int r, cp_shared *sh, i
                 out = lj_bench_alloc(nv * 2), sl = lj_bench_alloc((size_t)H * 4),
                 g = lj_bench_alloc(nv * 2), dq = lj_bench_alloc(nq * 2),
                 dk = lj_bench_alloc(nq * 2), dv = lj_bench_alloc(nv * 2),
-                dsb = lj_bench_alloc((size_t)H * 4);
+                dsb = lj_bench_alloc((size_t)H * 4), in = lj_bench_alloc((size_t)B * H * D * E * 4);
     fill_bf16(q, nq, 1 + 10u * (unsigned)r);
     fill_bf16(k, nq, 2 + 10u * (unsigned)r);
     fill_bf16(v, nv, 3 + 10u * (unsigned)r);
@@ -304,7 +306,7 @@ static void rank_main(const cp_opts *o, const cp_job *j, int r, cp_shared *sh, i
     c.flush = lj_bench_alloc(flush_bytes);
     CU(cuMemsetD32(c.xbuf, 0, c.slot * slots / 4));
 
-    int64_t qs[4] = {B, H, n, D}, vs[4] = {B, H, n, E}, ss[1] = {H};
+    int64_t qs[4] = {B, H, n, D}, vs[4] = {B, H, n, E}, ss[1] = {H}, states[4] = {B, H, D, E};
     DLTensor tq = lj_bench_tensor(q, 4, qs, 16, kDLBfloat, r);
     DLTensor tk = lj_bench_tensor(k, 4, qs, 16, kDLBfloat, r);
     DLTensor tv = lj_bench_tensor(v, 4, vs, 16, kDLBfloat, r);
@@ -315,6 +317,7 @@ static void rank_main(const cp_opts *o, const cp_job *j, int r, cp_shared *sh, i
     DLTensor tdk = lj_bench_tensor(dk, 4, qs, 16, kDLBfloat, r);
     DLTensor tdv = lj_bench_tensor(dv, 4, vs, 16, kDLBfloat, r);
     DLTensor tds = lj_bench_tensor(dsb, 1, ss, 32, kDLFloat, r);
+    DLTensor tin = lj_bench_tensor(in, 4, states, 32, kDLFloat, r);
     c.ds = &tds;
     c.fwd.struct_size = sizeof c.fwd;
     c.fwd.comm = c.comm;
@@ -326,6 +329,7 @@ static void rank_main(const cp_opts *o, const cp_job *j, int r, cp_shared *sh, i
     c.fwd.scale = 1.0f;
     c.fwd.flags = j->logstep ? LAJIT_CP_LOGSTEP : LAJIT_CP_ALLGATHER;
     c.fwd.stream = c.s;
+    c.fwd.incoming_state = &tin;
     c.bwd.struct_size = sizeof c.bwd;
     c.bwd.comm = c.comm;
     c.bwd.q = &tq;
@@ -339,6 +343,7 @@ static void rank_main(const cp_opts *o, const cp_job *j, int r, cp_shared *sh, i
     c.bwd.scale = 1.0f;
     c.bwd.flags = c.fwd.flags;
     c.bwd.stream = c.s;
+    c.bwd.incoming_state = &tin;
     c.single.struct_size = sizeof c.single;
     c.single.q = &tq;
     c.single.k = &tk;
@@ -376,7 +381,7 @@ static void rank_main(const cp_opts *o, const cp_job *j, int r, cp_shared *sh, i
 
     CU(cuStreamSynchronize(c.s));
     nccl_check(&c, c.nccl->ncclCommDestroy(c.comm), "ncclCommDestroy");
-    CUdeviceptr frees[] = {q, k, v, out, sl, g, dq, dk, dv, dsb, c.xbuf, c.bar, c.flush};
+    CUdeviceptr frees[] = {q, k, v, out, sl, g, dq, dk, dv, dsb, in, c.xbuf, c.bar, c.flush};
     for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++)
         CU(cuMemFree(frees[i]));
     CU(cuStreamDestroy(c.s));
@@ -562,11 +567,12 @@ static void print_row(const cp_opts *o, const char *scaling, const cp_job *j, co
                whole->ms[W_FWD] / t[W_FWD]);
     const char *nvls = getenv("NCCL_NVLS_ENABLE");
     printf(", \"reps\": %d, \"how\": \"one process per GPU, NCCL_NVLS_ENABLE=%s; ms: "
-           "lajit_cp_attn_fwd then lajit_cp_attn_bwd (ms_ds: with ds); each repetition behind a "
+           "lajit_cp_attn_fwd then lajit_cp_attn_bwd from the forward's incoming_state (ms_ds: "
+           "with ds); each repetition behind a "
            "256 MiB L2-clearing write and a one-float all-gather, timed with device events; per "
            "repetition the slowest rank, then the median of %d; N: the tokens of the last rank; "
            "exchange: the NCCL calls of the calls' exchanges alone on the same stream, the "
-           "compute between them left out (%s; %zu bytes a slot; fwd+bwd: three exchanges, ds's "
+           "compute between them left out (%s; %zu bytes a slot; fwd+bwd: two exchanges, ds's "
            "own small all-gather not counted); efficiency: the one-rank calls on N tokens over "
            "this row's (_vs_single: lajit_attn_fwd/bwd)\"}\n",
            o->reps, nvls ? nvls : "unset", o->reps,

@@ -556,7 +556,13 @@ LAJIT_API lajit_status lajit_attn_state_scan(lajit_ctx *ctx,
  * sizes then differ between ranks: NCCL's behaviour, possibly a hang), a rank that does not make
  * the call (a hang, as with any collective), and a comm pointer that is not a live communicator
  * (undefined behaviour). A rank's failure before the exchange returns before calling NCCL, so
- * the other ranks wait in the all-gather: treat any failure as fatal to the group. */
+ * the other ranks wait in the all-gather: treat any failure as fatal to the group.
+ * - incoming_state (optional): S_{a_r}, the state entering this rank's span as the exchange
+ *   gave it, float32 [B,H,D,E] (VK: [B,H,E,D]; varlen: [1,H,D,E], the state entering the first
+ *   piece), contiguous; written where a state comes from another rank — every rank but rank 0
+ *   (dense), a rank with LAJIT_CP_CONTINUES_IN (varlen) — and elsewhere left as it is. Keep it
+ *   for lajit_cp_attn_bwd: a training step that does saves the backward a pass over k and v and
+ *   an exchange, for one state per rank (B·H·D·E·4 bytes) of memory. */
 /* The exchange of lajit_cp_attn_fwd and _bwd (flags; neither: the all-gather up to 8 ranks, the
  * log-step scan beyond — docs/notes/context_parallel.md has the crossover). */
 #define LAJIT_CP_ALLGATHER 0x10u /* one all-gather of every rank's state: P states per rank */
@@ -579,14 +585,18 @@ typedef struct lajit_cp_attn_fwd_args {
     const DLTensor *state_slots;   /* varlen: the pools' slot of each piece */
     uint32_t flags;                /* LAJIT_STATE_VK, LAJIT_CP_ALLGATHER or LAJIT_CP_LOGSTEP */
     void *stream;
+    DLTensor *incoming_state; /* S_{a_r}, for the backward (NULL: not wanted). Added in 0.1: a
+                                 struct_size ending before it is accepted and means NULL. */
 } lajit_cp_attn_fwd_args;
 
 LAJIT_API lajit_status lajit_cp_attn_fwd(lajit_ctx *ctx, const lajit_cp_attn_fwd_args *args);
 
 /* Backward of lajit_cp_attn_fwd: every rank makes the same call on its own span, with dO of its
- * span (and nothing saved from the forward). In the terms of lajit_attn_state_scan:
+ * span (nothing saved from the forward, or the forward's incoming_state: below). In the terms
+ * of lajit_attn_state_scan:
  *   (a) the forward's exchange again (each rank's local state and length; the same exchange,
- *       chosen by the same flags): S_{a_r}, the state entering span r;
+ *       chosen by the same flags): S_{a_r}, the state entering span r — skipped when the
+ *       forward's incoming_state is given;
  *   (b) the span's local gradient state Mg_r (lajit_attn_bwd with dq, dk, dv NULL: the reversed
  *       walk over q and dO without outputs; the last rank with a d_final_state exchanges
  *       λ^{n_{P−1}} dS_N + Mg_{P−1}, its dS_0), one exchange of [Mg_r, n_r] and the reverse scan:
@@ -607,6 +617,13 @@ LAJIT_API lajit_status lajit_cp_attn_fwd(lajit_ctx *ctx, const lajit_cp_attn_fwd
  *   initial_state, d_final_state (read) and d_initial_state (written) by state_slots with
  *   lajit_attn_bwd's slot encoding, every rank its own pieces' (a piece continuing out reads no
  *   dS_N from its slot: the gradient comes from the next rank; one continuing in writes no dS_0).
+ * - incoming_state (optional): what lajit_cp_attn_fwd wrote to its incoming_state for this
+ *   rank's span, given by every rank or by none (step (a) is an exchange, a collective: ranks
+ *   that disagree hang, undetected). Step (a) is then skipped — no pass over k and v, no
+ *   exchange — and the same gradients come out, bit for bit, since the same kernels run on the
+ *   same states. Rank 0 (dense) and a varlen rank without LAJIT_CP_CONTINUES_IN do not read it
+ *   (their incoming state is S_0, or the pools'). Shape and layout as in the forward;
+ *   contiguous. Stale values (a forward with other inputs) give wrong gradients, undetected.
  * Memory: the context's exchange buffer (as the forward's) and, for ds, lajit_attn_bwd's
  * workspace; nothing is allocated after the first call of a shape (capture after it). Checks,
  * what cannot be checked and the failure rule: as for lajit_cp_attn_fwd. */
@@ -625,6 +642,8 @@ typedef struct lajit_cp_attn_bwd_args {
     const DLTensor *state_slots;   /* varlen: the pools' slot of each piece */
     uint32_t flags;                /* LAJIT_STATE_VK, LAJIT_CP_ALLGATHER or LAJIT_CP_LOGSTEP */
     void *stream;
+    const DLTensor *incoming_state; /* the forward's S_{a_r}: step (a) skipped (NULL: computed).
+                                       Added in 0.1, like the forward's. */
 } lajit_cp_attn_bwd_args;
 
 LAJIT_API lajit_status lajit_cp_attn_bwd(lajit_ctx *ctx, const lajit_cp_attn_bwd_args *args);

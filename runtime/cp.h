@@ -21,16 +21,19 @@ typedef struct cp_call {
     DLTensor *dq, *dk, *dv, *ds; /* backward */
     const DLTensor *s;
     float scale;
-    const DLTensor *initial_state; /* rank 0's S_0 */
-    DLTensor *final_state;         /* forward: S_N */
-    DLTensor *d_initial_state;     /* backward: rank 0's dS_0 */
-    const DLTensor *d_final_state; /* backward: the last rank's dS_N */
-    const DLTensor *cu_seqlens;    /* varlen: this rank's pieces of the packed batch */
-    const DLTensor *state_slots;   /* varlen: the pools' slot of each piece */
-    int cont_in, cont_out;         /* varlen: the first piece continues the previous rank's last,
+    const DLTensor *initial_state;  /* rank 0's S_0 */
+    DLTensor *final_state;          /* forward: S_N */
+    DLTensor *d_initial_state;      /* backward: rank 0's dS_0 */
+    const DLTensor *d_final_state;  /* backward: the last rank's dS_N */
+    DLTensor *save_incoming;        /* forward: S_{a_r} written here for the backward */
+    const DLTensor *saved_incoming; /* backward: the forward's S_{a_r}; the forward's local
+                                       state and exchange are then skipped */
+    const DLTensor *cu_seqlens;     /* varlen: this rank's pieces of the packed batch */
+    const DLTensor *state_slots;    /* varlen: the pools' slot of each piece */
+    int cont_in, cont_out;          /* varlen: the first piece continues the previous rank's last,
                                       the last continues on the next rank */
-    uint32_t flags;                /* LAJIT_STATE_VK only: what the ops are given */
-    int logstep;                   /* the exchange: 0 all-gather, 1 log2(P)-step scan */
+    uint32_t flags;                 /* LAJIT_STATE_VK only: what the ops are given */
+    int logstep;                    /* the exchange: 0 all-gather, 1 log2(P)-step scan */
     void *stream;
 } cp_call;
 
@@ -106,6 +109,11 @@ lajit_status lj_cp_exchange_transfer(lajit_ctx *ctx, cp_rank *r, int grad, int w
                                      const cp_transport *t);
 lajit_status lj_cp_exchange_compute(lajit_ctx *ctx, cp_rank *r, int grad, int want_final, int i);
 CUdeviceptr lj_cp_incoming(const cp_rank *r, int grad);
+/* Whether a forward-direction state enters r's span from another rank (every rank but 0; varlen:
+ * a first piece that continues), and where it is: the backward's saved copy of the forward's,
+ * when given, else what this call's exchange computed. */
+int lj_cp_receives(const cp_rank *r);
+CUdeviceptr lj_cp_entering(const cp_rank *r);
 
 /* ds's parts (one ds_slot per rank at r->ds_gather + rank·ds_slot) all-gathered, then summed in
  * rank order into r->c.ds. */

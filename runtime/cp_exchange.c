@@ -88,6 +88,16 @@ CUdeviceptr lj_cp_incoming(const cp_rank *r, int grad)
     return r->c.logstep ? in : in + (CUdeviceptr)r->rank * r->state_bytes;
 }
 
+int lj_cp_receives(const cp_rank *r)
+{
+    return r->c.cu_seqlens ? r->c.cont_in : r->rank > 0;
+}
+
+CUdeviceptr lj_cp_entering(const cp_rank *r)
+{
+    return r->c.saved_incoming ? lj_tensor_address(r->c.saved_incoming) : lj_cp_incoming(r, 0);
+}
+
 /* ---- Views and the scan ------------------------------------------------------------------------- */
 
 /* n states of r's shape from base, `step` bytes apart (compact when step is a state's bytes). */

@@ -9,11 +9,14 @@
  *   outputs   forward: the span's outputs from its incoming state; backward: its gradients from
  *             its incoming state and the gradient reaching its end;
  *   ds        backward with ds: every rank's part exchanged and summed in rank order.
+ * The forward can hand the state entering the span to the caller (incoming_state); a backward
+ * given it back skips the forward direction's local and exchange steps.
  * Every kernel runs through the public ops (lajit_attn_fwd, lajit_attn_bwd, the state scan), so
  * their checks, plans and hot path are the ones used. The buffer is the context's (grow-only,
  * like the backward's ds workspace): after the first call of a shape nothing is allocated and no
  * call synchronises. The simulated ranks (tests) run the same program with each exchange round's
  * transfers done for every rank before any rank computes. */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -32,17 +35,23 @@ static int exchange_choice(uint32_t flags)
     return (flags & LAJIT_CP_LOGSTEP) ? 1 : (flags & LAJIT_CP_ALLGATHER) ? 0 : -1;
 }
 
-/* lj_check_args with the context-parallel flags taken out (both at once: refused). */
+/* lj_check_args with the context-parallel flags taken out (both at once: refused). A struct_size
+ * of `before` (the struct as it was before incoming_state was added) is accepted too. */
 static lajit_status check_args(lj_env *env, const char *fn, const size_t *struct_size,
-                               size_t expected, uint32_t flags, float scale)
+                               size_t expected, size_t before, uint32_t flags, float scale)
 {
     const uint32_t both = LAJIT_CP_ALLGATHER | LAJIT_CP_LOGSTEP;
     const uint32_t cp = both | LAJIT_CP_CONTINUES_IN | LAJIT_CP_CONTINUES_OUT;
     if (struct_size && (flags & both) == both)
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                         "%s: LAJIT_CP_ALLGATHER and LAJIT_CP_LOGSTEP are exclusive", fn);
+    if (struct_size && *struct_size == before)
+        expected = before;
     return lj_check_args(env, fn, struct_size, expected, flags & ~cp, scale);
 }
+
+#define FWD_BEFORE offsetof(lajit_cp_attn_fwd_args, incoming_state)
+#define BWD_BEFORE offsetof(lajit_cp_attn_bwd_args, incoming_state)
 
 static cp_call fwd_call(const lajit_cp_attn_fwd_args *a)
 {
@@ -57,6 +66,7 @@ static cp_call fwd_call(const lajit_cp_attn_fwd_args *a)
     c.scale = a->scale;
     c.initial_state = a->initial_state;
     c.final_state = a->final_state;
+    c.save_incoming = a->struct_size > FWD_BEFORE ? a->incoming_state : NULL;
     c.cu_seqlens = a->cu_seqlens;
     c.state_slots = a->state_slots;
     c.cont_in = (a->flags & LAJIT_CP_CONTINUES_IN) != 0;
@@ -86,6 +96,7 @@ static cp_call bwd_call(const lajit_cp_attn_bwd_args *a)
     c.initial_state = a->initial_state;
     c.d_initial_state = a->d_initial_state;
     c.d_final_state = a->d_final_state;
+    c.saved_incoming = a->struct_size > BWD_BEFORE ? a->incoming_state : NULL;
     c.cu_seqlens = a->cu_seqlens;
     c.state_slots = a->state_slots;
     c.cont_in = (a->flags & LAJIT_CP_CONTINUES_IN) != 0;
@@ -234,6 +245,12 @@ static lajit_status check_rank(lj_env *env, const cp_call *c, int rank, int P, c
                             "%s: ds must be float32 [H] = [%lld], contiguous", c->fn,
                             (long long)r->H);
     }
+    const DLTensor *in = c->bwd ? c->saved_incoming : c->save_incoming;
+    if (in && (st = check_state(env, "incoming_state", in, r)) != LAJIT_OK)
+        return st;
+    if (in && !lj_tensor_compact(in))
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s: incoming_state must be contiguous",
+                        c->fn);
     size_t n;
     if (__builtin_mul_overflow((size_t)r->B * (size_t)r->H, (size_t)r->D * (size_t)r->E, &n) ||
         __builtin_mul_overflow(n, (size_t)4, &r->state_bytes) || r->state_bytes > ((size_t)1 << 40))
@@ -348,7 +365,17 @@ static const DLTensor *incoming_state(lajit_ctx *ctx, const cp_rank *r, int grad
         return r->c.initial_state;
     if (grad && r->rank == r->P - 1)
         return r->c.d_final_state;
-    return state_view(t, shape, r, lj_cp_incoming(r, grad), 0, ctx->ordinal);
+    return state_view(t, shape, r, grad ? lj_cp_incoming(r, 1) : lj_cp_entering(r), 0,
+                      ctx->ordinal);
+}
+
+/* Forward: S_{a_r} out to the caller's incoming_state, where one comes from another rank. */
+static lajit_status cp_save_incoming(lajit_ctx *ctx, const cp_rank *r)
+{
+    if (!r->c.save_incoming || !lj_cp_receives(r))
+        return LAJIT_OK;
+    return copy_state(ctx, r, lj_tensor_address(r->c.save_incoming), lj_cp_incoming(r, 0),
+                      r->state_bytes, "cuMemcpyDtoDAsync (incoming_state)");
 }
 
 /* Forward: the span's outputs from its incoming state. */
@@ -443,6 +470,7 @@ static lajit_status device_ready(lajit_ctx *ctx, const char *fn)
 typedef enum cp_step_kind {
     CP_LOCAL_STATE, /* the forward carry into the exchange slot */
     CP_EXCHANGE,    /* the forward states (S_{a_r}; the forward's S_N) */
+    CP_SAVE_STATE,  /* S_{a_r} out to the forward's incoming_state */
     CP_FWD_OUTPUTS, /* o */
     CP_LOCAL_GRAD,  /* the gradient carry into the exchange slot (after the exchange above) */
     CP_EXCHANGE_G,  /* the gradient states (H_r) */
@@ -450,7 +478,8 @@ typedef enum cp_step_kind {
     CP_DS,          /* ds's parts: one all-gather round, then the sum */
 } cp_step_kind;
 
-static const cp_step_kind fwd_program[] = {CP_LOCAL_STATE, CP_EXCHANGE, CP_FWD_OUTPUTS};
+static const cp_step_kind fwd_program[] = {CP_LOCAL_STATE, CP_EXCHANGE, CP_SAVE_STATE,
+                                           CP_FWD_OUTPUTS};
 static const cp_step_kind bwd_program[] = {CP_LOCAL_STATE, CP_EXCHANGE,  CP_LOCAL_GRAD,
                                            CP_EXCHANGE_G,  CP_BWD_GRADS, CP_DS};
 
@@ -460,10 +489,12 @@ static int wants_final(const cp_rank *r)
     return !r->c.bwd && !r->c.cu_seqlens && r->c.final_state != NULL;
 }
 
+/* A step's rounds; the simulated ranks take rank 0's for every rank, so a count may depend only
+ * on what every rank shares (the backward's saved incoming state: every rank's or none). */
 static int step_rounds(const cp_rank *r, cp_step_kind k)
 {
     if (k == CP_EXCHANGE)
-        return lj_cp_exchange_rounds(r, wants_final(r));
+        return r->c.saved_incoming ? 0 : lj_cp_exchange_rounds(r, wants_final(r));
     if (k == CP_EXCHANGE_G)
         return lj_cp_exchange_rounds(r, 0);
     if (k == CP_DS)
@@ -488,9 +519,12 @@ static lajit_status step_compute(lajit_ctx *ctx, cp_rank *r, cp_step_kind k, int
 {
     const int want_final = wants_final(r);
     switch (k) {
-        case CP_LOCAL_STATE:
-            return r->c.cu_seqlens ? lj_cp_varlen_local(ctx, r, 0) : cp_local(ctx, r, 0);
+        case CP_LOCAL_STATE: /* a backward given the forward's S_{a_r}: varlen's pools only */
+            return r->c.cu_seqlens       ? lj_cp_varlen_local(ctx, r, 0)
+                   : r->c.saved_incoming ? LAJIT_OK
+                                         : cp_local(ctx, r, 0);
         case CP_EXCHANGE: return lj_cp_exchange_compute(ctx, r, 0, want_final, i);
+        case CP_SAVE_STATE: return cp_save_incoming(ctx, r);
         case CP_FWD_OUTPUTS:
             return r->c.cu_seqlens ? lj_cp_varlen_fwd_outputs(ctx, r) : cp_fwd_outputs(ctx, r);
         case CP_LOCAL_GRAD: /* the gradient exchange reuses the slots the forward one has read */
@@ -576,7 +610,7 @@ LAJIT_API lajit_status lajit_cp_attn_fwd(lajit_ctx *ctx, const lajit_cp_attn_fwd
     if (!ctx)
         return LAJIT_ERR_INVALID_ARGUMENT;
     lajit_status st = check_args(&ctx->env, FN_FWD, a ? &a->struct_size : NULL, sizeof *a,
-                                 a ? a->flags : 0, a ? a->scale : 0);
+                                 FWD_BEFORE, a ? a->flags : 0, a ? a->scale : 0);
     if (st != LAJIT_OK)
         return st;
     const cp_call c = fwd_call(a);
@@ -588,7 +622,7 @@ LAJIT_API lajit_status lajit_cp_attn_bwd(lajit_ctx *ctx, const lajit_cp_attn_bwd
     if (!ctx)
         return LAJIT_ERR_INVALID_ARGUMENT;
     lajit_status st = check_args(&ctx->env, FN_BWD, a ? &a->struct_size : NULL, sizeof *a,
-                                 a ? a->flags : 0, a ? a->scale : 0);
+                                 BWD_BEFORE, a ? a->flags : 0, a ? a->scale : 0);
     if (st != LAJIT_OK)
         return st;
     const cp_call c = bwd_call(a);
@@ -624,6 +658,10 @@ static lajit_status cp_run_sim(lajit_ctx *ctx, int P, const cp_call *calls)
         else if ((calls[j].ds != NULL) != (calls[0].ds != NULL))
             st = lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                           "%s (simulated): ds is given by some ranks and not others", fn);
+        else if ((calls[j].saved_incoming != NULL) != (calls[0].saved_incoming != NULL))
+            st = lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                          "%s (simulated): incoming_state is given by some ranks and not others",
+                          fn);
         else if (r[0].c.logstep && (calls[j].final_state != NULL) != (calls[0].final_state != NULL))
             st = lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
                           "%s (simulated): with the log-step exchange final_state is given by "
@@ -682,7 +720,7 @@ lajit_status lajit__cp_attn_fwd_sim(lajit_ctx *ctx, int P, const lajit_cp_attn_f
     if (st == LAJIT_OK && !c)
         st = lj_oom(&ctx->env);
     for (int j = 0; j < P && st == LAJIT_OK; j++)
-        if ((st = check_args(&ctx->env, FN_FWD, &ranks[j].struct_size, sizeof ranks[j],
+        if ((st = check_args(&ctx->env, FN_FWD, &ranks[j].struct_size, sizeof ranks[j], FWD_BEFORE,
                              ranks[j].flags, ranks[j].scale)) == LAJIT_OK)
             c[j] = fwd_call(&ranks[j]);
     if (st == LAJIT_OK)
@@ -700,7 +738,7 @@ lajit_status lajit__cp_attn_bwd_sim(lajit_ctx *ctx, int P, const lajit_cp_attn_b
     if (st == LAJIT_OK && !c)
         st = lj_oom(&ctx->env);
     for (int j = 0; j < P && st == LAJIT_OK; j++)
-        if ((st = check_args(&ctx->env, FN_BWD, &ranks[j].struct_size, sizeof ranks[j],
+        if ((st = check_args(&ctx->env, FN_BWD, &ranks[j].struct_size, sizeof ranks[j], BWD_BEFORE,
                              ranks[j].flags, ranks[j].scale)) == LAJIT_OK)
             c[j] = bwd_call(&ranks[j]);
     if (st == LAJIT_OK)

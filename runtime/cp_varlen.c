@@ -18,7 +18,8 @@
  *             state-only forward over the pieces; carry ← FIN[last]; exchange; IN[0] ← the
  *             incoming state when piece 0 continues; o and FIN from IN; FIN scattered to the
  *             caller's final states (the last piece: not when it continues);
- *   backward: the same IN; DSN ← the caller's dS_N (the last piece: none when it continues); GC ←
+ *   backward: the same IN (with the forward's saved incoming state: IN alone, from the caller's
+ *             pools and that state; no local states, no exchange); DSN ← the caller's dS_N (the last piece: none when it continues); GC ←
  *             the state-only backward over the pieces; carry ← GC[0]; reverse exchange; DSN[last]
  *             ← the gradient reaching it when the last piece continues; the backward over the
  *             pieces from IN and DSN: dq, dk, dv, ds's part, DS0; DS0 scattered to the caller's
@@ -283,7 +284,9 @@ lajit_status lj_cp_varlen_local(lajit_ctx *ctx, cp_rank *r, int grad)
                          "its pieces' initial states");
         else
             st = fill(ctx, r, r->v_in, 0u, all / 4, "zero initial states");
-        if (st != LAJIT_OK)
+        /* A backward given the forward's incoming state needs IN only: no local states, no
+         * carry (its forward exchange is skipped). */
+        if (st != LAJIT_OK || c->saved_incoming)
             return st;
         if (r->N == 0) {
             st = copy(ctx, r, r->v_fin, r->v_in, all, "an empty span's states");
@@ -332,11 +335,12 @@ lajit_status lj_cp_varlen_local(lajit_ctx *ctx, cp_rank *r, int grad)
     return st == LAJIT_OK ? write_length(ctx, r, r->pieces == 1 && c->cont_out) : st;
 }
 
-/* IN[0] ← the state entering the span, when piece 0 continues. */
+/* IN[0] ← the state entering the span (the exchange's, or the backward's saved copy of it), when
+ * piece 0 continues. */
 static lajit_status take_incoming(lajit_ctx *ctx, const cp_rank *r)
 {
-    return r->c.cont_in
-               ? copy(ctx, r, r->v_in, lj_cp_incoming(r, 0), r->piece_state, "the incoming state")
+    return lj_cp_receives(r)
+               ? copy(ctx, r, r->v_in, lj_cp_entering(r), r->piece_state, "the incoming state")
                : LAJIT_OK;
 }
 

@@ -3,6 +3,7 @@
  * on the fake driver — the NCCL path's in-place all-gather, and the simulated ranks' sequence of
  * launches and device-to-device copies, with the exchange buffer's layout read back from fake
  * device memory (host memory: the copies really move bytes). */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -597,13 +598,18 @@ static void bwd_close(bwd_views *w)
         drv->cuMemFree(p[i]);
 }
 
-/* The number of launches of `entry` among the fake driver's. */
-static int launches_of(const char *entry)
+/* The number of launches of `entry` among the fake driver's, from the from-th on. */
+static int launches_since(const char *entry, int from)
 {
     int n = 0;
-    for (int i = 0; i < lj_fake_launch_count(); i++)
+    for (int i = from; i < lj_fake_launch_count(); i++)
         n += strcmp(lj_fake_launch_get(i)->entry, entry) == 0;
     return n;
+}
+
+static int launches_of(const char *entry)
+{
+    return launches_since(entry, 0);
 }
 
 /* lajit_attn_bwd with dq, dk and dv NULL runs the one pass that writes a state (dv's, for dS_0)
@@ -759,6 +765,195 @@ LJ_TEST(bwd_argument_errors)
     two[1].ds = NULL;
     ASSERT_STATUS(lajit__cp_attn_bwd_sim(ctx, 2, two), LAJIT_ERR_INVALID_ARGUMENT);
     ASSERT_CONTAINS(lajit_errmsg(ctx), "ds is given by some ranks and not others");
+    bwd_close(&w);
+    rank_close(&u);
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* ---- The forward's incoming state, kept for the backward -------------------------------------- */
+
+/* incoming_state: float32 of the state's shape, contiguous, in the forward and the backward; the
+ * simulated ranks refuse a backward where some ranks give it and others not (the exchange it
+ * skips is a collective); a struct_size ending before the field is accepted and reads no field. */
+LJ_TEST(incoming_state_argument_errors)
+{
+    lj_fake_driver_reset();
+    fake_device();
+    lajit_ctx *ctx = fake_ctx();
+    rank_views u;
+    bwd_views w;
+    rank_open(&u, 4);
+    bwd_open(&w, &u, 4);
+    CUdeviceptr in = alloc((size_t)B * H * D * E * 4);
+    lj_test_tensor t;
+    const DLDataType bf16 = lj_test_dl_dtype(LJ_BF16), f32 = lj_test_dl_dtype(LJ_F32);
+    const int64_t ss[4] = {B, H, D, E}, strided[4] = {1, D * E, 1, D};
+    fake_nccl_reset(2, 1);
+    lajit_cp_attn_fwd_args f = u.a;
+    f.incoming_state = lj_gpu_tensor(&t, in, 0, 4, (const int64_t[]){B, H, D, 32}, NULL, f32);
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &f), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "lajit_cp_attn_fwd: incoming_state must be [B, H, D, E]");
+    f.incoming_state = lj_gpu_tensor(&t, in, 0, 4, ss, NULL, bf16);
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &f), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "incoming_state is bfloat16; context parallelism keeps");
+    f.incoming_state = lj_gpu_tensor(&t, in, 0, 4, ss, strided, f32);
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &f), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "lajit_cp_attn_fwd: incoming_state must be contiguous");
+    lajit_cp_attn_bwd_args b = w.a;
+    b.incoming_state = lj_gpu_tensor(&t, in, 0, 4, (const int64_t[]){B, H + 1, D, E}, NULL, f32);
+    ASSERT_STATUS(lajit_cp_attn_bwd(ctx, &b), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "lajit_cp_attn_bwd: incoming_state must be [B, H, D, E]");
+    b.incoming_state = lj_gpu_tensor(&t, in, 0, 4, ss, strided, f32);
+    ASSERT_STATUS(lajit_cp_attn_bwd(ctx, &b), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "lajit_cp_attn_bwd: incoming_state must be contiguous");
+    lj_test_tensor t2;
+    lajit_cp_attn_bwd_args two[2] = {w.a, w.a};
+    two[1].incoming_state = lj_gpu_tensor(&t2, in, 0, 4, ss, NULL, f32);
+    ASSERT_STATUS(lajit__cp_attn_bwd_sim(ctx, 2, two), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "incoming_state is given by some ranks and not others");
+    /* The struct as it was before incoming_state: accepted, the field not read (a bad one would
+     * be refused above); the next check (comm) answers. A size in between is refused. */
+    f = u.a;
+    f.incoming_state = lj_gpu_tensor(&t, in, 0, 4, ss, NULL, bf16);
+    f.comm = NULL;
+    f.struct_size = offsetof(lajit_cp_attn_fwd_args, incoming_state);
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &f), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "lajit_cp_attn_fwd: comm is NULL");
+    f.struct_size = offsetof(lajit_cp_attn_fwd_args, incoming_state) + 4;
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &f), LAJIT_ERR_STRUCT_SIZE);
+    b = w.a;
+    b.incoming_state = f.incoming_state;
+    b.comm = NULL;
+    b.struct_size = offsetof(lajit_cp_attn_bwd_args, incoming_state);
+    ASSERT_STATUS(lajit_cp_attn_bwd(ctx, &b), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "lajit_cp_attn_bwd: comm is NULL");
+    ASSERT_EQ(lj_fake_launch_count(), 0);
+    lj_fake_driver()->cuMemFree(in);
+    bwd_close(&w);
+    rank_close(&u);
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* Simulated ranks, spans of 3, 0 and 2 tokens, S_0, dS_N, ds. The forward copies the state the
+ * exchange brought to ranks 1 and 2 into their incoming_state (rank 0's is not written: its
+ * state is S_0). The backward given those states runs no local state and no forward scan: only
+ * bwd_simulated_ranks_sequence's launches from the gradient states on, two exchanges' copies
+ * instead of three, and rank 2's passes read its incoming_state as their initial state. */
+LJ_TEST(bwd_with_the_forwards_incoming_state)
+{
+    need_nvrtc();
+    lj_fake_driver_reset();
+    fake_device();
+    lajit_ctx *ctx = fake_ctx();
+    enum { P = 3 };
+    const int n[P] = {3, 0, 2};
+    rank_views u[P];
+    bwd_views w[P];
+    lajit_cp_attn_fwd_args f[P];
+    lajit_cp_attn_bwd_args a[P];
+    CUdeviceptr in[P];
+    lj_test_tensor tin[P];
+    const int64_t ss[4] = {B, H, D, E};
+    for (int r = 0; r < P; r++) {
+        rank_open(&u[r], n[r]);
+        bwd_open(&w[r], &u[r], n[r]);
+        in[r] = alloc(STATE_F32 * 4);
+        for (size_t i = 0; i < STATE_F32; i++)
+            ((float *)(uintptr_t)in[r])[i] = 7.0f;
+        f[r] = u[r].a;
+        f[r].incoming_state =
+            lj_gpu_tensor(&tin[r], in[r], 0, 4, ss, NULL, lj_test_dl_dtype(LJ_F32));
+        a[r] = w[r].a;
+        a[r].incoming_state = f[r].incoming_state;
+    }
+    lajit_status st = lajit__cp_attn_fwd_sim(ctx, P, f);
+    if (st != LAJIT_OK)
+        lj_test_fail(__FILE__, __LINE__, "forward: %s: %s", lajit_status_string(st),
+                     lajit_errmsg(ctx));
+    /* simulated_ranks_sequence's six exchange copies, then ranks 1 and 2 save theirs. */
+    ASSERT_EQ(lj_fake_driver_counts()->dtod_copies, 8);
+    const size_t each = ((SLOT * P + 15) / 16 * 16) + STATE_F32 * 4 * P;
+    for (int r = 1; r < P; r++) {
+        const lj_fake_copy *c = lj_fake_copy_get(6 + r - 1);
+        ASSERT_EQ(c->dst, in[r]);
+        ASSERT_EQ(c->bytes, STATE_F32 * 4);
+        /* From rank r's incoming states (after its P slots), its own entry. */
+        ASSERT_EQ(c->src, ctx->cp_ws.ptr + (CUdeviceptr)(r * each + (SLOT * P + 15) / 16 * 16 +
+                                                         (size_t)r * STATE_F32 * 4));
+    }
+    for (size_t i = 0; i < STATE_F32; i++)
+        ASSERT_TRUE(((const float *)(uintptr_t)in[0])[i] == 7.0f);
+
+    const int copies0 = lj_fake_driver_counts()->dtod_copies, l0 = lj_fake_launch_count();
+    st = lajit__cp_attn_bwd_sim(ctx, P, a);
+    if (st != LAJIT_OK)
+        lj_test_fail(__FILE__, __LINE__, "backward: %s: %s", lajit_status_string(st),
+                     lajit_errmsg(ctx));
+    static const char *const want[] = {
+        "la_fwd_sm90",   "la_fwd_sm90",   "la_state_scan", "la_state_scan", "la_fwd_sm90",
+        "la_fwd_sm90",   "la_fwd_sm90",   "la_fwd_sm90",   "la_fwd_sm90",   "la_fwd_sm90",
+        "la_state_scan", "la_state_scan", "la_state_scan"};
+    ASSERT_EQ(lj_fake_launch_count() - l0, (int)(sizeof want / sizeof want[0]));
+    for (int i = 0; i < lj_fake_launch_count() - l0; i++)
+        ASSERT_STREQ(lj_fake_launch_get(l0 + i)->entry, want[i]);
+    ASSERT_EQ(lj_fake_driver_counts()->dtod_copies - copies0, 2 * 2 * 3 + 3);
+    /* The spans' passes, each rank's dq pass first (launch 4 rank 0's, 7 rank 2's): the walk in
+     * the forward direction starts from S_0 on rank 0 and from the kept state on rank 2. (The
+     * reversed passes' initial state is the gradient reaching the span.) */
+    ASSERT_EQ((CUdeviceptr)lj_fake_launch_get(l0 + 4)->params.s0.ptr, u[0].s0);
+    ASSERT_EQ((CUdeviceptr)lj_fake_launch_get(l0 + 7)->params.s0.ptr, in[2]);
+    for (int r = 0; r < P; r++) {
+        lj_fake_driver()->cuMemFree(in[r]);
+        bwd_close(&w[r]);
+        rank_close(&u[r]);
+    }
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* The NCCL path, rank 1 of 3 with four tokens, ds wanted: the backward all-gathers three times
+ * (the states again, the gradient states, ds's parts); given the forward's incoming_state,
+ * twice, with one la_fwd_sm90 launch and one scan fewer (its local state, the forward scan). */
+LJ_TEST(bwd_with_the_forwards_incoming_state_nccl)
+{
+    need_nvrtc();
+    lj_fake_driver_reset();
+    fake_device();
+    lajit_ctx *ctx = fake_ctx();
+    rank_views u;
+    bwd_views w;
+    rank_open(&u, 4);
+    bwd_open(&w, &u, 4);
+    CUdeviceptr in = alloc(STATE_F32 * 4);
+    lj_test_tensor tin;
+    u.a.incoming_state = lj_gpu_tensor(&tin, in, 0, 4, (const int64_t[]){B, H, D, E}, NULL,
+                                       lj_test_dl_dtype(LJ_F32));
+    fake_nccl_reset(3, 1);
+    ASSERT_OK(lajit_cp_attn_fwd(ctx, &u.a));
+    ASSERT_EQ(fn.gathers, 1);
+    fake_nccl_reset(3, 1);
+    int l0 = lj_fake_launch_count();
+    lajit_status st = lajit_cp_attn_bwd(ctx, &w.a);
+    if (st != LAJIT_OK)
+        lj_test_fail(__FILE__, __LINE__, "%s: %s", lajit_status_string(st), lajit_errmsg(ctx));
+    ASSERT_EQ(fn.gathers, 3);
+    const int fwd_kernels = launches_since("la_fwd_sm90", l0);
+    const int scans = launches_since("la_state_scan", l0);
+    fake_nccl_reset(3, 1);
+    l0 = lj_fake_launch_count();
+    w.a.incoming_state = u.a.incoming_state;
+    st = lajit_cp_attn_bwd(ctx, &w.a);
+    if (st != LAJIT_OK)
+        lj_test_fail(__FILE__, __LINE__, "%s: %s", lajit_status_string(st), lajit_errmsg(ctx));
+    ASSERT_EQ(fn.gathers, 2);
+    ASSERT_EQ(launches_since("la_fwd_sm90", l0), fwd_kernels - 1);
+    ASSERT_EQ(launches_since("la_state_scan", l0), scans - 1);
+    lj_fake_driver()->cuMemFree(in);
     bwd_close(&w);
     rank_close(&u);
     lajit_ctx_destroy(ctx);
@@ -1144,8 +1339,22 @@ static int check_varlen_launches(const lajit_ctx *ctx, const lj_cpv_case *c, con
     return attention;
 }
 
-/* One case of tests/gpu/cp_varlen.c, forward then backward, with its own buffers. */
-static void replay_varlen_case(const lj_cpv_case *c)
+/* The device-to-device copies from the from-th on whose destination (dst = 1) or source is p. */
+static int copies_touching(CUdeviceptr p, int dst, int from)
+{
+    int n = 0;
+    for (int i = from; i < lj_fake_driver_counts()->dtod_copies; i++) {
+        const lj_fake_copy *c = lj_fake_copy_get(i);
+        ASSERT_TRUE(c != NULL);
+        n += (dst ? c->dst : c->src) == p;
+    }
+    return n;
+}
+
+/* One case of tests/gpu/cp_varlen.c, forward then backward, with its own buffers; keep: the
+ * forward hands each rank's incoming state to the backward (lj_cpv_rank_keep_incoming). Returns
+ * the backward's attention launches. */
+static int replay_varlen_case(const lj_cpv_case *c, int keep)
 {
     lj_fake_driver_reset();
     fake_device();
@@ -1161,6 +1370,8 @@ static void replay_varlen_case(const lj_cpv_case *c)
         lj_cpv_rank_open(&rv[r], c, r, alloc, s);
         memcpy((void *)(uintptr_t)rv[r].cu_d, rv[r].cu, (size_t)(rv[r].pieces + 1) * 4);
         memcpy((void *)(uintptr_t)rv[r].slots_d, rv[r].slots, (size_t)rv[r].pieces * 4);
+        if (keep)
+            lj_cpv_rank_keep_incoming(&rv[r]);
         fa[r] = rv[r].fa;
         ba[r] = rv[r].ba;
     }
@@ -1170,7 +1381,9 @@ static void replay_varlen_case(const lj_cpv_case *c)
     if (st != LAJIT_OK)
         lj_test_fail(__FILE__, __LINE__, "forward: %s: %s", lajit_status_string(st),
                      lajit_errmsg(ctx));
-    const int fwd_end = lj_fake_launch_count();
+    const int fwd_end = lj_fake_launch_count(), fwd_copies = lj_fake_driver_counts()->dtod_copies;
+    for (int r = 0; r < c->P; r++) /* the incoming state kept where one enters the first piece */
+        ASSERT_EQ(copies_touching(rv[r].in, 1, 0), keep && rv[r].cont_in);
     /* Per rank: the state-only forward and the outputs. */
     ASSERT_EQ(check_varlen_launches(ctx, c, rv, 0, fwd_end, counts), 2 * c->P);
     for (int r = 0; r < c->P; r++) { /* one gather of S_0, one scatter of S_N per rank */
@@ -1182,13 +1395,17 @@ static void replay_varlen_case(const lj_cpv_case *c)
     if (st != LAJIT_OK)
         lj_test_fail(__FILE__, __LINE__, "backward: %s: %s", lajit_status_string(st),
                      lajit_errmsg(ctx));
-    ASSERT_TRUE(check_varlen_launches(ctx, c, rv, fwd_end, lj_fake_launch_count(), counts) >
-                4 * c->P);           /* the forward's two, the state-only backward and its passes */
+    /* The forward's two (one when kept), the state-only backward and its passes. */
+    const int attention =
+        check_varlen_launches(ctx, c, rv, fwd_end, lj_fake_launch_count(), counts);
+    ASSERT_TRUE(attention > (keep ? 3 : 4) * c->P);
     for (int r = 0; r < c->P; r++) { /* S_0 and dS_N gathered, dS_0 scattered, once each */
         ASSERT_EQ(counts[r][0], 1);
         ASSERT_EQ(counts[r][1], 0);
         ASSERT_EQ(counts[r][2], 1);
         ASSERT_EQ(counts[r][3], 1);
+        /* A continued first piece starts from the kept state: one copy from it. */
+        ASSERT_EQ(copies_touching(rv[r].in, 0, fwd_copies), keep && rv[r].cont_in);
     }
     for (int r = 0; r < c->P; r++)
         lj_cpv_rank_close(&rv[r], fake_free);
@@ -1196,16 +1413,24 @@ static void replay_varlen_case(const lj_cpv_case *c)
     lajit_ctx_destroy(ctx);
     lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
     ASSERT_TRUE(lj_fake_driver_balanced());
+    return attention;
 }
 
 /* tests/gpu/cp_varlen.c's cases (the same pieces and buffers: tests/support/cp_varlen_case.c)
- * through the fake driver: what each launch of the forward and the backward is handed. */
+ * through the fake driver: what each launch of the forward and the backward is handed. With the
+ * forward's incoming states kept, each rank's backward runs its state-only forward no more (one
+ * attention launch fewer per rank with tokens) and starts a continued piece from the kept state. */
 LJ_TEST(varlen_gpu_cases_on_the_fake_driver)
 {
     need_nvrtc();
     for (int x = 0; x < 2; x++) {
-        const lj_cpv_case three = lj_cpv_three_ranks(2, x), five = lj_cpv_five_ranks(x);
-        replay_varlen_case(&three);
-        replay_varlen_case(&five);
+        const lj_cpv_case cases[2] = {lj_cpv_three_ranks(2, x), lj_cpv_five_ranks(x)};
+        for (int i = 0; i < 2; i++) {
+            int with_tokens = 0;
+            for (int r = 0; r < cases[i].P; r++)
+                with_tokens += cases[i].cut[r + 1] > cases[i].cut[r];
+            const int recomputed = replay_varlen_case(&cases[i], 0);
+            ASSERT_EQ(replay_varlen_case(&cases[i], 1), recomputed - with_tokens);
+        }
     }
 }

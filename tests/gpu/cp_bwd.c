@@ -13,7 +13,10 @@
  * on every rank. Cases: P = 2, 3, 8; s = 0 through the decay path and strong decay (s up to 2,
  * with ds), no decay (no ds); S_0 and dS_N given or not; D = E = 64 and 128; a CUDA-graph replay;
  * the real NCCL path with a one-rank communicator. Needs an sm_90a GPU (la_fwd_sm90's state-only
- * walks). */
+ * walks). keep: the backward runs once as above, then lajit_cp_attn_fwd hands every rank its
+ * incoming state (rank 0's buffer NaN-poisoned: it is neither written nor read) and the backward
+ * runs again from those states, skipping its own forward exchange: the same bits as the first
+ * run, then the float64 checks. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,14 +38,15 @@ typedef struct cp_case {
     int init;      /* S_0 given (rank 0 reads it) */
     int dsn;       /* dS_N given (the last rank reads it) */
     int graph;     /* check a captured graph's replay of the call */
+    int keep;      /* the backward again from the forward's incoming_state: the same bits */
     unsigned xchg; /* LAJIT_CP_ALLGATHER, LAJIT_CP_LOGSTEP or 0 (the choice by P) */
     int n[MAXP];   /* span lengths */
     unsigned seed;
 } cp_case;
 
 typedef struct rank_bufs {
-    CUdeviceptr q, k, v, dout, dq, dk, dv, ds;
-    lj_test_tensor tq, tk, tv, tdo, tdq, tdk, tdv, tds;
+    CUdeviceptr q, k, v, dout, dq, dk, dv, ds, o, in;
+    lj_test_tensor tq, tk, tv, tdo, tdq, tdk, tdv, tds, to, tin;
 } rank_bufs;
 
 static float rate(const cp_case *c, int h)
@@ -92,6 +96,76 @@ static void poison_outputs(const cp_case *c, rank_bufs *rb, CUdeviceptr dds0, si
         lj_gpu_poison(rb[r].ds, H * 4);
     }
     lj_gpu_poison(dds0, state_bytes);
+}
+
+/* Every rank's dq, dk, dv, ds and rank 0's dS_0 as bytes, appended to out (NULL: the byte count). */
+static size_t grad_bytes(const cp_case *c, const rank_bufs *rb, CUdeviceptr dds0,
+                         size_t state_bytes, unsigned char *out)
+{
+    size_t off = 0;
+    for (int r = 0; r < c->P; r++) {
+        const size_t n = (size_t)B * H * c->n[r] * c->D * 2;
+        const CUdeviceptr each[3] = {rb[r].dq, rb[r].dk, rb[r].dv};
+        for (int i = 0; i < 3 && n; i++, off += n)
+            if (out)
+                lj_gpu_download(out + off, each[i], n);
+        if (out)
+            lj_gpu_download(out + off, rb[r].ds, H * 4);
+        off += H * 4;
+    }
+    if (out)
+        lj_gpu_download(out + off, dds0, state_bytes);
+    return off + state_bytes;
+}
+
+/* keep: the first backward's bits, then the forward's incoming states, then the backward again
+ * from them (rank 0's incoming_state poisoned: neither written nor read). */
+static void rerun_from_the_forward(const cp_case *c, lajit_ctx *ctx, rank_bufs *rb,
+                                   lajit_cp_attn_bwd_args *a, CUdeviceptr dds0, size_t state_bytes)
+{
+    const int P = c->P;
+    const size_t total = grad_bytes(c, rb, dds0, state_bytes, NULL);
+    unsigned char *first = malloc(total), *again = malloc(total);
+    lj_gpu_sync();
+    grad_bytes(c, rb, dds0, state_bytes, first);
+    const DLDataType f32 = lj_test_dl_dtype(LJ_F32);
+    const int64_t ss[4] = {B, H, c->D, c->D};
+    lajit_cp_attn_fwd_args f[MAXP];
+    for (int r = 0; r < P; r++) {
+        lj_gpu_poison(rb[r].in, state_bytes);
+        memset(&f[r], 0, sizeof f[r]);
+        f[r].struct_size = sizeof f[r];
+        f[r].comm = a[r].comm;
+        f[r].q = a[r].q;
+        f[r].k = a[r].k;
+        f[r].v = a[r].v;
+        f[r].o = lj_gpu_tensor(&rb[r].to, rb[r].o, 0, 4, a[r].dout->shape, NULL, a[r].dout->dtype);
+        f[r].s = a[r].s;
+        f[r].scale = a[r].scale;
+        f[r].initial_state = a[r].initial_state;
+        f[r].flags = a[r].flags;
+        f[r].incoming_state = lj_gpu_tensor(&rb[r].tin, rb[r].in, 0, 4, ss, NULL, f32);
+        a[r].incoming_state = f[r].incoming_state;
+    }
+    lajit_status st = a[0].comm ? lajit_cp_attn_fwd(ctx, &f[0]) : lajit__cp_attn_fwd_sim(ctx, P, f);
+    if (st != LAJIT_OK)
+        lj_test_fail(__FILE__, __LINE__, "forward: %s: %s", lajit_status_string(st),
+                     lajit_errmsg(ctx));
+    poison_outputs(c, rb, dds0, state_bytes);
+    lj_gpu_sync();
+    st = a[0].comm ? lajit_cp_attn_bwd(ctx, &a[0]) : lajit__cp_attn_bwd_sim(ctx, P, a);
+    if (st != LAJIT_OK)
+        lj_test_fail(__FILE__, __LINE__, "backward from the kept states: %s: %s",
+                     lajit_status_string(st), lajit_errmsg(ctx));
+    lj_gpu_sync();
+    grad_bytes(c, rb, dds0, state_bytes, again);
+    if (memcmp(first, again, total) != 0)
+        lj_test_fail(__FILE__, __LINE__,
+                     "P=%d: the backward from the forward's incoming states differs from the one "
+                     "that recomputes them",
+                     P);
+    free(first);
+    free(again);
 }
 
 /* Runs one case through the simulated ranks, or the NCCL path when comm is given (P = 1). */
@@ -144,6 +218,8 @@ static void run_case(const cp_case *c, void *comm)
         u->dk = lj_gpu_alloc(qn * 2 + 16);
         u->dv = lj_gpu_alloc(vn * 2 + 16);
         u->ds = lj_gpu_alloc(H * 4);
+        u->o = lj_gpu_alloc(vn * 2 + 16);
+        u->in = lj_gpu_alloc(BH * DE * 4);
         float *tq = span_of(q, N, D, start[r], n), *tk = span_of(k, N, D, start[r], n);
         float *tv = span_of(v, N, E, start[r], n), *tdo = span_of(dO, N, E, start[r], n);
         if (n) {
@@ -181,6 +257,8 @@ static void run_case(const cp_case *c, void *comm)
     lajit_status st = comm ? lajit_cp_attn_bwd(ctx, &a[0]) : lajit__cp_attn_bwd_sim(ctx, P, a);
     if (st != LAJIT_OK)
         lj_test_fail(__FILE__, __LINE__, "%s: %s", lajit_status_string(st), lajit_errmsg(ctx));
+    if (c->keep)
+        rerun_from_the_forward(c, ctx, rb, a, d_ds0, BH * DE * 4);
     if (c->graph) {
         /* Poison again, then replay the same call from a captured graph on a stream of ours. */
         const lj_driver *drv = lj_gpu_driver();
@@ -286,14 +364,14 @@ static void run_case(const cp_case *c, void *comm)
                 lj_test_fail(__FILE__, __LINE__, "ds[%d]: rank %d has %.9g, rank 0 %.9g", h, r,
                              (double)gds[r][h], (double)gds[0][h]);
     }
-    printf("P=%d D=%d N=%d decay=%d init=%d dsn=%d graph=%d: worst rel L2 of dq/dk/dv %.3g, ds "
-           "err/bound %.3g\n",
-           P, D, N, c->decay, c->init, c->dsn, c->graph, worst, worst_ds);
+    printf("P=%d D=%d N=%d decay=%d init=%d dsn=%d graph=%d keep=%d: worst rel L2 of dq/dk/dv "
+           "%.3g, ds err/bound %.3g\n",
+           P, D, N, c->decay, c->init, c->dsn, c->graph, c->keep, worst, worst_ds);
 
     for (int r = 0; r < P; r++) {
-        CUdeviceptr *all[8] = {&rb[r].q,  &rb[r].k,  &rb[r].v,  &rb[r].dout,
-                               &rb[r].dq, &rb[r].dk, &rb[r].dv, &rb[r].ds};
-        for (int i = 0; i < 8; i++)
+        CUdeviceptr *all[10] = {&rb[r].q,  &rb[r].k,  &rb[r].v,  &rb[r].dout, &rb[r].dq,
+                                &rb[r].dk, &rb[r].dv, &rb[r].ds, &rb[r].o,    &rb[r].in};
+        for (int i = 0; i < 10; i++)
             lj_gpu_free(*all[i]);
     }
     lj_gpu_free(d_s);
@@ -519,4 +597,40 @@ LJ_TEST(logstep_ranks)
                  .n = {40, 0, 90, 3, 64}};
     g.seed = 6999;
     run_case(&g, NULL);
+}
+
+/* The backward from the forward's incoming states (incoming_state), both exchanges: ragged spans
+ * with empty first, middle and last ranks, S_0, dS_N, ds, strong decay and none; a graph replay of
+ * the backward that skips its forward exchange; the NCCL path with one rank. Each case checks the
+ * same bits as the backward that recomputes the states, then float64. */
+LJ_TEST(keep_incoming_state)
+{
+    need_sm90a();
+    static const int spans[3][MAXP] = {{0, 77, 5}, {70, 90, 0}, {50, 1, 0, 128, 17, 64, 200, 3}};
+    static const int Ps[3] = {3, 3, 8};
+    for (int i = 0; i < 3; i++)
+        for (int x = 0; x < 2; x++)
+            for (int decay = 0; decay < 3; decay += 2) {
+                cp_case c = {.P = Ps[i], .D = 64, .decay = decay, .init = 1, .dsn = 1, .keep = 1};
+                c.xchg = x ? LAJIT_CP_LOGSTEP : LAJIT_CP_ALLGATHER;
+                memcpy(c.n, spans[i], sizeof spans[i]);
+                c.seed = 7000u + (unsigned)(10 * i + 3 * x + decay);
+                run_case(&c, NULL);
+            }
+    cp_case g = {
+        .P = 3, .D = 128, .decay = 2, .init = 1, .dsn = 1, .graph = 1, .keep = 1, .n = {40, 0, 90}};
+    g.seed = 7999;
+    run_case(&g, NULL);
+    const lj_nccl *nccl = lj_gpu_nccl();
+    lj_nccl_comm comm = NULL;
+    const int devs[1] = {0};
+    lj_nccl_result nr = nccl->ncclCommInitAll(&comm, 1, devs);
+    if (nr != LJ_NCCL_SUCCESS)
+        lj_test_fail(__FILE__, __LINE__, "ncclCommInitAll: %d %s", nr,
+                     nccl->ncclGetErrorString(nr));
+    lj_device_make_current(lj_gpu_env(), lj_gpu_device());
+    cp_case one = {.P = 1, .D = 128, .decay = 2, .init = 1, .dsn = 1, .keep = 1, .n = {150}};
+    one.seed = 7777;
+    run_case(&one, comm);
+    ASSERT_EQ(nccl->ncclCommDestroy(comm), LJ_NCCL_SUCCESS);
 }

@@ -59,6 +59,7 @@ typedef struct mp_case {
     int empty_first; /* P > 2: rank 0's span is the empty one (else a middle rank's) */
     int graph;       /* also replay captured graphs of the calls */
     int logstep;     /* the exchange: 0 LAJIT_CP_ALLGATHER, 1 LAJIT_CP_LOGSTEP */
+    int keep;        /* the forward writes incoming_state, the backward starts from it */
     unsigned seed;
     /* Filled by the launcher before the fork. */
     int P, N, n[MAXP], start[MAXP + 1];
@@ -210,6 +211,7 @@ static void rank_bwd(lajit_ctx *ctx, CUstream stream, const mp_case *c, int r,
     b.d_final_state = c->dsn ? lj_gpu_tensor(&tdsn, dsn, 0, 4, ss, NULL, f32) : NULL;
     b.flags = f->flags;
     b.stream = stream;
+    b.incoming_state = f->incoming_state;
     for (int graph = 0; graph <= c->graph; graph++) {
         lj_gpu_poison(dq, qn * 2 + 16);
         lj_gpu_poison(dk, qn * 2 + 16);
@@ -241,7 +243,7 @@ static void rank_case(lajit_ctx *ctx, void *comm, CUstream stream, const mp_case
     CUdeviceptr q = lj_gpu_alloc(qn * 2 + 16), k = lj_gpu_alloc(qn * 2 + 16),
                 v = lj_gpu_alloc(vn * 2 + 16), o = lj_gpu_alloc(vn * 2 + 16),
                 sn = lj_gpu_alloc(BH * DE * 4), dev_s = lj_gpu_alloc(H * 4),
-                dev_s0 = lj_gpu_alloc(BH * DE * 4);
+                dev_s0 = lj_gpu_alloc(BH * DE * 4), in = lj_gpu_alloc(BH * DE * 4);
     float *tmp = malloc(qn * 4 + vn * 4 + 4);
     span_rows(c, r, D, c->q, tmp, 1);
     lj_gpu_upload_as(q, tmp, qn, LJ_BF16);
@@ -254,9 +256,10 @@ static void rank_case(lajit_ctx *ctx, void *comm, CUstream stream, const mp_case
     lj_gpu_upload(dev_s0, c->s0, BH * DE * 4);
     lj_gpu_poison(o, vn * 2 + 16);
     lj_gpu_poison(sn, BH * DE * 4);
+    lj_gpu_poison(in, BH * DE * 4); /* rank 0's stays so: neither written nor read */
     lj_gpu_sync(); /* the memsets ran on the legacy stream, which ours does not wait for */
 
-    lj_test_tensor tq, tk, tv, to, tsn, ts, ts0;
+    lj_test_tensor tq, tk, tv, to, tsn, ts, ts0, tin;
     const int64_t qs[4] = {B, H, n, D}, vs[4] = {B, H, n, E}, hs[1] = {H};
     const int64_t ss[4] = {B, H, D, E};
     lajit_cp_attn_fwd_args a;
@@ -273,6 +276,7 @@ static void rank_case(lajit_ctx *ctx, void *comm, CUstream stream, const mp_case
     a.final_state = lj_gpu_tensor(&tsn, sn, 0, 4, ss, NULL, f32);
     a.flags = c->logstep ? LAJIT_CP_LOGSTEP : LAJIT_CP_ALLGATHER;
     a.stream = stream;
+    a.incoming_state = c->keep ? lj_gpu_tensor(&tin, in, 0, 4, ss, NULL, f32) : NULL;
     for (int graph = 0; graph <= c->graph; graph++) {
         if (graph) { /* poisoned again: the replay must write everything itself */
             lj_gpu_poison(o, vn * 2 + 16);
@@ -285,7 +289,7 @@ static void rank_case(lajit_ctx *ctx, void *comm, CUstream stream, const mp_case
     }
     if (c->bwd)
         rank_bwd(ctx, stream, c, r, &a);
-    CUdeviceptr frees[] = {q, k, v, o, sn, dev_s, dev_s0};
+    CUdeviceptr frees[] = {q, k, v, o, sn, dev_s, dev_s0, in};
     for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++)
         lj_gpu_free(frees[i]);
 }
@@ -704,7 +708,7 @@ LJ_TEST(forward)
 
 /* The backward on every rank (after the forward, checked too), with each exchange: dq, dk, dv,
  * dS_0 and ds over the whole sequence; S_0 and dS_N given or not; ds with s = 0 and with strong
- * decay. */
+ * decay; at D = 128 the backward starts from the forward's incoming_state (rank 0's poisoned). */
 LJ_TEST(backward)
 {
     mp_case cases[MAXCASES];
@@ -719,7 +723,8 @@ LJ_TEST(backward)
                                  .dsn = states,
                                  .bwd = 1,
                                  .empty_first = (decay + states) % 2,
-                                 .logstep = logstep};
+                                 .logstep = logstep,
+                                 .keep = D == 128};
                     c.seed = 6000u + (unsigned)(100 * logstep + D + 10 * decay + 3 * states);
                     cases[n++] = c;
                 }
@@ -732,7 +737,14 @@ LJ_TEST(graph_replay)
 {
     mp_case cases[4] = {
         {.D = 128, .decay = 2, .init = 1, .bwd = 1, .dsn = 1, .graph = 1, .seed = 4999},
-        {.D = 64, .decay = 1, .init = 1, .bwd = 1, .empty_first = 1, .graph = 1, .seed = 5001},
+        {.D = 64,
+         .decay = 1,
+         .init = 1,
+         .bwd = 1,
+         .empty_first = 1,
+         .graph = 1,
+         .keep = 1,
+         .seed = 5001},
         {.D = 128,
          .decay = 2,
          .init = 1,
@@ -741,7 +753,14 @@ LJ_TEST(graph_replay)
          .graph = 1,
          .logstep = 1,
          .seed = 5003},
-        {.D = 64, .decay = 1, .bwd = 1, .empty_first = 1, .graph = 1, .logstep = 1, .seed = 5005},
+        {.D = 64,
+         .decay = 1,
+         .bwd = 1,
+         .empty_first = 1,
+         .graph = 1,
+         .logstep = 1,
+         .keep = 1,
+         .seed = 5005},
     };
     run_group(cases, 4);
 }

@@ -13,7 +13,9 @@
  * poisoned; ds (every rank asks) within DESIGN.md's normwise bound and the same bits on every
  * rank. Both exchanges; s = 0 through the decay path and strong decay. Needs sm_90a. The cases,
  * each rank's pieces and its buffers are tests/support/cp_varlen_case.c's, which the cpu test
- * cp.varlen_gpu_cases_on_the_fake_driver replays on the fake driver. */
+ * cp.varlen_gpu_cases_on_the_fake_driver replays on the fake driver. keep: the forward hands each
+ * rank the state entering its first piece (incoming_state, NaN-poisoned before: a rank whose first
+ * piece does not continue neither writes nor reads it) and the backward starts from it. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -47,7 +49,7 @@ static int is_poison(const float *x, size_t n)
     return 1;
 }
 
-static void run(const lj_cpv_case *c)
+static void run(const lj_cpv_case *c, int keep)
 {
     const int P = c->P, nseq = c->nseq;
     const lj_dtype dt = LJ_BF16;
@@ -103,6 +105,9 @@ static void run(const lj_cpv_case *c)
         lj_gpu_poison(u->sn, pool_b);
         lj_gpu_poison(u->ds0, pool_b);
         lj_gpu_poison(u->ds, H * 4);
+        lj_gpu_poison(u->in, (size_t)H * D * E * 4);
+        if (keep)
+            lj_cpv_rank_keep_incoming(u);
         fa[r] = u->fa;
         ba[r] = u->ba;
     }
@@ -236,7 +241,8 @@ static void run(const lj_cpv_case *c)
             if (memcmp(&gds[r][h], &gds[0][h], 4) != 0)
                 lj_test_fail(__FILE__, __LINE__, "ds[%d]: rank %d differs from rank 0", h, r);
     }
-    printf("varlen P=%d nseq=%d T=%d decay=%d xchg=0x%x: passed\n", P, nseq, T, c->decay, c->xchg);
+    printf("varlen P=%d nseq=%d T=%d decay=%d xchg=0x%x keep=%d: passed\n", P, nseq, T, c->decay,
+           c->xchg, keep);
     for (int r = 0; r < P; r++)
         lj_cpv_rank_close(&rv[r], lj_gpu_free);
     lj_gpu_free(d_s);
@@ -254,7 +260,7 @@ LJ_TEST(three_ranks)
     for (int decay = 1; decay <= 2; decay++)
         for (int x = 0; x < 2; x++) {
             const lj_cpv_case c = lj_cpv_three_ranks(decay, x);
-            run(&c);
+            run(&c, 0);
         }
 }
 
@@ -265,6 +271,17 @@ LJ_TEST(five_ranks_pass_through)
     need_sm90a();
     for (int x = 0; x < 2; x++) {
         const lj_cpv_case c = lj_cpv_five_ranks(x);
-        run(&c);
+        run(&c, 0);
+    }
+}
+
+/* Both layouts again with the backward started from the forward's incoming states. */
+LJ_TEST(keep_incoming_state)
+{
+    need_sm90a();
+    for (int x = 0; x < 2; x++) {
+        const lj_cpv_case three = lj_cpv_three_ranks(2, x), five = lj_cpv_five_ranks(x);
+        run(&three, 1);
+        run(&five, 1);
     }
 }

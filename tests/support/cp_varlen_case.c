@@ -104,6 +104,7 @@ void lj_cpv_rank_open(lj_cpv_rank *u, const lj_cpv_case *c, int r, lj_cpv_alloc_
     u->sn = alloc(pool);
     u->ds0 = alloc(pool);
     u->ds = alloc(H * 4);
+    u->in = alloc((size_t)H * D * E * 4);
 
     const DLDataType bf16 = lj_test_dl_dtype(LJ_BF16), f32 = lj_test_dl_dtype(LJ_F32);
     const DLDataType i32 = lj_test_dl_int32();
@@ -147,7 +148,15 @@ void lj_cpv_rank_open(lj_cpv_rank *u, const lj_cpv_case *c, int r, lj_cpv_alloc_
 void lj_cpv_rank_close(lj_cpv_rank *u, void (*free_fn)(CUdeviceptr))
 {
     CUdeviceptr all[] = {u->q,    u->k,       u->v,  u->dout, u->o,   u->dq,  u->dk, u->dv,
-                         u->cu_d, u->slots_d, u->s0, u->sn,   u->dsn, u->ds0, u->ds};
+                         u->cu_d, u->slots_d, u->s0, u->sn,   u->dsn, u->ds0, u->ds, u->in};
     for (size_t j = 0; j < sizeof all / sizeof all[0]; j++)
         free_fn(all[j]);
+}
+
+void lj_cpv_rank_keep_incoming(lj_cpv_rank *u)
+{
+    const int64_t shape[4] = {1, LJ_CPV_H, LJ_CPV_D, LJ_CPV_E};
+    u->fa.incoming_state =
+        lj_gpu_tensor(&u->tin, u->in, 0, 4, shape, NULL, lj_test_dl_dtype(LJ_F32));
+    u->ba.incoming_state = u->fa.incoming_state;
 }

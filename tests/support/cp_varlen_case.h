@@ -52,7 +52,9 @@ typedef struct lj_cpv_rank {
     int T, pieces, first_seq, cont_in, cont_out;
     int32_t cu[LJ_CPV_MAXS + 2], slots[LJ_CPV_MAXS + 1];
     CUdeviceptr q, k, v, dout, o, dq, dk, dv, cu_d, slots_d, s0, sn, dsn, ds0, ds;
-    lj_test_tensor tq, tk, tv, tdo, to, tdq, tdk, tdv, tcu, tsl, ts0, tsn, tdsn, tds0, tds;
+    CUdeviceptr
+        in; /* the state entering the first piece [1, H, D, E] (lj_cpv_rank_keep_incoming) */
+    lj_test_tensor tq, tk, tv, tdo, to, tdq, tdk, tdv, tcu, tsl, ts0, tsn, tdsn, tds0, tds, tin;
     lajit_cp_attn_fwd_args fa;
     lajit_cp_attn_bwd_args ba;
 } lj_cpv_rank;
@@ -64,5 +66,8 @@ typedef CUdeviceptr (*lj_cpv_alloc_fn)(size_t bytes);
 void lj_cpv_rank_open(lj_cpv_rank *u, const lj_cpv_case *c, int r, lj_cpv_alloc_fn alloc,
                       const DLTensor *s);
 void lj_cpv_rank_close(lj_cpv_rank *u, void (*free_fn)(CUdeviceptr));
+/* The forward hands the state entering the rank's first piece to u->in (incoming_state) and the
+ * backward takes it from there, skipping its own forward exchange, as a training step would. */
+void lj_cpv_rank_keep_incoming(lj_cpv_rank *u);
 
 #endif
