@@ -38,12 +38,18 @@ int lj_bwd_segments(lajit_ctx *ctx, const lajit_attn_bwd_args *a, long long H, l
                     long long E)
 {
     if (!a->ds || !a->s || a->cu_seqlens || a->workspace || a->family || !a->q || !a->q->shape ||
-        a->q->ndim != 4 || a->q->shape[0] != 1 || ctx->ds_segments == 1 ||
-        !compact_state(a->initial_state) || !compact_state(a->d_final_state) ||
-        !compact_state(a->d_initial_state))
+        a->q->ndim != 4 || a->q->shape[0] != 1 || !compact_state(a->initial_state) ||
+        !compact_state(a->d_final_state) || !compact_state(a->d_initial_state))
         return 0;
-    int P = ctx->ds_segments;
+    return lj_segments_for(ctx, ctx->ds_segments, H, N, E);
+}
+
+int lj_segments_for(lajit_ctx *ctx, int setting, long long H, long long N, long long E)
+{
+    int P = setting;
     lj_device *dev;
+    if (P == 1)
+        return 0;
     if (P < 2) { /* automatic: about the SMs' worth of CTAs in the ds pass */
         if (lajit__ctx_device(ctx, &dev) != LAJIT_OK)
             return 0; /* the plain path reports it */

@@ -32,6 +32,26 @@ static lajit_status create_failed(lajit_ctx *ctx, lajit_status st)
     return st;
 }
 
+/* A segments variable (LAJIT_DS_SEGMENTS, LAJIT_CP_SEGMENTS): "off" or 1 never, "auto" or 0 the
+ * automatic choice, 2..64 that many; unset: dflt. A bad value is logged and gives dflt. */
+static int segments_setting(lajit_ctx *ctx, const char *name, int dflt)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return dflt;
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (strcmp(v, "off") == 0)
+        return 1;
+    if (strcmp(v, "auto") == 0)
+        return 0;
+    if (*end == 0 && n >= 0 && n <= 64)
+        return (int)n;
+    lj_log(&ctx->env, LAJIT_LOG_WARN, "%s=%s is not off, auto or 0..64: %s", name, v,
+           dflt == 1 ? "off" : "the automatic choice");
+    return dflt;
+}
+
 LAJIT_API lajit_status lajit_ctx_create(const lajit_ctx_desc *desc, lajit_ctx **out)
 {
     create_errmsg[0] = 0;
@@ -84,18 +104,9 @@ LAJIT_API lajit_status lajit_ctx_create(const lajit_ctx_desc *desc, lajit_ctx **
     lajit_status st = LAJIT_OK;
     if (bundle && (st = lj_bundle_open(&ctx->env, bundle, &ctx->bundle)) != LAJIT_OK)
         return create_failed(ctx, st);
-    const char *segs = getenv("LAJIT_DS_SEGMENTS");
-    if (segs && *segs) {
-        char *end;
-        long v = strtol(segs, &end, 10);
-        if (strcmp(segs, "off") == 0)
-            ctx->ds_segments = 1;
-        else if (*end == 0 && v >= 0 && v <= 64)
-            ctx->ds_segments = (int)v;
-        else
-            lj_log(&ctx->env, LAJIT_LOG_WARN,
-                   "LAJIT_DS_SEGMENTS=%s is not off or 0..64: the automatic choice", segs);
-    }
+    ctx->ds_segments = segments_setting(ctx, "LAJIT_DS_SEGMENTS", 0);
+    /* Off until measured on a GPU: context parallelism's forward by segments (cp_segments.c). */
+    ctx->cp_segments = segments_setting(ctx, "LAJIT_CP_SEGMENTS", 1);
     /* Unlike LAJIT_DS_SEGMENTS, whose bad value falls back to the automatic choice, a bad
      * LAJIT_PDL fails: whoever sets it is measuring both ways, and a typo that silently ran the
      * default would make the two measurements one. */

@@ -68,6 +68,11 @@ typedef struct cp_rank {
     int64_t pieces;
     size_t piece_state;
     CUdeviceptr v_ids, v_slots_in, v_slots_out, v_in, v_fin, v_dsn, v_gc, v_ds0;
+    /* The forward by segments (cp_segments.c): seg_n segments of seg_len tokens as one batched
+     * call and a tail of seg_tail tokens (0: none), their local states W and incoming states IN
+     * (one state each) and their lengths (int32). seg_n = 0: the span in one piece. */
+    int64_t seg_n, seg_len, seg_tail;
+    CUdeviceptr s_w, s_in, s_lens;
 } cp_rank;
 
 /* The transport of the exchanges. In the simulated one, a transfer is the receiving rank's
@@ -140,6 +145,20 @@ void lj_cp_varlen_place(cp_rank *r, CUdeviceptr base);
 lajit_status lj_cp_varlen_local(lajit_ctx *ctx, cp_rank *r, int grad);
 lajit_status lj_cp_varlen_fwd_outputs(lajit_ctx *ctx, cp_rank *r);
 lajit_status lj_cp_varlen_bwd_grads(lajit_ctx *ctx, cp_rank *r);
+
+/* ---- cp_segments.c ----------------------------------------------------------------------------- */
+
+/* The forward over a dense span of one sequence (B = 1) cut into segments walked side by side,
+ * as the one-GPU forward splits a long sequence, but with the split's two phases on either side
+ * of the exchange: the segments' local states (k and v read once) give the span's carry, and
+ * after the exchange the outputs pass starts each segment from its own incoming state — so k and
+ * v are read twice in all, not three times (a state-only pass, then a forward that splits
+ * again). lj_cp_segments_plan sets r's seg_* (LAJIT_CP_SEGMENTS; none for the backward, varlen,
+ * B > 1 or empty spans); the buffer's regions follow from them. */
+void lj_cp_segments_plan(lajit_ctx *ctx, cp_rank *r);
+int64_t lj_cp_segments_spans(const cp_rank *r); /* segments and tail: the states W and IN hold */
+lajit_status lj_cp_segments_local(lajit_ctx *ctx, const cp_rank *r);
+lajit_status lj_cp_segments_outputs(lajit_ctx *ctx, const cp_rank *r);
 
 /* A failed driver call of r's call: "fn: what". */
 lajit_status lj_cp_driver_fail(lajit_ctx *ctx, const cp_call *c, CUresult cr, const char *what);

@@ -62,6 +62,9 @@ size_t lj_cp_rank_bytes(const cp_rank *r)
         return 0;
     if (r->c.cu_seqlens && ((varlen = lj_cp_varlen_bytes(r)) == 0 || !add(&total, varlen, 1)))
         return 0;
+    const size_t spans = (size_t)lj_cp_segments_spans(r);
+    if (spans && (!add(&total, r->state_bytes, 2 * spans) || !add(&total, 4 * spans, 1)))
+        return 0;
     return total;
 }
 
@@ -77,9 +80,14 @@ void lj_cp_place(cp_rank *r, CUdeviceptr base)
     r->ds_gather = r->c.ds ? r->incoming + in * (r->c.bwd ? 2 : 1) : 0;
     r->carry = r->gather + (CUdeviceptr)(r->c.logstep ? 1 : r->rank) * r->slot;
     r->own = r->carry;
+    const CUdeviceptr end =
+        lj_round16(r->ds_gather ? r->ds_gather + ds : r->incoming + in * (r->c.bwd ? 2 : 1));
     if (r->c.cu_seqlens)
-        lj_cp_varlen_place(r, lj_round16(r->ds_gather ? r->ds_gather + ds
-                                                      : r->incoming + in * (r->c.bwd ? 2 : 1)));
+        lj_cp_varlen_place(r, end);
+    const size_t spans = (size_t)lj_cp_segments_spans(r); /* dense calls only: after ds */
+    r->s_w = spans ? end : 0;
+    r->s_in = spans ? end + lj_round16(r->state_bytes) * spans : 0;
+    r->s_lens = spans ? r->s_in + lj_round16(r->state_bytes) * spans : 0;
 }
 
 CUdeviceptr lj_cp_incoming(const cp_rank *r, int grad)

@@ -314,6 +314,8 @@ static lajit_status cp_local(lajit_ctx *ctx, const cp_rank *r, int grad)
                    stream);
     if (cr != CUDA_SUCCESS)
         return lj_cp_driver_fail(ctx, c, cr, "cuMemsetD32Async (the span's length)");
+    if (!grad && r->seg_n) /* by segments (cp_segments.c) */
+        return lj_cp_segments_local(ctx, r);
     if (r->N > 0) {
         int64_t shape[4];
         DLTensor m;
@@ -384,6 +386,8 @@ static lajit_status cp_fwd_outputs(lajit_ctx *ctx, const cp_rank *r)
     const cp_call *c = &r->c;
     if (r->N == 0)
         return LAJIT_OK;
+    if (r->seg_n) /* by segments (cp_segments.c) */
+        return lj_cp_segments_outputs(ctx, r);
     int64_t in_shape[4];
     DLTensor in_state;
     lajit_attn_fwd_args f;
@@ -584,6 +588,7 @@ static lajit_status cp_run_nccl(lajit_ctx *ctx, const cp_call *c, void *comm)
     CUdeviceptr base;
     if ((st = check_rank(env, c, rank, P, &r)) != LAJIT_OK)
         return st;
+    lj_cp_segments_plan(ctx, &r);
     const size_t bytes = lj_cp_rank_bytes(&r);
     if (!bytes)
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
@@ -668,7 +673,10 @@ static lajit_status cp_run_sim(lajit_ctx *ctx, int P, const cp_call *calls)
                           "every rank or none",
                           fn);
     }
-    /* Every rank's buffer as large as the largest (varlen ranks differ in their pieces). */
+    /* Every rank's buffer as large as the largest (varlen ranks differ in their pieces, dense ones
+     * in their segments). */
+    for (int j = 0; j < P && st == LAJIT_OK; j++)
+        lj_cp_segments_plan(ctx, &r[j]);
     for (int j = 0; j < P && st == LAJIT_OK; j++) {
         const size_t bytes = lj_cp_rank_bytes(&r[j]);
         if (!bytes)

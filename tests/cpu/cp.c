@@ -961,6 +961,193 @@ LJ_TEST(bwd_with_the_forwards_incoming_state_nccl)
     ASSERT_TRUE(lj_fake_driver_balanced());
 }
 
+/* ---- The forward by segments (LAJIT_CP_SEGMENTS) ---------------------------------------------- */
+
+/* Simulated ranks with spans of 300, 0 and 200 tokens cut into 3 segments (LAJIT_CP_SEGMENTS=3):
+ * 64-token segments and tails of 108 and 8. Each rank with tokens: its segments' local states
+ * (one batched la_fwd_sm90 over [3, H, 64, D] views of its k and v, one over the tail, into W),
+ * the scan of W into its exchange slot; the exchange; then the scan of W from the incoming state
+ * and the outputs of the segments from IN, again batched and tail, on views of q, k, v and o. The
+ * segments' lengths in the buffer are 64, 64, 64 and the tail's. */
+LJ_TEST(segments_forward_sequence)
+{
+    need_nvrtc();
+    lj_fake_driver_reset();
+    fake_device();
+    setenv("LAJIT_CP_SEGMENTS", "3", 1);
+    lajit_ctx *ctx = fake_ctx();
+    unsetenv("LAJIT_CP_SEGMENTS");
+    enum { P = 3 };
+    const int n[P] = {300, 0, 200}, tail[P] = {108, 0, 8};
+    rank_views u[P];
+    lajit_cp_attn_fwd_args a[P];
+    for (int r = 0; r < P; r++) {
+        rank_open(&u[r], n[r]);
+        a[r] = u[r].a;
+    }
+    lajit_status st = lajit__cp_attn_fwd_sim(ctx, P, a);
+    if (st != LAJIT_OK)
+        lj_test_fail(__FILE__, __LINE__, "%s: %s", lajit_status_string(st), lajit_errmsg(ctx));
+    static const char *const want[] = {
+        "la_fwd_sm90",   "la_fwd_sm90",   "la_state_scan", "la_fwd_sm90",   "la_fwd_sm90",
+        "la_state_scan", "la_state_scan", "la_state_scan", "la_state_scan", "la_state_scan",
+        "la_fwd_sm90",   "la_fwd_sm90",   "la_state_scan", "la_fwd_sm90",   "la_fwd_sm90"};
+    ASSERT_EQ(lj_fake_launch_count(), (int)(sizeof want / sizeof want[0]));
+    for (int i = 0; i < lj_fake_launch_count(); i++)
+        ASSERT_STREQ(lj_fake_launch_get(i)->entry, want[i]);
+    const size_t st4 = (size_t)B * H * D * E * 4;
+    static const int local_at[P] = {0, -1, 3}, out_at[P] = {9, -1, 12};
+    for (int r = 0; r < P; r += 2) {
+        const la_params *lb = &lj_fake_launch_get(local_at[r])->params;
+        const la_params *lt = &lj_fake_launch_get(local_at[r] + 1)->params;
+        const la_params *ob = &lj_fake_launch_get(out_at[r] + 1)->params;
+        const la_params *ot = &lj_fake_launch_get(out_at[r] + 2)->params;
+        /* Batched: 3 segments of 64 tokens, a segment apart in the span. */
+        ASSERT_EQ(lb->B, 3);
+        ASSERT_EQ(lb->N, 64);
+        ASSERT_EQ((CUdeviceptr)lb->k.ptr, u[r].k);
+        ASSERT_EQ(lb->k.s0, 64 * D);
+        ASSERT_EQ(lb->k.s1, (long long)n[r] * D);
+        ASSERT_EQ(lb->o.ptr, 0ull);
+        /* The tail: the tokens after them, its state after the three in W. */
+        ASSERT_EQ(lt->B, 1);
+        ASSERT_EQ(lt->N, tail[r]);
+        ASSERT_EQ((CUdeviceptr)lt->v.ptr, u[r].v + 192 * E * 2);
+        const CUdeviceptr W = (CUdeviceptr)lb->sn.ptr, IN = W + 4 * st4;
+        ASSERT_EQ((CUdeviceptr)lt->sn.ptr, W + 3 * st4);
+        /* The scan of the local states: W, four spans, its lengths after IN. */
+        long long scan[2];
+        memcpy(scan, &lj_fake_launch_get(local_at[r] + 2)->params, sizeof scan);
+        ASSERT_EQ((CUdeviceptr)scan[0], W);
+        ASSERT_EQ(scan[1], 4);
+        const int32_t *lens = (const int32_t *)(uintptr_t)(IN + 4 * st4);
+        for (int j = 0; j < 4; j++)
+            ASSERT_EQ(lens[j], j < 3 ? 64 : tail[r]);
+        /* The outputs: each segment from its incoming state, on views of q and o. */
+        ASSERT_EQ(ob->B, 3);
+        ASSERT_EQ((CUdeviceptr)ob->q.ptr, u[r].q);
+        ASSERT_EQ((CUdeviceptr)ob->o.ptr, u[r].o);
+        ASSERT_EQ(ob->o.s0, 64 * E);
+        ASSERT_EQ((CUdeviceptr)ob->s0.ptr, IN);
+        ASSERT_EQ(ob->sn.ptr, 0ull);
+        ASSERT_EQ((CUdeviceptr)ot->o.ptr, u[r].o + 192 * E * 2);
+        ASSERT_EQ((CUdeviceptr)ot->s0.ptr, IN + 3 * st4);
+        ASSERT_EQ(ot->N, tail[r]);
+    }
+    /* A second call allocates nothing and synchronises nothing: it can be captured. */
+    const int allocs = lj_fake_driver_counts()->allocs;
+    ASSERT_OK(lajit__cp_attn_fwd_sim(ctx, P, a));
+    ASSERT_EQ(lj_fake_driver_counts()->allocs, allocs);
+    for (int r = 0; r < P; r++)
+        rank_close(&u[r]);
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* Two batch rows (B = 2), one rank (rank 1 of 2 on the fake NCCL), 200 tokens in 3 segments of
+ * 64 and a tail of 8, VK states: per row a batched call and the tail's, on views of that row's
+ * tokens, its states W[j][b] a span's state apart and each row's [H, E, D] at its place in it. */
+LJ_TEST(segments_two_rows_vk)
+{
+    need_nvrtc();
+    lj_fake_driver_reset();
+    fake_device();
+    setenv("LAJIT_CP_SEGMENTS", "3", 1);
+    lajit_ctx *ctx = fake_ctx();
+    unsetenv("LAJIT_CP_SEGMENTS");
+    enum { B2 = 2, N = 200 };
+    const DLDataType bf16 = lj_test_dl_dtype(LJ_BF16), f32 = lj_test_dl_dtype(LJ_F32);
+    const int64_t qs[4] = {B2, H, N, D}, vs[4] = {B2, H, N, E}, hs[1] = {H};
+    CUdeviceptr q = alloc((size_t)B2 * H * N * D * 2), k = alloc((size_t)B2 * H * N * D * 2),
+                v = alloc((size_t)B2 * H * N * E * 2), o = alloc((size_t)B2 * H * N * E * 2),
+                s = alloc(H * 4);
+    lj_test_tensor tq, tk, tv, to, ts;
+    lajit_cp_attn_fwd_args a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = sizeof a;
+    a.comm = (void *)&fn;
+    a.q = lj_gpu_tensor(&tq, q, 0, 4, qs, NULL, bf16);
+    a.k = lj_gpu_tensor(&tk, k, 0, 4, qs, NULL, bf16);
+    a.v = lj_gpu_tensor(&tv, v, 0, 4, vs, NULL, bf16);
+    a.o = lj_gpu_tensor(&to, o, 0, 4, vs, NULL, bf16);
+    a.s = lj_gpu_tensor(&ts, s, 0, 1, hs, NULL, f32);
+    a.scale = 1.0f;
+    a.flags = LAJIT_STATE_VK;
+    fake_nccl_reset(2, 1);
+    lajit_status st = lajit_cp_attn_fwd(ctx, &a);
+    if (st != LAJIT_OK)
+        lj_test_fail(__FILE__, __LINE__, "%s: %s", lajit_status_string(st), lajit_errmsg(ctx));
+    /* Local: row 0 batched, tail; row 1 batched, tail; the scan. Exchange: the scan. Outputs:
+     * the scan; row 0 batched, tail; row 1 batched, tail. */
+    static const char *const want[] = {"la_fwd_sm90",   "la_fwd_sm90",   "la_fwd_sm90",
+                                       "la_fwd_sm90",   "la_state_scan", "la_state_scan",
+                                       "la_state_scan", "la_fwd_sm90",   "la_fwd_sm90",
+                                       "la_fwd_sm90",   "la_fwd_sm90"};
+    ASSERT_EQ(lj_fake_launch_count(), (int)(sizeof want / sizeof want[0]));
+    for (int i = 0; i < lj_fake_launch_count(); i++)
+        ASSERT_STREQ(lj_fake_launch_get(i)->entry, want[i]);
+    const size_t st4 = (size_t)B2 * H * D * E * 4, row = (size_t)H * D * E * 4;
+    const CUdeviceptr W = (CUdeviceptr)lj_fake_launch_get(0)->params.sn.ptr, IN = W + 4 * st4;
+    for (int b = 0; b < B2; b++) {
+        const la_params *lb = &lj_fake_launch_get(2 * b)->params;
+        const la_params *lt = &lj_fake_launch_get(2 * b + 1)->params;
+        const la_params *ob = &lj_fake_launch_get(7 + 2 * b)->params;
+        const la_params *ot = &lj_fake_launch_get(8 + 2 * b)->params;
+        const CUdeviceptr krow = k + (CUdeviceptr)b * H * N * D * 2;
+        ASSERT_EQ(lb->B, 3);
+        ASSERT_EQ(lb->N, 64);
+        ASSERT_EQ((CUdeviceptr)lb->k.ptr, krow);
+        ASSERT_EQ(lb->k.s0, 64 * D);
+        ASSERT_EQ((CUdeviceptr)lb->sn.ptr, W + b * row);
+        ASSERT_EQ(lb->sn.s0, (long long)(st4 / 4)); /* span to span */
+        ASSERT_EQ(lb->sn.s2, 1);                    /* VK: [E, D], d fastest */
+        ASSERT_EQ(lt->N, 8);
+        ASSERT_EQ((CUdeviceptr)lt->k.ptr, krow + 192 * D * 2);
+        ASSERT_EQ((CUdeviceptr)lt->sn.ptr, W + 3 * st4 + b * row);
+        ASSERT_EQ((CUdeviceptr)ob->o.ptr, o + (CUdeviceptr)b * H * N * E * 2);
+        ASSERT_EQ((CUdeviceptr)ob->s0.ptr, IN + b * row);
+        ASSERT_EQ((CUdeviceptr)ot->s0.ptr, IN + 3 * st4 + b * row);
+        ASSERT_EQ((CUdeviceptr)ot->q.ptr, q + (CUdeviceptr)b * H * N * D * 2 + 192 * D * 2);
+    }
+    CUdeviceptr all[] = {q, k, v, o, s};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        lj_fake_driver()->cuMemFree(all[i]);
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* Segments are only for the forward of a dense span of one sequence with enough tokens: a span
+ * shorter than 64 tokens a segment, or a backward (its local state), takes the plain path. */
+LJ_TEST(segments_only_where_they_fit)
+{
+    need_nvrtc();
+    lj_fake_driver_reset();
+    fake_device();
+    setenv("LAJIT_CP_SEGMENTS", "4", 1);
+    lajit_ctx *ctx = fake_ctx();
+    unsetenv("LAJIT_CP_SEGMENTS");
+    rank_views u;
+    bwd_views w;
+    rank_open(&u, 200); /* 200 / 4 = 50 tokens: under a chunk */
+    bwd_open(&w, &u, 200);
+    fake_nccl_reset(2, 1);
+    ASSERT_OK(lajit_cp_attn_fwd(ctx, &u.a));
+    ASSERT_EQ(launches_of("la_fwd_sm90"), 2); /* the span's state, its outputs */
+    int l0 = lj_fake_launch_count();
+    w.a.ds = NULL;
+    ASSERT_OK(lajit_cp_attn_bwd(ctx, &w.a));
+    for (int i = l0; i < lj_fake_launch_count(); i++)
+        if (strcmp(lj_fake_launch_get(i)->entry, "la_fwd_sm90") == 0)
+            ASSERT_EQ(lj_fake_launch_get(i)->params.B, 1);
+    bwd_close(&w);
+    rank_close(&u);
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
 /* ---- The log-step exchange --------------------------------------------------------------------- */
 
 /* The NCCL path of rank 1 of 4 with LAJIT_CP_LOGSTEP, on a span with no tokens (no attention

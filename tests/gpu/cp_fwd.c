@@ -13,7 +13,8 @@
  * libnccl.so.2 cannot be loaded: set LAJIT_NCCL_PATH (e.g. the nvidia-nccl wheel's
  * site-packages/nvidia/nccl/lib/libnccl.so.2; the test looks there through python3 when the
  * variable is unset and the system has no libnccl.so.2). Needs an sm_90a GPU: the local states
- * come from la_fwd_sm90's state-only walk. */
+ * come from la_fwd_sm90's state-only walk. The segments case runs the forward by segments
+ * (LAJIT_CP_SEGMENTS). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -362,4 +363,45 @@ LJ_TEST(logstep_ranks)
                  .n = {40, 0, 90, 3, 64}};
     g.seed = 5999;
     run_case(&g, NULL);
+}
+
+/* The forward by segments (LAJIT_CP_SEGMENTS, cp_segments.c): each rank's span cut into forced
+ * or automatic segments (a tail included), both exchanges, S_0 or not, strong decay and none; a
+ * graph replay; the one-rank NCCL path. The same checks against float64 as every case. */
+LJ_TEST(segments)
+{
+    need_sm90a();
+    static const int spans[3][MAXP] = {{900, 0, 1300}, {130, 700, 64}, {4100, 9000, 12001}};
+    static const char *const setting[3] = {"3", "2", "auto"};
+    for (int i = 0; i < 3; i++) {
+        setenv("LAJIT_CP_SEGMENTS", setting[i], 1); /* read when run_case opens its context */
+        for (int x = 0; x < 2; x++)
+            for (int decay = 0; decay < 3; decay += 2) {
+                cp_case c = {.P = 3,
+                             .D = i == 2 ? 128 : 64,
+                             .decay = decay,
+                             .init = decay == 2,
+                             .xchg = x ? LAJIT_CP_LOGSTEP : LAJIT_CP_ALLGATHER};
+                memcpy(c.n, spans[i], sizeof spans[i]);
+                c.seed = 9000u + (unsigned)(10 * i + 3 * x + decay);
+                run_case(&c, NULL);
+            }
+    }
+    setenv("LAJIT_CP_SEGMENTS", "4", 1);
+    cp_case g = {.P = 3, .D = 128, .decay = 2, .init = 1, .graph = 1, .n = {1000, 0, 700}};
+    g.seed = 9999;
+    run_case(&g, NULL);
+    const lj_nccl *nccl = lj_gpu_nccl();
+    lj_nccl_comm comm = NULL;
+    const int devs[1] = {0};
+    lj_nccl_result nr = nccl->ncclCommInitAll(&comm, 1, devs);
+    if (nr != LJ_NCCL_SUCCESS)
+        lj_test_fail(__FILE__, __LINE__, "ncclCommInitAll: %d %s", nr,
+                     nccl->ncclGetErrorString(nr));
+    lj_device_make_current(lj_gpu_env(), lj_gpu_device());
+    cp_case one = {.P = 1, .D = 128, .decay = 2, .init = 1, .n = {2000}};
+    one.seed = 9998;
+    run_case(&one, comm);
+    ASSERT_EQ(nccl->ncclCommDestroy(comm), LJ_NCCL_SUCCESS);
+    unsetenv("LAJIT_CP_SEGMENTS");
 }
