@@ -318,13 +318,7 @@ LJ_TEST(nccl_one_rank)
     need_sm90a();
     const lj_nccl *nccl = lj_gpu_nccl();
     printf("NCCL %d\n", nccl->version);
-    lj_nccl_comm comm = NULL;
-    const int devs[1] = {0};
-    lj_nccl_result nr = nccl->ncclCommInitAll(&comm, 1, devs);
-    if (nr != LJ_NCCL_SUCCESS)
-        lj_test_fail(__FILE__, __LINE__, "ncclCommInitAll: %d %s", nr,
-                     nccl->ncclGetErrorString(nr));
-    lj_device_make_current(lj_gpu_env(), lj_gpu_device());
+    lj_nccl_comm comm = lj_gpu_nccl_one_rank();
     for (int decay = 0; decay < 3; decay += 2)
         for (int init = 0; init < 2; init++) {
             cp_case c = {.P = 1, .D = 128, .decay = decay, .init = init, .n = {150}};
@@ -392,13 +386,7 @@ LJ_TEST(segments)
     g.seed = 9999;
     run_case(&g, NULL);
     const lj_nccl *nccl = lj_gpu_nccl();
-    lj_nccl_comm comm = NULL;
-    const int devs[1] = {0};
-    lj_nccl_result nr = nccl->ncclCommInitAll(&comm, 1, devs);
-    if (nr != LJ_NCCL_SUCCESS)
-        lj_test_fail(__FILE__, __LINE__, "ncclCommInitAll: %d %s", nr,
-                     nccl->ncclGetErrorString(nr));
-    lj_device_make_current(lj_gpu_env(), lj_gpu_device());
+    lj_nccl_comm comm = lj_gpu_nccl_one_rank();
     cp_case one = {.P = 1, .D = 128, .decay = 2, .init = 1, .n = {2000}};
     one.seed = 9998;
     run_case(&one, comm);

@@ -353,3 +353,16 @@ const lj_nccl *lj_gpu_nccl(void)
     }
     return nccl;
 }
+
+void *lj_gpu_nccl_one_rank(void)
+{
+    const lj_nccl *nccl = lj_gpu_nccl();
+    lj_nccl_comm comm = NULL;
+    const int devs[1] = {0};
+    lj_nccl_result nr = nccl->ncclCommInitAll(&comm, 1, devs);
+    if (nr != LJ_NCCL_SUCCESS)
+        lj_test_fail(__FILE__, __LINE__, "ncclCommInitAll: %d %s", nr,
+                     nccl->ncclGetErrorString(nr));
+    lj_device_make_current(lj_gpu_env(), lj_gpu_device());
+    return comm;
+}

@@ -25,6 +25,9 @@ void lj_gpu_init_device(int ordinal);
  * (LAJIT_NCCL_PATH is then set to it); skips the case (exit 77) when none loads. */
 struct lj_nccl;
 const struct lj_nccl *lj_gpu_nccl(void);
+/* A communicator of one rank on device 0 (ncclCommInitAll), the device made current again after
+ * it; fails the test when NCCL refuses. Destroy it with lj_gpu_nccl()->ncclCommDestroy. */
+void *lj_gpu_nccl_one_rank(void);
 /* The env the helpers use (fault injection off), the driver table and the opened device. */
 lj_env *lj_gpu_env(void);
 const lj_driver *lj_gpu_driver(void);
