@@ -312,11 +312,11 @@ cp = [r for r in rows if r.get("op") == "cp"]
 if cp:
     md += ["## Context parallelism (lajit_bench --mode cp): one layer, bf16 with decay, ms "
            "(the slowest rank per repetition, median)", "",
-           "| scaling | exchange | GPUs | B | H | D | tokens per GPU | fwd+bwd | exchange ms | "
-           "exchange share | efficiency t(1)/t(P) | fwd | fwd efficiency |", "|---" * 13 + "|"]
-    for r in sorted(cp, key=lambda r: (r.get("scaling", ""), r.get("exchange", ""), r["gpus"])):
+           "| scaling | exchange | segments | GPUs | B | H | D | tokens per GPU | fwd+bwd | exchange ms | "
+           "exchange share | efficiency t(1)/t(P) | fwd | fwd efficiency |", "|---" * 14 + "|"]
+    for r in sorted(cp, key=lambda r: (r.get("scaling", ""), r.get("exchange", ""), r.get("segments", "off"), r["gpus"])):
         f = lambda k, fmt="{:.3f}": fmt.format(r[k]) if isinstance(r.get(k), (int, float)) else "—"
-        md.append(f"| {r.get('scaling', '—')} | {r.get('exchange', '—')} | {r['gpus']} | {r['B']} | {r['H']} | {r['D']} | {r['N']} | "
+        md.append(f"| {r.get('scaling', '—')} | {r.get('exchange', '—')} | {r.get('segments', 'off')} | {r['gpus']} | {r['B']} | {r['H']} | {r['D']} | {r['N']} | "
                   f"{f('ms')} | {f('exchange_ms')} | {f('exchange_share', '{:.1%}')} | "
                   f"{f('weak_efficiency', '{:.2f}')} | {f('ms_fwd')} | {f('weak_efficiency_fwd', '{:.2f}')} |")
     md.append("")
