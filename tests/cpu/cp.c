@@ -1118,6 +1118,70 @@ LJ_TEST(segments_two_rows_vk)
     ASSERT_TRUE(lj_fake_driver_balanced());
 }
 
+/* The new steps under fault injection: a forward by segments that hands out its incoming states,
+ * then the backward from them (simulated ranks, spans of 300, 0 and 200, S_0, dS_N, ds). Every
+ * driver call of the warm calls failed in turn is a status naming the op, and the context serves
+ * the next call. */
+LJ_TEST(segments_and_kept_state_driver_failures)
+{
+    need_nvrtc();
+    lj_fake_driver_reset();
+    fake_device();
+    setenv("LAJIT_CP_SEGMENTS", "3", 1);
+    lajit_ctx *ctx = fake_ctx();
+    unsetenv("LAJIT_CP_SEGMENTS");
+    enum { P = 3 };
+    const int n[P] = {300, 0, 200};
+    rank_views u[P];
+    bwd_views w[P];
+    lajit_cp_attn_fwd_args f[P];
+    lajit_cp_attn_bwd_args b[P];
+    CUdeviceptr in[P];
+    lj_test_tensor tin[P];
+    const int64_t ss[4] = {B, H, D, E};
+    for (int r = 0; r < P; r++) {
+        rank_open(&u[r], n[r]);
+        bwd_open(&w[r], &u[r], n[r]);
+        in[r] = alloc(STATE_F32 * 4);
+        f[r] = u[r].a;
+        f[r].incoming_state =
+            lj_gpu_tensor(&tin[r], in[r], 0, 4, ss, NULL, lj_test_dl_dtype(LJ_F32));
+        b[r] = w[r].a;
+        b[r].incoming_state = f[r].incoming_state;
+    }
+    ASSERT_OK(lajit__cp_attn_fwd_sim(ctx, P, f)); /* compiles, sizes the workspace */
+    ASSERT_OK(lajit__cp_attn_bwd_sim(ctx, P, b));
+    lj_env *env = lajit__ctx_env(ctx);
+    for (int bwd = 0; bwd < 2; bwd++) {
+        const uint64_t c0 = env->fault_count[LJ_FAULT_DRIVER];
+        ASSERT_OK(bwd ? lajit__cp_attn_bwd_sim(ctx, P, b) : lajit__cp_attn_fwd_sim(ctx, P, f));
+        const uint64_t calls = env->fault_count[LJ_FAULT_DRIVER] - c0;
+        ASSERT_TRUE(calls > 10);
+        for (uint64_t k = 1; k <= calls; k++) {
+            env->fault_at[LJ_FAULT_DRIVER] = env->fault_count[LJ_FAULT_DRIVER] + k;
+            lajit_status st =
+                bwd ? lajit__cp_attn_bwd_sim(ctx, P, b) : lajit__cp_attn_fwd_sim(ctx, P, f);
+            env->fault_at[LJ_FAULT_DRIVER] = 0;
+            if (st == LAJIT_OK)
+                lj_test_fail(
+                    __FILE__, __LINE__, "%s: driver call %llu of %llu failed, the call passed",
+                    bwd ? "backward" : "forward", (unsigned long long)k, (unsigned long long)calls);
+            ASSERT_CONTAINS(lajit_errmsg(ctx), bwd ? "lajit_cp_attn_bwd" : "lajit_cp_attn_fwd");
+            ASSERT_OK(bwd ? lajit__cp_attn_bwd_sim(ctx, P, b) : lajit__cp_attn_fwd_sim(ctx, P, f));
+        }
+        printf("%s: %llu driver calls failed in turn\n", bwd ? "backward" : "forward",
+               (unsigned long long)calls);
+    }
+    for (int r = 0; r < P; r++) {
+        lj_fake_driver()->cuMemFree(in[r]);
+        bwd_close(&w[r]);
+        rank_close(&u[r]);
+    }
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
 /* Segments are only for the forward of a dense span of one sequence with enough tokens: a span
  * shorter than 64 tokens a segment, or a backward (its local state), takes the plain path. */
 LJ_TEST(segments_only_where_they_fit)
