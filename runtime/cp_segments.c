@@ -30,7 +30,7 @@ void lj_cp_segments_plan(lajit_ctx *ctx, cp_rank *r)
     const cp_call *c = &r->c;
     if (c->bwd || c->cu_seqlens || r->N <= 0)
         return;
-    const int G = lj_segments_for(ctx, ctx->cp_segments, r->B * r->H, r->N, r->E);
+    const int G = lj_segments_for(ctx, ctx->cp_segments, r->B, r->H, r->N, r->E);
     const int64_t len = G >= 2 ? r->N / G / SEG_ALIGN * SEG_ALIGN : 0;
     if (len == 0)
         return;

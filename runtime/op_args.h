@@ -141,12 +141,15 @@ lajit_status lj_state_pool_scatter(lajit_ctx *ctx, const DLTensor *src, const DL
  * width E (0: the plain passes), and the call that runs them. */
 int lj_bwd_segments(lajit_ctx *ctx, const lajit_attn_bwd_args *a, long long H, long long N,
                     long long E);
-/* The segments of one sequence of N tokens with H heads of value width E by a setting (0: the
- * automatic choice — about the SMs' worth of 64-column CTAs, segments of at least 4,096 tokens,
- * none where the heads already fill half the SMs; 1: none; n >= 2: n), at most N; 0 for none.
- * Shared by the backward's ds (LAJIT_DS_SEGMENTS) and context parallelism (LAJIT_CP_SEGMENTS). */
-int lj_segments_for(lajit_ctx *ctx, int setting, long long H, long long N, long long E);
-lajit_status lj_bwd_ds_by_segments(lajit_ctx *ctx, const lajit_attn_bwd_args *a, int P, long long H,
-                                   long long N, long long D, long long E);
+/* The segments of each of `rows` sequences of N tokens with H heads of value width E, the rows
+ * walked one after another, by a setting (0: the automatic choice — about the SMs' worth of
+ * 64-column CTAs in a row's calls, segments of at least 4,096 tokens, none where the plain
+ * passes' rows · H · E/64 CTAs already fill half the SMs; 1: none; n >= 2: n), at most N; 0 for
+ * none. Shared by the backward's ds (LAJIT_DS_SEGMENTS) and context parallelism
+ * (LAJIT_CP_SEGMENTS). */
+int lj_segments_for(lajit_ctx *ctx, int setting, long long rows, long long H, long long N,
+                    long long E);
+lajit_status lj_bwd_ds_by_segments(lajit_ctx *ctx, const lajit_attn_bwd_args *a, int P, long long B,
+                                   long long H, long long N, long long D, long long E);
 
 #endif

@@ -180,10 +180,10 @@ LAJIT_API lajit_status lajit_attn_bwd(lajit_ctx *ctx, const lajit_attn_bwd_args 
     if ((st = lj_seq_finish(ctx, io, (int)(sizeof io / sizeof io[0]), NULL, NULL, &sh, P, a->scale,
                             a->stream, &p, &lp)) != LAJIT_OK)
         return st;
-    /* One long sequence with few heads and ds: by segments (bwd_segments.c). */
+    /* Long sequences with few heads and ds: by segments (bwd_segments.c). */
     const int segments = lj_bwd_segments(ctx, a, sh.H, sh.N, sh.E);
     if (segments)
-        return lj_bwd_ds_by_segments(ctx, a, segments, sh.H, sh.N, sh.D, sh.E);
+        return lj_bwd_ds_by_segments(ctx, a, segments, sh.B, sh.H, sh.N, sh.D, sh.E);
     if (a->ds) {
         size_t bytes = lajit_attn_bwd_workspace_size(sh.B, sh.H, sh.E);
         if (bytes == SIZE_MAX)

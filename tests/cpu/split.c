@@ -302,3 +302,105 @@ LJ_TEST(backward_ds_by_segments)
     seqs_close(&u);
     ASSERT_EQ(lj_fake_driver_counts()->allocs, lj_fake_driver_counts()->frees);
 }
+
+/* Two batch rows (B = 2, H = 1, N = 16384). The automatic choice leaves several rows to the plain
+ * passes for now (three launches); LAJIT_DS_SEGMENTS=4 takes them by segments: each row's seven
+ * launches of the one-row case, on that row's tensors (every sequence operand a row further on,
+ * the segment pools and boundaries the same), its ds into a part of its own; then one scan sums
+ * the parts in row order and a copy writes ds. With initial and final-gradient states, each row
+ * copies its own. */
+LJ_TEST(backward_ds_by_segments_two_rows)
+{
+    require_nvrtc();
+    lj_fake_driver_reset();
+    seqs u;
+    seqs_open(&u, 2, 1, 16384, 64);
+    unsetenv("LAJIT_DS_SEGMENTS");
+    lajit_ctx *plain = fake_ctx();
+    setenv("LAJIT_DS_SEGMENTS", "4", 1);
+    lajit_ctx *ctx = fake_ctx();
+    unsetenv("LAJIT_DS_SEGMENTS");
+    lajit_attn_bwd_args b;
+    memset(&b, 0, sizeof b);
+    b.struct_size = sizeof b;
+    b.q = &u.tq;
+    b.k = &u.tk;
+    b.v = &u.tv;
+    b.dout = &u.to;
+    const size_t row = (size_t)16384 * 64 * 2, st = (size_t)64 * 64 * 4;
+    CUdeviceptr g[6];
+    DLTensor tg[3];
+    for (int i = 0; i < 3; i++) {
+        ASSERT_EQ(lj_fake_driver()->cuMemAlloc(&g[i], 2 * row), CUDA_SUCCESS);
+        tg[i] = make(g[i], 4, u.shape, kDLBfloat, 16);
+    }
+    ASSERT_EQ(lj_fake_driver()->cuMemAlloc(&g[3], 16), CUDA_SUCCESS);
+    ASSERT_EQ(lj_fake_driver()->cuMemAlloc(&g[4], 2 * st), CUDA_SUCCESS);
+    ASSERT_EQ(lj_fake_driver()->cuMemAlloc(&g[5], 2 * st), CUDA_SUCCESS);
+    int64_t sshape[4] = {2, 1, 64, 64};
+    DLTensor tds = make(g[3], 1, u.hshape, kDLFloat, 32);
+    DLTensor ts0 = make(g[4], 4, sshape, kDLFloat, 32), tdsn = make(g[5], 4, sshape, kDLFloat, 32);
+    b.dq = &tg[0];
+    b.dk = &tg[1];
+    b.dv = &tg[2];
+    b.s = &u.ts;
+    b.ds = &tds;
+    b.scale = 1.0f;
+    b.initial_state = &ts0;
+    b.d_final_state = &tdsn;
+    ASSERT_OK(lajit_attn_bwd(plain, &b));
+    ASSERT_EQ(lj_fake_launch_count(), 3);
+    ASSERT_EQ(plain->seg_ws.bytes, 0u);
+    lajit_ctx_destroy(plain);
+    const int l0 = lj_fake_launch_count(), c0 = lj_fake_driver_counts()->dtod_copies;
+    ASSERT_OK(lajit_attn_bwd(ctx, &b));
+    ASSERT_EQ(ctx->seg_P, 4);
+    static const char *const want[] = {"la_fwd_sm90",   "la_state_scan", "la_fwd_sm90",
+                                       "la_state_scan", "la_fwd_sm90",   "la_fwd_sm90",
+                                       "la_fwd_sm90"};
+    ASSERT_EQ(lj_fake_launch_count() - l0, 2 * 7 + 1);
+    for (int i = 0; i < 14; i++)
+        ASSERT_STREQ(lj_fake_launch_get(l0 + i)->entry, want[i % 7]);
+    ASSERT_STREQ(lj_fake_launch_get(l0 + 14)->entry, "la_state_scan");
+    int moved = 0;
+    for (int i = 0; i < 7; i++) {
+        const la_params *r0 = &lj_fake_launch_get(l0 + i)->params,
+                        *r1 = &lj_fake_launch_get(l0 + 7 + i)->params;
+        if (strcmp(lj_fake_launch_get(l0 + i)->entry, "la_fwd_sm90") != 0)
+            continue;
+        const la_tensor4 *a0[9] = {&r0->q,  &r0->k,  &r0->v,  &r0->o, &r0->dout,
+                                   &r0->dq, &r0->dk, &r0->dv, &r0->x};
+        const la_tensor4 *a1[9] = {&r1->q,  &r1->k,  &r1->v,  &r1->o, &r1->dout,
+                                   &r1->dq, &r1->dk, &r1->dv, &r1->x};
+        for (int j = 0; j < 9; j++) {
+            ASSERT_EQ(a1[j]->ptr, a0[j]->ptr ? a0[j]->ptr + row : 0ull);
+            moved += a0[j]->ptr != 0;
+        }
+        ASSERT_EQ(r1->s0.ptr, r0->s0.ptr); /* the segments' pools */
+        ASSERT_EQ(r1->dsn.ptr, r0->dsn.ptr);
+        ASSERT_EQ(r1->cu_seqlens, r0->cu_seqlens);
+        if (r0->dsdecay) /* each row's ds into its own part */
+            ASSERT_EQ(r1->dsdecay, r0->dsdecay + 16);
+    }
+    ASSERT_TRUE(moved >= 6);
+    /* The rows' copies of S_0 and dS_N: row 1's a state further on. */
+    int s0_rows = 0, dsn_rows = 0;
+    for (int i = c0; i < lj_fake_driver_counts()->dtod_copies; i++) {
+        const lj_fake_copy *c = lj_fake_copy_get(i);
+        s0_rows += c->src == g[4] || c->src == g[4] + st;
+        dsn_rows += c->src == g[5] || c->src == g[5] + st;
+    }
+    ASSERT_EQ(s0_rows, 4);  /* each row: into W[0] and IN[0] */
+    ASSERT_EQ(dsn_rows, 4); /* each row: into G[P-1] and HH[P-1] */
+    const lj_fake_copy *last = lj_fake_copy_get(lj_fake_driver_counts()->dtod_copies - 1);
+    ASSERT_EQ(last->dst, g[3]); /* the sum into ds */
+    ASSERT_EQ(last->bytes, 4u);
+    const int allocs = lj_fake_driver_counts()->allocs;
+    ASSERT_OK(lajit_attn_bwd(ctx, &b));
+    ASSERT_EQ(lj_fake_driver_counts()->allocs, allocs);
+    lajit_ctx_destroy(ctx);
+    for (int i = 0; i < 6; i++)
+        ASSERT_EQ(lj_fake_driver()->cuMemFree(g[i]), CUDA_SUCCESS);
+    seqs_close(&u);
+    ASSERT_EQ(lj_fake_driver_counts()->allocs, lj_fake_driver_counts()->frees);
+}

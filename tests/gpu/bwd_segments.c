@@ -5,7 +5,8 @@
  * LAJIT_DS_SEGMENTS forcing 3 and 5 segments on short sequences: ragged last segments and empty
  * ones (N = 100 in five 64-token segments), s_h 0, 0.01, 1 and 4, S_0, dS_N, dS_0, VK states,
  * [B,N,H,D] views, f16 and bf16, a float64 finite difference of ds, a CUDA-graph capture. One
- * direct call checks that the segments were really taken (the context's buffer and count). */
+ * direct call checks that the segments were really taken (the context's buffer and count).
+ * Several batch rows (B = 2, 3: each row by segments, ds summed over the rows) likewise. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -173,4 +174,60 @@ LJ_TEST(segments_are_taken)
         lajit_ctx_destroy(ctx);
     }
     unsetenv("LAJIT_DS_SEGMENTS");
+}
+
+/* Several batch rows, each by segments in turn and ds summed over the rows in row order (taken
+ * only when forced for now): 4 segments at B = 2, H = 4, N = 20000, 3 at B = 3 with S_0, dS_N,
+ * dS_0, VK states and [B,N,H,D] views; f16 at B = 2 with a graph. */
+LJ_TEST(forced4_b2_h4_n20000_bf16_d128_states)
+{
+    run((bwd_case){.dtype = LJ_BF16,
+                   .B = 2,
+                   .H = 4,
+                   .N = 20000,
+                   .D = 128,
+                   .E = 128,
+                   .decay = 2,
+                   .want_ds = 1,
+                   .initial = 1,
+                   .dsn = 1,
+                   .ds0 = 1,
+                   .seed = 911},
+        "4");
+}
+
+LJ_TEST(forced3_b3_n913_vk_bnhd_states)
+{
+    run((bwd_case){.dtype = LJ_BF16,
+                   .B = 3,
+                   .H = 2,
+                   .N = 913,
+                   .D = 64,
+                   .E = 128,
+                   .decay = 2,
+                   .want_ds = 1,
+                   .initial = 1,
+                   .dsn = 1,
+                   .ds0 = 1,
+                   .vk = 1,
+                   .bnhd = 1,
+                   .seed = 912},
+        "3");
+}
+
+LJ_TEST(forced4_b2_n3000_f16_graph)
+{
+    run((bwd_case){.dtype = LJ_F16,
+                   .B = 2,
+                   .H = 2,
+                   .N = 3000,
+                   .D = 64,
+                   .E = 64,
+                   .decay = 1,
+                   .want_ds = 1,
+                   .initial = 1,
+                   .dsn = 1,
+                   .seed = 913,
+                   .graph = 1},
+        "4");
 }
