@@ -363,29 +363,10 @@ lajit_status lj_bwd_ds_by_segments(lajit_ctx *ctx, const lajit_attn_bwd_args *a,
     }
     if (B == 1)
         return LAJIT_OK;
-    /* ds: the rows' parts summed in row order (the state scan with no decay over [B] "states" of
-     * H floats and zero lengths), the same bits every run. */
-    int64_t ps[5] = {B, 1, 1, 1, (int64_t)(part / 4)}, sum_s[4] = {1, 1, 1, (int64_t)(part / 4)},
-            zs[1] = {B};
+    /* ds: the rows' parts summed in row order (the same bits every run). */
     const CUdeviceptr sum = parts + (CUdeviceptr)(2 * B) * part;
-    DLTensor tparts, tin, tsum, tz;
-    lj_device_view(&tparts, parts, ctx->ordinal, 5, ps, NULL, (DLDataType){kDLFloat, 32, 1});
-    lj_device_view(&tin, parts + (CUdeviceptr)B * part, ctx->ordinal, 5, ps, NULL,
-                   (DLDataType){kDLFloat, 32, 1});
-    lj_device_view(&tsum, sum, ctx->ordinal, 4, sum_s, NULL, (DLDataType){kDLFloat, 32, 1});
-    lj_device_view(&tz, zeros, ctx->ordinal, 1, zs, NULL, (DLDataType){kDLInt, 64, 1});
-    cr = LJ_CU(env, drv, cuMemsetD32Async, zeros, 0u, (size_t)B * 2, stream);
-    if (cr != CUDA_SUCCESS)
-        return lj_driver_error(env, drv, cr, "lajit_attn_bwd (segments): the sum's lengths");
-    lajit_attn_state_scan_args sc;
-    memset(&sc, 0, sizeof sc);
-    sc.struct_size = sizeof sc;
-    sc.local_states = &tparts;
-    sc.lengths = &tz;
-    sc.incoming_states = &tin;
-    sc.final_state = &tsum;
-    sc.stream = a->stream;
-    if ((s = lj_state_scan(ctx, &sc, NULL)) != LAJIT_OK) {
+    if ((s = lj_sum_rows(ctx, parts, B, (int64_t)(part / 4), parts + (CUdeviceptr)B * part, zeros,
+                         sum, a->stream)) != LAJIT_OK) {
         lj_error_prefix(env, "lajit_attn_bwd (ds by %d segments, the sum over %lld rows): ", P, B);
         return s;
     }

@@ -276,41 +276,17 @@ lajit_status lj_cp_ds_transfer(lajit_ctx *ctx, cp_rank *r, const cp_transport *t
 lajit_status lj_cp_ds_sum(lajit_ctx *ctx, const cp_rank *r)
 {
     const cp_call *c = &r->c;
-    const int64_t w = (int64_t)(r->ds_slot / 4);
-    int64_t ls_shape[5] = {r->P, 1, 1, 1, w}, sum_shape[4] = {1, 1, 1, w};
-    int64_t len_shape[1], len_strides[1];
-    DLTensor ls, in, sum, len;
-    lj_device_view(&ls, r->ds_gather, ctx->ordinal, 5, ls_shape, NULL, F32);
-    in = ls;
-    in.byte_offset = r->ds_slot * (size_t)r->P;
-    sum = ls;
-    sum.byte_offset = 2 * r->ds_slot * (size_t)r->P;
-    sum.ndim = 4;
-    sum.shape = sum_shape;
-    /* Zero lengths of its own (after the sum): the scan reads lengths even without s (a −1
-     * would restart the sum), so they cannot be any bytes. */
-    const CUdeviceptr zeros = r->ds_gather + lj_round16(r->ds_slot * (size_t)(2 * r->P + 1));
-    CUresult zr = LJ_CU(&ctx->env, ctx->device.drv, cuMemsetD32Async, zeros, 0u, 2 * (size_t)r->P,
-                        (CUstream)c->stream);
-    if (zr != CUDA_SUCCESS)
-        return lj_cp_driver_fail(ctx, c, zr, "cuMemsetD32Async (the sum's lengths)");
-    lengths_view(&len, len_shape, len_strides, zeros, r->P, 8, ctx->ordinal);
-    lajit_attn_state_scan_args sc;
-    memset(&sc, 0, sizeof sc);
-    sc.struct_size = sizeof sc;
-    sc.local_states = &ls;
-    sc.lengths = &len;
-    sc.incoming_states = &in;
-    sc.final_state = &sum;
-    sc.stream = c->stream;
-    lajit_status st = lj_state_scan(ctx, &sc, NULL);
+    const size_t P = (size_t)r->P;
+    const CUdeviceptr sum = r->ds_gather + 2 * r->ds_slot * P;
+    lajit_status st = lj_sum_rows(
+        ctx, r->ds_gather, r->P, (int64_t)(r->ds_slot / 4), r->ds_gather + r->ds_slot * P,
+        r->ds_gather + lj_round16(r->ds_slot * (2 * P + 1)), sum, c->stream);
     if (st != LAJIT_OK) {
         lj_error_prefix(&ctx->env, "%s (rank %d, the sum of ds's parts): ", c->fn, r->rank);
         return st;
     }
-    CUresult cr =
-        LJ_CU(&ctx->env, ctx->device.drv, cuMemcpyDtoDAsync, lj_tensor_address(c->ds),
-              r->ds_gather + 2 * r->ds_slot * (size_t)r->P, (size_t)r->H * 4, (CUstream)c->stream);
+    CUresult cr = LJ_CU(&ctx->env, ctx->device.drv, cuMemcpyDtoDAsync, lj_tensor_address(c->ds),
+                        sum, (size_t)r->H * 4, (CUstream)c->stream);
     return cr == CUDA_SUCCESS ? LAJIT_OK : lj_cp_driver_fail(ctx, c, cr, "cuMemcpyDtoDAsync (ds)");
 }
 

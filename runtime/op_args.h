@@ -120,6 +120,12 @@ lajit_status lj_seq_finish(lajit_ctx *ctx, const lj_io_tensor *io, int n_io, con
  * state (cp_exchange.c). */
 lajit_status lj_state_scan(lajit_ctx *ctx, const lajit_attn_state_scan_args *a,
                            DLTensor *total_lengths);
+/* n rows of w floats (w a multiple of 4), compact at `rows`, summed in row order into `sum` (w
+ * floats): the state scan with no decay over [n, 1, 1, 1, w] states and zero lengths, so the bits
+ * repeat — the sum of per-rank or per-row parts of ds. scratch holds n rows (the scan's incoming
+ * states, not read) and zeros n int64 lengths (written here). Asynchronous on stream. */
+lajit_status lj_sum_rows(lajit_ctx *ctx, CUdeviceptr rows, int64_t n, int64_t w,
+                         CUdeviceptr scratch, CUdeviceptr zeros, CUdeviceptr sum, void *stream);
 
 /* Copies between a pool of states and a batch of them by slot (pool_op.c, the custom family
  * la_state_pool), for context parallelism over varlen batches. pool float32 [P, H, R, C] and the

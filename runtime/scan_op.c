@@ -154,6 +154,37 @@ LAJIT_API lajit_status lajit_attn_state_scan(lajit_ctx *ctx, const lajit_attn_st
     return lj_state_scan(ctx, a, NULL);
 }
 
+lajit_status lj_sum_rows(lajit_ctx *ctx, CUdeviceptr rows, int64_t n, int64_t w,
+                         CUdeviceptr scratch, CUdeviceptr zeros, CUdeviceptr sum, void *stream)
+{
+    const DLDataType f32 = {kDLFloat, 32, 1}, i64 = {kDLInt, 64, 1};
+    int64_t rows_shape[5] = {n, 1, 1, 1, w}, sum_shape[4] = {1, 1, 1, w}, len_shape[1] = {n};
+    DLTensor local, incoming, total, lengths;
+    lj_device_view(&local, rows, ctx->ordinal, 5, rows_shape, NULL, f32);
+    lj_device_view(&incoming, scratch, ctx->ordinal, 5, rows_shape, NULL, f32);
+    lj_device_view(&total, sum, ctx->ordinal, 4, sum_shape, NULL, f32);
+    lj_device_view(&lengths, zeros, ctx->ordinal, 1, len_shape, NULL, i64);
+    /* Zero lengths of their own: the scan reads lengths even without s (a −1 would restart the
+     * sum), so they cannot be any bytes. */
+    lj_device *dev;
+    lajit_status st = lajit__ctx_device(ctx, &dev);
+    if (st != LAJIT_OK)
+        return st;
+    CUresult cr =
+        LJ_CU(&ctx->env, dev->drv, cuMemsetD32Async, zeros, 0u, 2 * (size_t)n, (CUstream)stream);
+    if (cr != CUDA_SUCCESS)
+        return lj_driver_error(&ctx->env, dev->drv, cr, "cuMemsetD32Async (the sum's lengths)");
+    lajit_attn_state_scan_args sc;
+    memset(&sc, 0, sizeof sc);
+    sc.struct_size = sizeof sc;
+    sc.local_states = &local;
+    sc.lengths = &lengths;
+    sc.incoming_states = &incoming;
+    sc.final_state = &total;
+    sc.stream = stream;
+    return lj_state_scan(ctx, &sc, NULL);
+}
+
 lajit_status lj_state_scan(lajit_ctx *ctx, const lajit_attn_state_scan_args *a,
                            DLTensor *total_lengths)
 {
