@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "context.h"
 #include "nccl.h"
 
 enum { MAX_GPUS = 64, MAX_REPS = 200 };
@@ -566,10 +567,14 @@ static void print_row(const cp_opts *o, const char *scaling, const cp_job *j, co
         printf(", \"speedup\": %.4f, \"speedup_fwd\": %.4f", whole->ms[W_FWDBWD] / t[W_FWDBWD],
                whole->ms[W_FWD] / t[W_FWD]);
     const char *nvls = getenv("NCCL_NVLS_ENABLE"), *segs = getenv("LAJIT_CP_SEGMENTS");
-    /* LAJIT_CP_SEGMENTS as set (the context takes off, auto or 0..64, and off for anything else). */
-    const int segs_ok =
-        segs && *segs && strspn(segs, "abcdefghijklmnopqrstuvwxyz0123456789") == strlen(segs);
-    printf(", \"segments\": \"%s\"", segs_ok ? segs : "off");
+    /* LAJIT_CP_SEGMENTS as the ranks' contexts read it (off by default). */
+    int bad;
+    const int seg = lj_segments_parse(segs, 1, &bad);
+    char seg_text[16];
+    snprintf(seg_text, sizeof seg_text, "%d", seg);
+    if (seg <= 1)
+        strcpy(seg_text, seg ? "off" : "auto");
+    printf(", \"segments\": \"%s\"", seg_text);
     printf(", \"reps\": %d, \"how\": \"one process per GPU, NCCL_NVLS_ENABLE=%s; ms: "
            "lajit_cp_attn_fwd then lajit_cp_attn_bwd from the forward's incoming_state (ms_ds: "
            "with ds); each repetition behind a "

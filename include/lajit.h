@@ -559,10 +559,11 @@ LAJIT_API lajit_status lajit_attn_state_scan(lajit_ctx *ctx,
  * the other ranks wait in the all-gather: treat any failure as fatal to the group.
  * - incoming_state (optional): S_{a_r}, the state entering this rank's span as the exchange
  *   gave it, float32 [B,H,D,E] (VK: [B,H,E,D]; varlen: [1,H,D,E], the state entering the first
- *   piece), contiguous; written where a state comes from another rank — every rank but rank 0
- *   (dense), a rank with LAJIT_CP_CONTINUES_IN (varlen) — and elsewhere left as it is. Keep it
- *   for lajit_cp_attn_bwd: a training step that does saves the backward a pass over k and v and
- *   an exchange, for one state per rank (B·H·D·E·4 bytes) of memory. */
+ *   piece), contiguous CUDA memory of the context's device; written where a state comes from
+ *   another rank — every rank but rank 0 (dense), a rank with LAJIT_CP_CONTINUES_IN (varlen) —
+ *   and elsewhere left as it is. Keep it for lajit_cp_attn_bwd: a training step that does saves
+ *   the backward a pass over k and v and an exchange, for one state per rank (B·H·D·E·4 bytes)
+ *   of memory. */
 /* The exchange of lajit_cp_attn_fwd and _bwd (flags; neither: the all-gather up to 8 ranks, the
  * log-step scan beyond — docs/notes/context_parallel.md has the crossover). */
 #define LAJIT_CP_ALLGATHER 0x10u /* one all-gather of every rank's state: P states per rank */
@@ -620,10 +621,12 @@ LAJIT_API lajit_status lajit_cp_attn_fwd(lajit_ctx *ctx, const lajit_cp_attn_fwd
  * - incoming_state (optional): what lajit_cp_attn_fwd wrote to its incoming_state for this
  *   rank's span, given by every rank or by none (step (a) is an exchange, a collective: ranks
  *   that disagree hang, undetected). Step (a) is then skipped — no pass over k and v, no
- *   exchange — and the same gradients come out, bit for bit, since the same kernels run on the
- *   same states. Rank 0 (dense) and a varlen rank without LAJIT_CP_CONTINUES_IN do not read it
- *   (their incoming state is S_0, or the pools'). Shape and layout as in the forward;
- *   contiguous. Stale values (a forward with other inputs) give wrong gradients, undetected.
+ *   exchange. The gradients are those of the recomputing backward: bit for bit when the
+ *   forward ran as the backward recomputes (without LAJIT_CP_SEGMENTS), else within the
+ *   rounding of the state's other summation order. Rank 0 (dense) and a varlen rank without
+ *   LAJIT_CP_CONTINUES_IN do not read it (their incoming state is S_0, or the pools'). Shape and
+ *   layout as in the forward; contiguous CUDA memory of the context's device. Stale values (a
+ *   forward with other inputs) give wrong gradients, undetected.
  * Memory: the context's exchange buffer (as the forward's) and, for ds, lajit_attn_bwd's
  * workspace; nothing is allocated after the first call of a shape (capture after it). Checks,
  * what cannot be checked and the failure rule: as for lajit_cp_attn_fwd. */

@@ -32,11 +32,9 @@ static lajit_status create_failed(lajit_ctx *ctx, lajit_status st)
     return st;
 }
 
-/* A segments variable (LAJIT_DS_SEGMENTS, LAJIT_CP_SEGMENTS): "off" or 1 never, "auto" or 0 the
- * automatic choice, 2..64 that many; unset: dflt. A bad value is logged and gives dflt. */
-static int segments_setting(lajit_ctx *ctx, const char *name, int dflt)
+int lj_segments_parse(const char *v, int dflt, int *bad)
 {
-    const char *v = getenv(name);
+    *bad = 0;
     if (!v || !*v)
         return dflt;
     char *end;
@@ -47,9 +45,20 @@ static int segments_setting(lajit_ctx *ctx, const char *name, int dflt)
         return 0;
     if (*end == 0 && n >= 0 && n <= 64)
         return (int)n;
-    lj_log(&ctx->env, LAJIT_LOG_WARN, "%s=%s is not off, auto or 0..64: %s", name, v,
-           dflt == 1 ? "off" : "the automatic choice");
+    *bad = 1;
     return dflt;
+}
+
+/* A segments variable read at creation; a bad value is logged and gives dflt. */
+static int segments_setting(lajit_ctx *ctx, const char *name, int dflt)
+{
+    int bad;
+    const char *v = getenv(name);
+    const int n = lj_segments_parse(v, dflt, &bad);
+    if (bad)
+        lj_log(&ctx->env, LAJIT_LOG_WARN, "%s=%s is not off, auto or 0..64: %s", name, v,
+               dflt == 1 ? "off" : "the automatic choice");
+    return n;
 }
 
 LAJIT_API lajit_status lajit_ctx_create(const lajit_ctx_desc *desc, lajit_ctx **out)

@@ -87,4 +87,9 @@ lajit_status lj_ctx_buffer(lajit_ctx *ctx, lj_dev_buf *buf, size_t bytes, int ze
                            const char *what);
 lajit_status lajit__ctx_device(lajit_ctx *ctx, lj_device **out);
 
+/* A segments setting (LAJIT_DS_SEGMENTS, LAJIT_CP_SEGMENTS) from its text: "off" or 1 never,
+ * "auto" or 0 the automatic choice, 2..64 that many; NULL or empty: dflt; anything else: dflt
+ * with *bad set. */
+int lj_segments_parse(const char *v, int dflt, int *bad);
+
 #endif

@@ -148,13 +148,13 @@ lajit_status lj_cp_varlen_bwd_grads(lajit_ctx *ctx, cp_rank *r);
 
 /* ---- cp_segments.c ----------------------------------------------------------------------------- */
 
-/* The forward over a dense span of one sequence (B = 1) cut into segments walked side by side,
+/* The forward over a dense span (each batch row in turn) cut into segments walked side by side,
  * as the one-GPU forward splits a long sequence, but with the split's two phases on either side
  * of the exchange: the segments' local states (k and v read once) give the span's carry, and
  * after the exchange the outputs pass starts each segment from its own incoming state — so k and
  * v are read twice in all, not three times (a state-only pass, then a forward that splits
- * again). lj_cp_segments_plan sets r's seg_* (LAJIT_CP_SEGMENTS; none for the backward, varlen,
- * B > 1 or empty spans); the buffer's regions follow from them. */
+ * again). lj_cp_segments_plan sets r's seg_* (LAJIT_CP_SEGMENTS; none for the backward, varlen
+ * or empty spans); the buffer's regions follow from them. */
 void lj_cp_segments_plan(lajit_ctx *ctx, cp_rank *r);
 int64_t lj_cp_segments_spans(const cp_rank *r); /* segments and tail: the states W and IN hold */
 lajit_status lj_cp_segments_local(lajit_ctx *ctx, const cp_rank *r);

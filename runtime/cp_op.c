@@ -204,8 +204,10 @@ void lj_cp_bwd_args(const cp_call *c, lajit_attn_bwd_args *b)
     b->stream = c->stream;
 }
 
-/* Everything one rank's call can check alone; fills r's sizes and layout (not its buffers). */
-static lajit_status check_rank(lj_env *env, const cp_call *c, int rank, int P, cp_rank *r)
+/* Everything one rank's call can check alone; fills r's sizes and layout (not its buffers).
+ * ordinal: the context's device. */
+static lajit_status check_rank(lj_env *env, const cp_call *c, int rank, int P, int ordinal,
+                               cp_rank *r)
 {
     memset(r, 0, sizeof *r);
     r->c = *c;
@@ -251,6 +253,14 @@ static lajit_status check_rank(lj_env *env, const cp_call *c, int rank, int P, c
     if (in && !lj_tensor_compact(in))
         return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s: incoming_state must be contiguous",
                         c->fn);
+    /* Used by address (copied into or out of), not through an op that would check it. */
+    if (in && (!in->data ||
+               (in->device.device_type != kDLCUDA && in->device.device_type != kDLCUDAManaged)))
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "%s: incoming_state must be CUDA device memory (device_type %d, data %s)",
+                        c->fn, (int)in->device.device_type, in->data ? "given" : "NULL");
+    if (in && (st = lj_tensor_check_device(env, "incoming_state", in, ordinal)) != LAJIT_OK)
+        return st;
     size_t n;
     if (__builtin_mul_overflow((size_t)r->B * (size_t)r->H, (size_t)r->D * (size_t)r->E, &n) ||
         __builtin_mul_overflow(n, (size_t)4, &r->state_bytes) || r->state_bytes > ((size_t)1 << 40))
@@ -586,7 +596,7 @@ static lajit_status cp_run_nccl(lajit_ctx *ctx, const cp_call *c, void *comm)
                         c->fn, rank, dev, ctx->ordinal);
     cp_rank r;
     CUdeviceptr base;
-    if ((st = check_rank(env, c, rank, P, &r)) != LAJIT_OK)
+    if ((st = check_rank(env, c, rank, P, ctx->ordinal, &r)) != LAJIT_OK)
         return st;
     lj_cp_segments_plan(ctx, &r);
     const size_t bytes = lj_cp_rank_bytes(&r);
@@ -649,7 +659,7 @@ static lajit_status cp_run_sim(lajit_ctx *ctx, int P, const cp_call *calls)
     lajit_status st = LAJIT_OK;
     size_t each = 0, total = 0;
     for (int j = 0; j < P && st == LAJIT_OK; j++) {
-        if ((st = check_rank(env, &calls[j], j, P, &r[j])) != LAJIT_OK)
+        if ((st = check_rank(env, &calls[j], j, P, ctx->ordinal, &r[j])) != LAJIT_OK)
             lj_error_prefix(env, "rank %d: ", j);
         else if (j > 0 &&
                  (r[j].B != r[0].B || r[j].H != r[0].H || r[j].D != r[0].D || r[j].E != r[0].E ||

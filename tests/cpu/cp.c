@@ -1015,11 +1015,24 @@ LJ_TEST(segments_forward_sequence)
         ASSERT_EQ((CUdeviceptr)lt->v.ptr, u[r].v + 192 * E * 2);
         const CUdeviceptr W = (CUdeviceptr)lb->sn.ptr, IN = W + 4 * st4;
         ASSERT_EQ((CUdeviceptr)lt->sn.ptr, W + 3 * st4);
-        /* The scan of the local states: W, four spans, its lengths after IN. */
-        long long scan[2];
-        memcpy(scan, &lj_fake_launch_get(local_at[r] + 2)->params, sizeof scan);
-        ASSERT_EQ((CUdeviceptr)scan[0], W);
-        ASSERT_EQ(scan[1], 4);
+        /* The scans (la_state_scan's packed arguments, in longs: local_states at 0, initial_state
+         * at 24, incoming_states at 33, final_state at 44). Before the exchange: W, four spans,
+         * from S_0 on rank 0 (from zero elsewhere) into the rank's exchange slot; after it: W
+         * again from the state entering the span (S_0 on rank 0, the exchange's incoming state
+         * on rank 2) into IN, no final state. The rank's buffer: its P slots, then its P
+         * incoming states (the all-gather's), then W. */
+        const CUdeviceptr base = W - P * SLOT - P * st4;
+        long long scan[2][45];
+        memcpy(scan[0], &lj_fake_launch_get(local_at[r] + 2)->params, sizeof scan[0]);
+        memcpy(scan[1], &lj_fake_launch_get(out_at[r])->params, sizeof scan[1]);
+        ASSERT_EQ((CUdeviceptr)scan[0][0], W);
+        ASSERT_EQ(scan[0][1], 4);
+        ASSERT_EQ((CUdeviceptr)scan[0][24], r == 0 ? u[0].s0 : 0);
+        ASSERT_EQ((CUdeviceptr)scan[0][44], base + r * SLOT);
+        ASSERT_EQ((CUdeviceptr)scan[1][0], W);
+        ASSERT_EQ((CUdeviceptr)scan[1][24], r == 0 ? u[0].s0 : base + P * SLOT + r * st4);
+        ASSERT_EQ((CUdeviceptr)scan[1][33], IN);
+        ASSERT_EQ(scan[1][44], 0);
         const int32_t *lens = (const int32_t *)(uintptr_t)(IN + 4 * st4);
         for (int j = 0; j < 4; j++)
             ASSERT_EQ(lens[j], j < 3 ? 64 : tail[r]);
@@ -1182,8 +1195,10 @@ LJ_TEST(segments_and_kept_state_driver_failures)
     ASSERT_TRUE(lj_fake_driver_balanced());
 }
 
-/* Segments are only for the forward of a dense span of one sequence with enough tokens: a span
- * shorter than 64 tokens a segment, or a backward (its local state), takes the plain path. */
+/* Segments are only for the forward of a dense span with enough tokens: a 200-token span in 4
+ * segments (under a chunk each) takes the plain path; a 300-token span is walked by segments in
+ * the forward (a batched launch of 4 segments), while its backward (whose local state is the
+ * plain state-only pass) launches nothing batched. */
 LJ_TEST(segments_only_where_they_fit)
 {
     need_nvrtc();
@@ -1192,20 +1207,28 @@ LJ_TEST(segments_only_where_they_fit)
     setenv("LAJIT_CP_SEGMENTS", "4", 1);
     lajit_ctx *ctx = fake_ctx();
     unsetenv("LAJIT_CP_SEGMENTS");
-    rank_views u;
+    rank_views u, u3;
     bwd_views w;
     rank_open(&u, 200); /* 200 / 4 = 50 tokens: under a chunk */
-    bwd_open(&w, &u, 200);
+    rank_open(&u3, 300);
+    bwd_open(&w, &u3, 300);
     fake_nccl_reset(2, 1);
     ASSERT_OK(lajit_cp_attn_fwd(ctx, &u.a));
     ASSERT_EQ(launches_of("la_fwd_sm90"), 2); /* the span's state, its outputs */
-    int l0 = lj_fake_launch_count();
+    int l0 = lj_fake_launch_count(), batched = 0;
+    ASSERT_OK(lajit_cp_attn_fwd(ctx, &u3.a));
+    for (int i = l0; i < lj_fake_launch_count(); i++)
+        if (strcmp(lj_fake_launch_get(i)->entry, "la_fwd_sm90") == 0)
+            batched += lj_fake_launch_get(i)->params.B == 4;
+    ASSERT_EQ(batched, 2); /* the local states and the outputs of 4 segments of 64 */
+    l0 = lj_fake_launch_count();
     w.a.ds = NULL;
     ASSERT_OK(lajit_cp_attn_bwd(ctx, &w.a));
     for (int i = l0; i < lj_fake_launch_count(); i++)
         if (strcmp(lj_fake_launch_get(i)->entry, "la_fwd_sm90") == 0)
             ASSERT_EQ(lj_fake_launch_get(i)->params.B, 1);
     bwd_close(&w);
+    rank_close(&u3);
     rank_close(&u);
     lajit_ctx_destroy(ctx);
     lj_fake_driver()->cuDevicePrimaryCtxRelease(0);

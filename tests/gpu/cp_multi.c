@@ -27,6 +27,7 @@
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -281,11 +282,21 @@ static void rank_case(lajit_ctx *ctx, void *comm, CUstream stream, const mp_case
         if (graph) { /* poisoned again: the replay must write everything itself */
             lj_gpu_poison(o, vn * 2 + 16);
             lj_gpu_poison(sn, BH * DE * 4);
+            lj_gpu_poison(in, BH * DE * 4);
             lj_gpu_sync();
         }
         run_call(ctx, stream, call_fwd, &a, graph,
                  graph ? "lajit_cp_attn_fwd (graph)" : "lajit_cp_attn_fwd");
         collect(c, r, o, sn, graph ? &c->graph_out : &c->out);
+    }
+    if (c->keep && r == 0) { /* rank 0's incoming state is S_0: nothing written */
+        uint32_t *words = malloc(BH * DE * 4);
+        lj_gpu_download(words, in, BH * DE * 4);
+        for (size_t i = 0; i < BH * DE; i++)
+            if (words[i] != 0xFFFFFFFFu)
+                lj_test_fail(__FILE__, __LINE__, "rank 0's incoming_state was written (word %zu)",
+                             i);
+        free(words);
     }
     if (c->bwd)
         rank_bwd(ctx, stream, c, r, &a);
