@@ -801,6 +801,14 @@ LJ_TEST(incoming_state_argument_errors)
     f.incoming_state = lj_gpu_tensor(&t, in, 0, 4, ss, strided, f32);
     ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &f), LAJIT_ERR_INVALID_ARGUMENT);
     ASSERT_CONTAINS(lajit_errmsg(ctx), "lajit_cp_attn_fwd: incoming_state must be contiguous");
+    f.incoming_state = lj_gpu_tensor(&t, in, 0, 4, ss, NULL, f32);
+    t.t.device.device_type = kDLCPU; /* used by address: host memory is refused */
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &f), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "incoming_state must be CUDA device memory");
+    t.t.device.device_type = kDLCUDA;
+    t.t.device.device_id = 1;
+    ASSERT_STATUS(lajit_cp_attn_fwd(ctx, &f), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "incoming_state is on CUDA device 1");
     lajit_cp_attn_bwd_args b = w.a;
     b.incoming_state = lj_gpu_tensor(&t, in, 0, 4, (const int64_t[]){B, H + 1, D, E}, NULL, f32);
     ASSERT_STATUS(lajit_cp_attn_bwd(ctx, &b), LAJIT_ERR_INVALID_ARGUMENT);
