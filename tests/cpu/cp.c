@@ -1066,6 +1066,62 @@ LJ_TEST(segments_forward_sequence)
     ASSERT_TRUE(lj_fake_driver_balanced());
 }
 
+/* The forward by segments with the log-step exchange (simulated ranks, 300, 0 and 200 tokens, 3
+ * segments, S_0 and S_N): each rank with tokens scans its W twice — first into its running carry
+ * (slot A of its four), then from the state entering its span (rank 0: S_0; rank 2: the log-step's
+ * one incoming state, after the four slots and two scratch states). */
+LJ_TEST(segments_forward_logstep)
+{
+    need_nvrtc();
+    lj_fake_driver_reset();
+    fake_device();
+    setenv("LAJIT_CP_SEGMENTS", "3", 1);
+    lajit_ctx *ctx = fake_ctx();
+    unsetenv("LAJIT_CP_SEGMENTS");
+    enum { P = 3 };
+    const int n[P] = {300, 0, 200};
+    rank_views u[P];
+    lajit_cp_attn_fwd_args a[P];
+    for (int r = 0; r < P; r++) {
+        rank_open(&u[r], n[r]);
+        a[r] = u[r].a;
+        a[r].flags = LAJIT_CP_LOGSTEP;
+    }
+    lajit_status st = lajit__cp_attn_fwd_sim(ctx, P, a);
+    if (st != LAJIT_OK)
+        lj_test_fail(__FILE__, __LINE__, "%s: %s", lajit_status_string(st), lajit_errmsg(ctx));
+    const size_t st4 = (size_t)B * H * D * E * 4;
+    for (int r = 0; r < P; r += 2) {
+        CUdeviceptr W = 0;
+        for (int i = 0; i < lj_fake_launch_count() && !W; i++) { /* the rank's batched walk */
+            const la_params *p = &lj_fake_launch_get(i)->params;
+            if (strcmp(lj_fake_launch_get(i)->entry, "la_fwd_sm90") == 0 && p->B == 3 &&
+                (CUdeviceptr)p->k.ptr == u[r].k)
+                W = (CUdeviceptr)p->sn.ptr;
+        }
+        ASSERT_TRUE(W != 0);
+        const CUdeviceptr base = W - 4 * SLOT - 2 * st4 - st4;
+        long long scans[2][45];
+        int found = 0;
+        for (int i = 0; i < lj_fake_launch_count(); i++) {
+            long long p[45];
+            memcpy(p, &lj_fake_launch_get(i)->params, sizeof p);
+            if (strcmp(lj_fake_launch_get(i)->entry, "la_state_scan") == 0 &&
+                (CUdeviceptr)p[0] == W && found < 2)
+                memcpy(scans[found++], p, sizeof p);
+        }
+        ASSERT_EQ(found, 2);
+        ASSERT_EQ((CUdeviceptr)scans[0][24], r == 0 ? u[0].s0 : 0);
+        ASSERT_EQ((CUdeviceptr)scans[0][44], base + SLOT); /* slot A */
+        ASSERT_EQ((CUdeviceptr)scans[1][24], r == 0 ? u[0].s0 : base + 4 * SLOT + 2 * st4);
+    }
+    for (int r = 0; r < P; r++)
+        rank_close(&u[r]);
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
 /* Two batch rows (B = 2), one rank (rank 1 of 2 on the fake NCCL), 200 tokens in 3 segments of
  * 64 and a tail of 8, VK states: per row a batched call and the tail's, on views of that row's
  * tokens, its states W[j][b] a span's state apart and each row's [H, E, D] at its place in it. */
