@@ -971,6 +971,15 @@ LJ_TEST(bwd_with_the_forwards_incoming_state_nccl)
 
 /* ---- The forward by segments (LAJIT_CP_SEGMENTS) ---------------------------------------------- */
 
+/* A fake context that walks the forward by `count` segments (the variable is read at creation). */
+static lajit_ctx *fake_ctx_segments(const char *count)
+{
+    setenv("LAJIT_CP_SEGMENTS", count, 1);
+    lajit_ctx *ctx = fake_ctx();
+    unsetenv("LAJIT_CP_SEGMENTS");
+    return ctx;
+}
+
 /* Simulated ranks with spans of 300, 0 and 200 tokens cut into 3 segments (LAJIT_CP_SEGMENTS=3):
  * 64-token segments and tails of 108 and 8. Each rank with tokens: its segments' local states
  * (one batched la_fwd_sm90 over [3, H, 64, D] views of its k and v, one over the tail, into W),
@@ -982,9 +991,7 @@ LJ_TEST(segments_forward_sequence)
     need_nvrtc();
     lj_fake_driver_reset();
     fake_device();
-    setenv("LAJIT_CP_SEGMENTS", "3", 1);
-    lajit_ctx *ctx = fake_ctx();
-    unsetenv("LAJIT_CP_SEGMENTS");
+    lajit_ctx *ctx = fake_ctx_segments("3");
     enum { P = 3 };
     const int n[P] = {300, 0, 200}, tail[P] = {108, 0, 8};
     rank_views u[P];
@@ -1075,9 +1082,7 @@ LJ_TEST(segments_forward_logstep)
     need_nvrtc();
     lj_fake_driver_reset();
     fake_device();
-    setenv("LAJIT_CP_SEGMENTS", "3", 1);
-    lajit_ctx *ctx = fake_ctx();
-    unsetenv("LAJIT_CP_SEGMENTS");
+    lajit_ctx *ctx = fake_ctx_segments("3");
     enum { P = 3 };
     const int n[P] = {300, 0, 200};
     rank_views u[P];
@@ -1130,9 +1135,7 @@ LJ_TEST(segments_two_rows_vk)
     need_nvrtc();
     lj_fake_driver_reset();
     fake_device();
-    setenv("LAJIT_CP_SEGMENTS", "3", 1);
-    lajit_ctx *ctx = fake_ctx();
-    unsetenv("LAJIT_CP_SEGMENTS");
+    lajit_ctx *ctx = fake_ctx_segments("3");
     enum { B2 = 2, N = 200 };
     const DLDataType bf16 = lj_test_dl_dtype(LJ_BF16), f32 = lj_test_dl_dtype(LJ_F32);
     const int64_t qs[4] = {B2, H, N, D}, vs[4] = {B2, H, N, E}, hs[1] = {H};
@@ -1204,9 +1207,7 @@ LJ_TEST(segments_and_kept_state_driver_failures)
     need_nvrtc();
     lj_fake_driver_reset();
     fake_device();
-    setenv("LAJIT_CP_SEGMENTS", "3", 1);
-    lajit_ctx *ctx = fake_ctx();
-    unsetenv("LAJIT_CP_SEGMENTS");
+    lajit_ctx *ctx = fake_ctx_segments("3");
     enum { P = 3 };
     const int n[P] = {300, 0, 200};
     rank_views u[P];
@@ -1268,9 +1269,7 @@ LJ_TEST(segments_only_where_they_fit)
     need_nvrtc();
     lj_fake_driver_reset();
     fake_device();
-    setenv("LAJIT_CP_SEGMENTS", "4", 1);
-    lajit_ctx *ctx = fake_ctx();
-    unsetenv("LAJIT_CP_SEGMENTS");
+    lajit_ctx *ctx = fake_ctx_segments("4");
     rank_views u, u3;
     bwd_views w;
     rank_open(&u, 200); /* 200 / 4 = 50 tokens: under a chunk */
