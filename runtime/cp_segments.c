@@ -17,6 +17,7 @@
  * where the span's state-only pass followed by a forward that splits again reads k and v once
  * more. The segments are views of the caller's tensors (strides, no copies); the lengths are
  * two memsets. Everything runs through the public ops on the caller's stream. */
+#include <stdint.h>
 #include <string.h>
 
 #include "cp.h"
@@ -32,7 +33,7 @@ void lj_cp_segments_plan(lajit_ctx *ctx, cp_rank *r)
         return;
     const int G = lj_segments_for(ctx, ctx->cp_segments, r->B, r->H, r->N, r->E);
     const int64_t len = G >= 2 ? r->N / G / SEG_ALIGN * SEG_ALIGN : 0;
-    if (len == 0)
+    if (len == 0 || r->N - (G - 1) * len > INT32_MAX) /* lengths are int32 (two memsets) */
         return;
     r->seg_n = G;
     r->seg_len = len;
