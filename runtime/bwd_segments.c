@@ -117,23 +117,6 @@ static DLTensor *ints(DLTensor *out, int64_t shape[1], CUdeviceptr base, int64_t
                           (DLDataType){kDLInt, (uint8_t)bits, 1});
 }
 
-/* Batch row b of t [B, H, N, W] as a [1, H, N, W] view (NULL stays NULL). */
-static const DLTensor *row_of(DLTensor *out, int64_t shape[4], const DLTensor *t, int64_t b)
-{
-    if (!t)
-        return NULL;
-    const int64_t *sh = t->shape;
-    const int64_t s0 = t->strides ? t->strides[0] : sh[1] * sh[2] * sh[3];
-    *out = *t;
-    shape[0] = 1;
-    shape[1] = sh[1];
-    shape[2] = sh[2];
-    shape[3] = sh[3];
-    out->shape = shape;
-    out->byte_offset += (uint64_t)(b * s0) * (uint64_t)(t->dtype.bits / 8);
-    return out;
-}
-
 /* The places in the context's buffer (lj_bwd_ds_by_segments lays them out). */
 typedef struct seg_bufs {
     CUdeviceptr cu, slots, lens, W, IN, G, GM, HH, DS0;
@@ -337,16 +320,16 @@ lajit_status lj_bwd_ds_by_segments(lajit_ctx *ctx, const lajit_attn_bwd_args *a,
     }
     /* The rows one after another, each on the same buffers (one stream orders them). */
     for (long long r = 0; r < B; r++) {
-        int64_t sh[7][4], dsh[1] = {H};
+        int64_t sh[7][4], strd[7][4], dsh[1] = {H};
         DLTensor rows[7], ds_row;
         lajit_attn_bwd_args row = *a;
-        row.q = row_of(&rows[0], sh[0], a->q, r);
-        row.k = row_of(&rows[1], sh[1], a->k, r);
-        row.v = row_of(&rows[2], sh[2], a->v, r);
-        row.dout = row_of(&rows[3], sh[3], a->dout, r);
-        row.dq = (DLTensor *)row_of(&rows[4], sh[4], a->dq, r);
-        row.dk = (DLTensor *)row_of(&rows[5], sh[5], a->dk, r);
-        row.dv = (DLTensor *)row_of(&rows[6], sh[6], a->dv, r);
+        row.q = lj_tensor_segments(&rows[0], sh[0], strd[0], a->q, r, 0, N, 1);
+        row.k = lj_tensor_segments(&rows[1], sh[1], strd[1], a->k, r, 0, N, 1);
+        row.v = lj_tensor_segments(&rows[2], sh[2], strd[2], a->v, r, 0, N, 1);
+        row.dout = lj_tensor_segments(&rows[3], sh[3], strd[3], a->dout, r, 0, N, 1);
+        row.dq = (DLTensor *)lj_tensor_segments(&rows[4], sh[4], strd[4], a->dq, r, 0, N, 1);
+        row.dk = (DLTensor *)lj_tensor_segments(&rows[5], sh[5], strd[5], a->dk, r, 0, N, 1);
+        row.dv = (DLTensor *)lj_tensor_segments(&rows[6], sh[6], strd[6], a->dv, r, 0, N, 1);
         DLTensor *ds = B > 1 ? lj_device_view(&ds_row, parts + (CUdeviceptr)r * part, ctx->ordinal,
                                               1, dsh, NULL, (DLDataType){kDLFloat, 32, 1})
                              : a->ds;

@@ -160,6 +160,11 @@ int64_t lj_cp_segments_spans(const cp_rank *r); /* segments and tail: the states
 lajit_status lj_cp_segments_local(lajit_ctx *ctx, const cp_rank *r);
 lajit_status lj_cp_segments_outputs(lajit_ctx *ctx, const cp_rank *r);
 
+/* Compact float32 states of r's shape at p: [n, B, H, R, C] (all spans), or with n = 0 one
+ * [B, H, R, C] state (R, C = D, E, or E, D with VK). shape: the caller's, outliving t. */
+DLTensor *lj_cp_states(DLTensor *t, int64_t shape[5], const cp_rank *r, CUdeviceptr p, int64_t n,
+                       int ordinal);
+
 /* A failed driver call of r's call: "fn: what". */
 lajit_status lj_cp_driver_fail(lajit_ctx *ctx, const cp_call *c, CUresult cr, const char *what);
 

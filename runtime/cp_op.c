@@ -285,15 +285,17 @@ static lajit_status workspace(lajit_ctx *ctx, size_t bytes, CUdeviceptr *out)
 
 /* ---- The steps ------------------------------------------------------------------------------ */
 
-/* A float32 state view [B,H,D,E] (VK: [B,H,E,D]) of compact memory at base + off. */
-static DLTensor *state_view(DLTensor *t, int64_t shape[4], const cp_rank *r, CUdeviceptr base,
-                            size_t off, int ordinal)
+DLTensor *lj_cp_states(DLTensor *t, int64_t shape[5], const cp_rank *r, CUdeviceptr p, int64_t n,
+                       int ordinal)
 {
-    shape[0] = r->B;
-    shape[1] = r->H;
-    shape[2] = r->vk ? r->E : r->D;
-    shape[3] = r->vk ? r->D : r->E;
-    return lj_device_view(t, base + off, ordinal, 4, shape, NULL, F32);
+    int i = 0;
+    if (n)
+        shape[i++] = n;
+    shape[i++] = r->B;
+    shape[i++] = r->H;
+    shape[i++] = r->vk ? r->E : r->D;
+    shape[i++] = r->vk ? r->D : r->E;
+    return lj_device_view(t, p, ordinal, i, shape, NULL, F32);
 }
 
 /* A device copy of a compact tensor's bytes (S_0 or dS_N into the exchange, H_0 out to dS_0). */
@@ -327,7 +329,7 @@ static lajit_status cp_local(lajit_ctx *ctx, const cp_rank *r, int grad)
     if (!grad && r->seg_n) /* by segments (cp_segments.c) */
         return lj_cp_segments_local(ctx, r);
     if (r->N > 0) {
-        int64_t shape[4];
+        int64_t shape[5];
         DLTensor m;
         lajit_status st;
         if (!grad) {
@@ -336,7 +338,7 @@ static lajit_status cp_local(lajit_ctx *ctx, const cp_rank *r, int grad)
             f.q = NULL; /* the local state alone: k and v */
             f.o = NULL;
             f.initial_state = carry_in;
-            f.final_state = state_view(&m, shape, r, mine, 0, ctx->ordinal);
+            f.final_state = lj_cp_states(&m, shape, r, mine, 0, ctx->ordinal);
             st = lajit_attn_fwd(ctx, &f);
         } else {
             lajit_attn_bwd_args b;
@@ -344,7 +346,7 @@ static lajit_status cp_local(lajit_ctx *ctx, const cp_rank *r, int grad)
             b.k = b.v = NULL; /* the local gradient state alone: q and dout */
             b.dq = b.dk = b.dv = NULL;
             b.d_final_state = carry_in;
-            b.d_initial_state = state_view(&m, shape, r, mine, 0, ctx->ordinal);
+            b.d_initial_state = lj_cp_states(&m, shape, r, mine, 0, ctx->ordinal);
             st = lajit_attn_bwd(ctx, &b);
         }
         if (st != LAJIT_OK)
@@ -371,14 +373,14 @@ static lajit_status cp_local(lajit_ctx *ctx, const cp_rank *r, int grad)
 /* The state entering r's span in direction grad: what the exchange computed, or for the first
  * rank in walk order what it holds (S_0 on rank 0, dS_N on the last; NULL: zero). */
 static const DLTensor *incoming_state(lajit_ctx *ctx, const cp_rank *r, int grad, DLTensor *t,
-                                      int64_t shape[4])
+                                      int64_t shape[5])
 {
     if (!grad && r->rank == 0)
         return r->c.initial_state;
     if (grad && r->rank == r->P - 1)
         return r->c.d_final_state;
-    return state_view(t, shape, r, grad ? lj_cp_incoming(r, 1) : lj_cp_entering(r), 0,
-                      ctx->ordinal);
+    return lj_cp_states(t, shape, r, grad ? lj_cp_incoming(r, 1) : lj_cp_entering(r), 0,
+                        ctx->ordinal);
 }
 
 /* Forward: S_{a_r} out to the caller's incoming_state, where one comes from another rank. */
@@ -398,7 +400,7 @@ static lajit_status cp_fwd_outputs(lajit_ctx *ctx, const cp_rank *r)
         return LAJIT_OK;
     if (r->seg_n) /* by segments (cp_segments.c) */
         return lj_cp_segments_outputs(ctx, r);
-    int64_t in_shape[4];
+    int64_t in_shape[5];
     DLTensor in_state;
     lajit_attn_fwd_args f;
     lj_cp_fwd_args(c, &f);
@@ -415,7 +417,7 @@ static lajit_status cp_bwd_grads(lajit_ctx *ctx, const cp_rank *r)
     lj_env *env = &ctx->env;
     const cp_call *c = &r->c;
     lajit_status st;
-    int64_t in_shape[4], h_shape[4], ds_shape[1] = {r->H};
+    int64_t in_shape[5], h_shape[5], ds_shape[1] = {r->H};
     DLTensor in_state, h_state, ds_part;
     const DLTensor *incoming = incoming_state(ctx, r, 0, &in_state, in_shape);
     const DLTensor *reaching = incoming_state(ctx, r, 1, &h_state, h_shape);

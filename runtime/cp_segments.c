@@ -45,49 +45,7 @@ int64_t lj_cp_segments_spans(const cp_rank *r)
     return r->seg_n ? r->seg_n + (r->seg_tail > 0) : 0;
 }
 
-/* Batch row b of t [B, H, N, W] viewed as n segments [n, H, len, W] of len tokens each from
- * token `from`. */
-static const DLTensor *segments_of(DLTensor *out, int64_t shape[4], int64_t strides[4],
-                                   const DLTensor *t, int64_t b, int64_t from, int64_t len,
-                                   int64_t n)
-{
-    if (!t)
-        return NULL;
-    const int64_t *sh = t->shape;
-    int64_t s[4] = {sh[1] * sh[2] * sh[3], sh[2] * sh[3], sh[3], 1};
-    if (t->strides)
-        memcpy(s, t->strides, sizeof s);
-    *out = *t;
-    shape[0] = n;
-    shape[1] = sh[1];
-    shape[2] = len;
-    shape[3] = sh[3];
-    strides[0] = len * s[2];
-    strides[1] = s[1];
-    strides[2] = s[2];
-    strides[3] = s[3];
-    out->shape = shape;
-    out->strides = strides;
-    out->byte_offset += (uint64_t)(b * s[0] + from * s[2]) * (uint64_t)(t->dtype.bits / 8);
-    return out;
-}
-
 static const DLDataType F32 = {kDLFloat, 32, 1};
-
-/* Compact float32 states at p: [n, B, H, R, C] (all spans, for the scan), or [B, H, R, C] (n = 0:
- * one span's, every row). */
-static DLTensor *states_at(DLTensor *t, int64_t shape[5], const cp_rank *r, CUdeviceptr p,
-                           int64_t n, int ordinal)
-{
-    int i = 0;
-    if (n)
-        shape[i++] = n;
-    shape[i++] = r->B;
-    shape[i++] = r->H;
-    shape[i++] = r->vk ? r->E : r->D;
-    shape[i++] = r->vk ? r->D : r->E;
-    return lj_device_view(t, p, ordinal, i, shape, NULL, F32);
-}
 
 /* Batch row b's states of n spans from span j0 of W or IN ([spans, B, H, R, C] at p): an
  * [n, H, R, C] view, a span's state apart. */
@@ -123,13 +81,13 @@ static lajit_status walk_segments(lajit_ctx *ctx, const cp_rank *r, int outputs)
             DLTensor q, k, v, o, states;
             lajit_attn_fwd_args f;
             lj_cp_fwd_args(c, &f);
-            f.k = segments_of(&k, sk, tk, c->k, b, from, len, n);
-            f.v = segments_of(&v, sv, tv, c->v, b, from, len, n);
+            f.k = lj_tensor_segments(&k, sk, tk, c->k, b, from, len, n);
+            f.v = lj_tensor_segments(&v, sv, tv, c->v, b, from, len, n);
             row_states(&states, ss, ts, r, outputs ? r->s_in : r->s_w, part ? r->seg_n : 0, b, n,
                        ctx->ordinal);
             if (outputs) {
-                f.q = segments_of(&q, sq, tq, c->q, b, from, len, n);
-                f.o = (DLTensor *)segments_of(&o, so, to, c->o, b, from, len, n);
+                f.q = lj_tensor_segments(&q, sq, tq, c->q, b, from, len, n);
+                f.o = (DLTensor *)lj_tensor_segments(&o, so, to, c->o, b, from, len, n);
                 f.initial_state = &states;
             } else {
                 f.q = NULL; /* the local states alone: k and v */
@@ -160,8 +118,8 @@ static lajit_status scan_segments(lajit_ctx *ctx, const cp_rank *r, const DLTens
     lajit_attn_state_scan_args sc;
     memset(&sc, 0, sizeof sc);
     sc.struct_size = sizeof sc;
-    sc.local_states = states_at(&w, sw, r, r->s_w, spans, ctx->ordinal);
-    sc.incoming_states = states_at(&in, si, r, r->s_in, spans, ctx->ordinal);
+    sc.local_states = lj_cp_states(&w, sw, r, r->s_w, spans, ctx->ordinal);
+    sc.incoming_states = lj_cp_states(&in, si, r, r->s_in, spans, ctx->ordinal);
     sc.lengths =
         lj_device_view(&lens, r->s_lens, ctx->ordinal, 1, sl, NULL, (DLDataType){kDLInt, 32, 1});
     sc.s = c->s;
@@ -194,16 +152,16 @@ lajit_status lj_cp_segments_local(lajit_ctx *ctx, const cp_rank *r)
     int64_t shape[5];
     DLTensor carry;
     return scan_segments(ctx, r, r->rank == 0 ? c->initial_state : NULL,
-                         states_at(&carry, shape, r, r->carry, 0, ctx->ordinal));
+                         lj_cp_states(&carry, shape, r, r->carry, 0, ctx->ordinal));
 }
 
 lajit_status lj_cp_segments_outputs(lajit_ctx *ctx, const cp_rank *r)
 {
     int64_t shape[5];
     DLTensor entering;
-    const DLTensor *in = r->rank == 0
-                             ? r->c.initial_state
-                             : states_at(&entering, shape, r, lj_cp_entering(r), 0, ctx->ordinal);
+    const DLTensor *in =
+        r->rank == 0 ? r->c.initial_state
+                     : lj_cp_states(&entering, shape, r, lj_cp_entering(r), 0, ctx->ordinal);
     lajit_status s = scan_segments(ctx, r, in, NULL);
     return s == LAJIT_OK ? walk_segments(ctx, r, 1) : s;
 }

@@ -428,6 +428,31 @@ uint64_t lj_tensor_address(const DLTensor *t)
     return (uint64_t)(uintptr_t)t->data + t->byte_offset;
 }
 
+const DLTensor *lj_tensor_segments(DLTensor *out, int64_t shape[4], int64_t strides[4],
+                                   const DLTensor *t, int64_t b, int64_t from, int64_t len,
+                                   int64_t n)
+{
+    if (!t)
+        return NULL;
+    const int64_t *sh = t->shape;
+    int64_t s[4] = {sh[1] * sh[2] * sh[3], sh[2] * sh[3], sh[3], 1};
+    if (t->strides)
+        memcpy(s, t->strides, sizeof s);
+    *out = *t;
+    shape[0] = n;
+    shape[1] = sh[1];
+    shape[2] = len;
+    shape[3] = sh[3];
+    strides[0] = len * s[2];
+    strides[1] = s[1];
+    strides[2] = s[2];
+    strides[3] = s[3];
+    out->shape = shape;
+    out->strides = strides;
+    out->byte_offset += (uint64_t)(b * s[0] + from * s[2]) * (uint64_t)(t->dtype.bits / 8);
+    return out;
+}
+
 DLTensor *lj_device_view(DLTensor *t, uint64_t addr, int ordinal, int ndim, int64_t *shape,
                          int64_t *strides, DLDataType dtype)
 {

@@ -107,4 +107,11 @@ uint64_t lj_tensor_address(const DLTensor *t);
 DLTensor *lj_device_view(DLTensor *t, uint64_t addr, int ordinal, int ndim, int64_t *shape,
                          int64_t *strides, DLDataType dtype);
 
+/* Batch row b of t [B, H, N, W] (any strides) as n segments of len tokens from token `from`,
+ * each after the one before: an [n, H, len, W] view into out, shape and strides in the caller's
+ * arrays (n = 1, from = 0, len = N: the row alone). NULL stays NULL. Returns out. */
+const DLTensor *lj_tensor_segments(DLTensor *out, int64_t shape[4], int64_t strides[4],
+                                   const DLTensor *t, int64_t b, int64_t from, int64_t len,
+                                   int64_t n);
+
 #endif
