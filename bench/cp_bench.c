@@ -567,9 +567,9 @@ static void print_row(const cp_opts *o, const char *scaling, const cp_job *j, co
         printf(", \"speedup\": %.4f, \"speedup_fwd\": %.4f", whole->ms[W_FWDBWD] / t[W_FWDBWD],
                whole->ms[W_FWD] / t[W_FWD]);
     const char *nvls = getenv("NCCL_NVLS_ENABLE"), *segs = getenv("LAJIT_CP_SEGMENTS");
-    /* LAJIT_CP_SEGMENTS as the ranks' contexts read it (off by default). */
+    /* LAJIT_CP_SEGMENTS as the ranks' contexts read it (automatic by default). */
     int bad;
-    const int seg = lj_segments_parse(segs, 1, &bad);
+    const int seg = lj_segments_parse(segs, 0, &bad);
     char seg_text[16];
     snprintf(seg_text, sizeof seg_text, "%d", seg);
     if (seg <= 1)

@@ -518,6 +518,10 @@ LAJIT_API lajit_status lajit_attn_state_scan(lajit_ctx *ctx,
  *       the all-gather up to 8 ranks, the log-step scan beyond (docs/notes/context_parallel.md:
  *       the model, the crossover);
  *   (d) lajit_attn_fwd over the span from S_{a_r}: the span's exact outputs o_t = σ q_t S_t.
+ * With few heads and a long dense span (LAJIT_CP_SEGMENTS, automatic by default) steps (a) and
+ * (d) walk the span as segments side by side, their local states scanned into M_r, and after the
+ * exchange into each segment's incoming state: k and v read twice in all instead of three times;
+ * the outputs differ from the walk of the whole span by rounding only.
  * All on the caller's stream, with no host synchronisation; after the first call of a shape
  * (which sizes the workspace and compiles the kernels) nothing is allocated: make that call
  * before capturing a graph. Calls that share a context must share a stream (the workspace).
@@ -622,8 +626,9 @@ LAJIT_API lajit_status lajit_cp_attn_fwd(lajit_ctx *ctx, const lajit_cp_attn_fwd
  *   rank's span, given by every rank or by none (step (a) is an exchange, a collective: ranks
  *   that disagree hang, undetected). Step (a) is then skipped — no pass over k and v, no
  *   exchange. The gradients are those of the recomputing backward: bit for bit when the
- *   forward ran as the backward recomputes (without LAJIT_CP_SEGMENTS), else within the
- *   rounding of the state's other summation order. Rank 0 (dense) and a varlen rank without
+ *   forward did not run by segments (LAJIT_CP_SEGMENTS=off, or spans too short or too many
+ *   heads for the automatic choice), else within the rounding of the state's other summation
+ *   order. Rank 0 (dense) and a varlen rank without
  *   LAJIT_CP_CONTINUES_IN do not read it (their incoming state is S_0, or the pools'). Shape and
  *   layout as in the forward; contiguous CUDA memory of the context's device. Stale values (a
  *   forward with other inputs) give wrong gradients, undetected.

@@ -49,15 +49,15 @@ int lj_segments_parse(const char *v, int dflt, int *bad)
     return dflt;
 }
 
-/* A segments variable read at creation; a bad value is logged and gives dflt. */
-static int segments_setting(lajit_ctx *ctx, const char *name, int dflt)
+/* A segments variable read at creation; unset, or a bad value (logged): the automatic choice. */
+static int segments_setting(lajit_ctx *ctx, const char *name)
 {
     int bad;
     const char *v = getenv(name);
-    const int n = lj_segments_parse(v, dflt, &bad);
+    const int n = lj_segments_parse(v, 0, &bad);
     if (bad)
-        lj_log(&ctx->env, LAJIT_LOG_WARN, "%s=%s is not off, auto or 0..64: %s", name, v,
-               dflt == 1 ? "off" : "the automatic choice");
+        lj_log(&ctx->env, LAJIT_LOG_WARN, "%s=%s is not off, auto or 0..64: the automatic choice",
+               name, v);
     return n;
 }
 
@@ -113,9 +113,10 @@ LAJIT_API lajit_status lajit_ctx_create(const lajit_ctx_desc *desc, lajit_ctx **
     lajit_status st = LAJIT_OK;
     if (bundle && (st = lj_bundle_open(&ctx->env, bundle, &ctx->bundle)) != LAJIT_OK)
         return create_failed(ctx, st);
-    ctx->ds_segments = segments_setting(ctx, "LAJIT_DS_SEGMENTS", 0);
-    /* Off until measured on a GPU: context parallelism's forward by segments (cp_segments.c). */
-    ctx->cp_segments = segments_setting(ctx, "LAJIT_CP_SEGMENTS", 1);
+    /* Both automatic unless set (bwd_segments.c's rule; docs/notes/split.md and
+     * context_parallel.md have the rows that chose them). */
+    ctx->ds_segments = segments_setting(ctx, "LAJIT_DS_SEGMENTS");
+    ctx->cp_segments = segments_setting(ctx, "LAJIT_CP_SEGMENTS");
     /* Unlike LAJIT_DS_SEGMENTS, whose bad value falls back to the automatic choice, a bad
      * LAJIT_PDL fails: whoever sets it is measuring both ways, and a typo that silently ran the
      * default would make the two measurements one. */

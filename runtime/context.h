@@ -45,7 +45,7 @@ struct lajit_ctx {
     long long seg_N;
     int seg_P;
     int ds_segments; /* LAJIT_DS_SEGMENTS: 0 automatic, 1 never, n >= 2 always n (tests) */
-    int cp_segments; /* LAJIT_CP_SEGMENTS: the same for context parallelism's forward; 1 unless set */
+    int cp_segments; /* LAJIT_CP_SEGMENTS: the same for context parallelism's forward */
     int pdl;         /* LAJIT_PDL: 1 (default) launch kernels whose spec says pdl with
                         programmatic stream serialization where possible (lj_plan_launch), 0 never */
     /* Context parallelism's varlen calls: the slots 0 .. cp_ids_n − 1 (cp_varlen.c). */

@@ -150,7 +150,8 @@ int lj_bwd_segments(lajit_ctx *ctx, const lajit_attn_bwd_args *a, long long H, l
 /* The segments of each of `rows` sequences of N tokens with H heads of value width E, the rows
  * walked one after another, by a setting (0: the automatic choice — about the SMs' worth of
  * 64-column CTAs in a row's calls, segments of at least 4,096 tokens, none where the plain
- * passes' rows · H · E/64 CTAs already fill half the SMs; 1: none; n >= 2: n), at most N; 0 for
+ * passes' rows · H · E/64 CTAs already fill half the SMs or where that leaves fewer than two
+ * segments a row; 1: none; n >= 2: n), at most N; 0 for
  * none. Shared by the backward's ds (LAJIT_DS_SEGMENTS) and context parallelism
  * (LAJIT_CP_SEGMENTS). */
 int lj_segments_for(lajit_ctx *ctx, int setting, long long rows, long long H, long long N,

@@ -8,6 +8,7 @@
 
 #include "context.h"
 #include "fake_driver.h"
+#include "op_args.h"
 
 typedef struct seqs {
     CUcontext cuctx;
@@ -303,23 +304,22 @@ LJ_TEST(backward_ds_by_segments)
     ASSERT_EQ(lj_fake_driver_counts()->allocs, lj_fake_driver_counts()->frees);
 }
 
-/* Two batch rows (B = 2, H = 1, N = 16384). The automatic choice leaves several rows to the plain
- * passes for now (three launches); LAJIT_DS_SEGMENTS=4 takes them by segments: each row's seven
- * launches of the one-row case, on that row's tensors (every sequence operand a row further on,
- * the segment pools and boundaries the same), its ds into a part of its own; then one scan sums
- * the parts in row order and a copy writes ds. With initial and final-gradient states, each row
- * copies its own. */
+/* Two batch rows (B = 2, H = 1, N = 16384). LAJIT_DS_SEGMENTS=off: the plain passes (three
+ * launches). The automatic choice takes them by four segments (4 CTAs of plain passes on a GPU of
+ * many SMs; 16384 / 4096 tokens): each row's seven launches of the one-row case, on that row's
+ * tensors (every sequence operand a row further on, the segment pools and boundaries the same),
+ * its ds into a part of its own; then one scan sums the parts in row order and a copy writes ds.
+ * With initial and final-gradient states, each row copies its own. */
 LJ_TEST(backward_ds_by_segments_two_rows)
 {
     require_nvrtc();
     lj_fake_driver_reset();
     seqs u;
     seqs_open(&u, 2, 1, 16384, 64);
-    unsetenv("LAJIT_DS_SEGMENTS");
+    setenv("LAJIT_DS_SEGMENTS", "off", 1);
     lajit_ctx *plain = fake_ctx();
-    setenv("LAJIT_DS_SEGMENTS", "4", 1);
-    lajit_ctx *ctx = fake_ctx();
     unsetenv("LAJIT_DS_SEGMENTS");
+    lajit_ctx *ctx = fake_ctx();
     lajit_attn_bwd_args b;
     memset(&b, 0, sizeof b);
     b.struct_size = sizeof b;
@@ -403,4 +403,31 @@ LJ_TEST(backward_ds_by_segments_two_rows)
         ASSERT_EQ(lj_fake_driver()->cuMemFree(g[i]), CUDA_SUCCESS);
     seqs_close(&u);
     ASSERT_EQ(lj_fake_driver_counts()->allocs, lj_fake_driver_counts()->frees);
+}
+
+/* The automatic segment count on the fake sm_90 (132 SMs), and a forced one. Segments where the
+ * plain passes leave most SMs idle and each row gets at least two (the rows run one after
+ * another); none where a row would get fewer (B 8, H 2, N 16K: four segments of 4096 tokens for
+ * eight rows) or the plain passes' CTAs fill half the SMs. */
+LJ_TEST(automatic_segment_counts)
+{
+    lj_fake_driver_reset();
+    seqs u;
+    seqs_open(&u, 1, 1, 64, 64); /* the fake device, current */
+    unsetenv("LAJIT_DS_SEGMENTS");
+    lajit_ctx *ctx = fake_ctx();
+    ASSERT_EQ(lj_segments_for(ctx, 0, 1, 8, 65536, 128), 16);
+    ASSERT_EQ(lj_segments_for(ctx, 0, 2, 16, 131072, 64), 16);
+    ASSERT_EQ(lj_segments_for(ctx, 0, 2, 1, 16384, 64), 4);
+    ASSERT_EQ(lj_segments_for(ctx, 0, 2, 8, 16384, 128), 4);
+    ASSERT_EQ(lj_segments_for(ctx, 0, 4, 4, 65536, 128), 16);
+    ASSERT_EQ(lj_segments_for(ctx, 0, 8, 2, 16384, 64), 0);  /* 4 segments, 8 rows */
+    ASSERT_EQ(lj_segments_for(ctx, 0, 4, 4, 16384, 128), 0); /* 4 segments, 4 rows */
+    ASSERT_EQ(lj_segments_for(ctx, 0, 2, 4, 8192, 64), 0);   /* 2 segments, 2 rows */
+    ASSERT_EQ(lj_segments_for(ctx, 0, 4, 32, 8192, 128), 0); /* the plain passes fill the GPU */
+    ASSERT_EQ(lj_segments_for(ctx, 0, 1, 8, 4096, 128), 0);  /* too short for two */
+    ASSERT_EQ(lj_segments_for(ctx, 3, 8, 2, 16384, 64), 3);  /* forced */
+    ASSERT_EQ(lj_segments_for(ctx, 1, 1, 8, 65536, 128), 0); /* off */
+    lajit_ctx_destroy(ctx);
+    seqs_close(&u);
 }
