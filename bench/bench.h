@@ -48,6 +48,9 @@ CUdeviceptr lj_bench_alloc(size_t bytes);
 /* Fills n values of `bits` (32: float32, 16: bfloat16) with uniform random numbers in
  * [-amp, amp) drawn from seed. */
 void lj_bench_fill_random(CUdeviceptr p, size_t n, int bits, float amp, unsigned seed);
+/* The same values in a dtype by name: "bf16", "f16" (IEEE half) or "f32". */
+void lj_bench_fill_random_dtype(CUdeviceptr p, size_t n, const char *dtype, float amp,
+                                unsigned seed);
 
 /* A compact DLPack view (strides NULL) of device memory p on device `ordinal`. shape is not
  * copied: it must outlive the view. */

@@ -48,6 +48,55 @@ CUdeviceptr lj_bench_alloc(size_t bytes)
     return p;
 }
 
+/* The fills' generator: the next value in [-amp, amp) of the sequence x. */
+static float next_value(unsigned *x, float amp)
+{
+    *x = *x * 1664525u + 1013904223u;
+    return amp * ((float)(*x >> 8) / 8388608.0f - 1.0f);
+}
+
+/* f to IEEE fp16, rounded to nearest even (|f| below 65504; subnormals kept). */
+static unsigned short to_half(float f)
+{
+    unsigned u;
+    memcpy(&u, &f, 4);
+    const unsigned sign = (u >> 16) & 0x8000u, mant = u & 0x7fffffu;
+    const int exp = (int)((u >> 23) & 0xffu) - 127 + 15;
+    if (exp >= 31)
+        return (unsigned short)(sign | 0x7c00u);
+    unsigned m = mant | 0x800000u, shift = 13;
+    unsigned h = sign | ((unsigned)exp << 10);
+    if (exp <= 0) { /* subnormal: the implicit 1 shifted in */
+        if (exp < -10)
+            return (unsigned short)sign;
+        shift = (unsigned)(14 - exp);
+        h = sign;
+    } else {
+        m = mant;
+    }
+    const unsigned half = 1u << (shift - 1), rest = m & ((1u << shift) - 1);
+    unsigned r = m >> shift;
+    if (rest > half || (rest == half && (r & 1)))
+        r++; /* may carry into the exponent: still the right value */
+    return (unsigned short)(h + r);
+}
+
+static void fill_random_f16(CUdeviceptr p, size_t n, float amp, unsigned seed)
+{
+    /* lj_bench_fill_random's values, converted on the host. */
+    unsigned short *h = malloc(n ? n * 2 : 1);
+    if (!h) {
+        fprintf(stderr, "lajit_bench: out of host memory (%zu bytes)\n", n * 2);
+        lj_bench_die();
+    }
+    unsigned x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++)
+        h[i] = to_half(next_value(&x, amp));
+    if (n)
+        CU(cuMemcpyHtoD(p, h, n * 2));
+    free(h);
+}
+
 void lj_bench_fill_random(CUdeviceptr p, size_t n, int bits, float amp, unsigned seed)
 {
     size_t bytes = n * (size_t)(bits / 8);
@@ -58,8 +107,7 @@ void lj_bench_fill_random(CUdeviceptr p, size_t n, int bits, float amp, unsigned
     }
     unsigned x = seed * 2654435761u + 1;
     for (size_t i = 0; i < n; i++) {
-        x = x * 1664525u + 1013904223u;
-        float f = amp * ((float)(x >> 8) / 8388608.0f - 1.0f);
+        float f = next_value(&x, amp);
         unsigned u;
         memcpy(&u, &f, 4);
         if (bits == 32) {
@@ -100,4 +148,13 @@ int lj_bench_parse_list(const char *s, int *out, int cap)
         s = c + 1;
     }
     return n;
+}
+
+void lj_bench_fill_random_dtype(CUdeviceptr p, size_t n, const char *dtype, float amp,
+                                unsigned seed)
+{
+    if (strcmp(dtype, "f16") == 0)
+        fill_random_f16(p, n, amp, seed);
+    else
+        lj_bench_fill_random(p, n, strcmp(dtype, "f32") == 0 ? 32 : 16, amp, seed);
 }

@@ -210,39 +210,42 @@ static size_t free_device_bytes(void)
  * extra_MiB: the device memory one step needs above its inputs, counted as the peers' allocator
  * counts it: the outputs o, dq, dk, dv (the library allocates nothing else without ds). */
 static void bench_prefill(lajit_ctx *ctx, CUstream s, int B, int H, const int *Ds, int nD,
-                          const int *Ns, int nN, const char *family, int bwd)
+                          const int *Ns, int nN, const char *family, int bwd, const char *dtype)
 {
+    /* q, k, v, o and the gradients in `dtype`. */
+    const int bits = strcmp(dtype, "f32") == 0 ? 32 : 16, el = bits / 8;
+    const uint8_t code = strcmp(dtype, "bf16") == 0 ? kDLBfloat : kDLFloat;
     for (int di = 0; di < nD; di++) {
         for (int ni = 0; ni < nN; ni++) {
             int D = Ds[di], E = Ds[di], N = Ns[ni];
             size_t nq = (size_t)B * H * N * D, nv = (size_t)B * H * N * E;
-            CUdeviceptr q = lj_bench_alloc(nq * 2), k = lj_bench_alloc(nq * 2),
-                        v = lj_bench_alloc(nv * 2), sl = lj_bench_alloc((size_t)H * 4),
-                        g = bwd ? lj_bench_alloc(nv * 2) : 0, dsb = lj_bench_alloc((size_t)H * 4);
-            lj_bench_fill_random(q, nq, 16, 0.1f, 1);
-            lj_bench_fill_random(k, nq, 16, 0.1f, 2);
-            lj_bench_fill_random(v, nv, 16, 0.1f, 3);
+            CUdeviceptr q = lj_bench_alloc(nq * el), k = lj_bench_alloc(nq * el),
+                        v = lj_bench_alloc(nv * el), sl = lj_bench_alloc((size_t)H * 4),
+                        g = bwd ? lj_bench_alloc(nv * el) : 0, dsb = lj_bench_alloc((size_t)H * 4);
+            lj_bench_fill_random_dtype(q, nq, dtype, 0.1f, 1);
+            lj_bench_fill_random_dtype(k, nq, dtype, 0.1f, 2);
+            lj_bench_fill_random_dtype(v, nv, dtype, 0.1f, 3);
             if (bwd)
-                lj_bench_fill_random(g, nv, 16, 0.1f, 4);
+                lj_bench_fill_random_dtype(g, nv, dtype, 0.1f, 4);
             float *slopes = malloc((size_t)H * 4);
             lj_bench_check(ctx, lajit_decay_alibi(H, 0, 1, slopes), "slopes");
             CU(cuMemcpyHtoD(sl, slopes, (size_t)H * 4));
             free(slopes);
-            CUdeviceptr o = lj_bench_alloc(nv * 2), dq = 0, dk = 0, dv = 0;
+            CUdeviceptr o = lj_bench_alloc(nv * el), dq = 0, dk = 0, dv = 0;
             if (bwd)
-                dq = lj_bench_alloc(nq * 2), dk = lj_bench_alloc(nq * 2),
-                dv = lj_bench_alloc(nv * 2);
+                dq = lj_bench_alloc(nq * el), dk = lj_bench_alloc(nq * el),
+                dv = lj_bench_alloc(nv * el);
             int64_t qs[4] = {B, H, N, D}, vs[4] = {B, H, N, E}, ss[1] = {H};
-            DLTensor tq = lj_bench_tensor(q, 4, qs, 16, kDLBfloat, 0),
-                     tk = lj_bench_tensor(k, 4, qs, 16, kDLBfloat, 0);
-            DLTensor tv = lj_bench_tensor(v, 4, vs, 16, kDLBfloat, 0),
-                     to = lj_bench_tensor(o, 4, vs, 16, kDLBfloat, 0);
+            DLTensor tq = lj_bench_tensor(q, 4, qs, bits, code, 0),
+                     tk = lj_bench_tensor(k, 4, qs, bits, code, 0);
+            DLTensor tv = lj_bench_tensor(v, 4, vs, bits, code, 0),
+                     to = lj_bench_tensor(o, 4, vs, bits, code, 0);
             DLTensor ts = lj_bench_tensor(sl, 1, ss, 32, kDLFloat, 0),
                      tds = lj_bench_tensor(dsb, 1, ss, 32, kDLFloat, 0);
-            DLTensor tg = lj_bench_tensor(g, 4, vs, 16, kDLBfloat, 0),
-                     tdq = lj_bench_tensor(dq, 4, qs, 16, kDLBfloat, 0);
-            DLTensor tdk = lj_bench_tensor(dk, 4, qs, 16, kDLBfloat, 0),
-                     tdv = lj_bench_tensor(dv, 4, vs, 16, kDLBfloat, 0);
+            DLTensor tg = lj_bench_tensor(g, 4, vs, bits, code, 0),
+                     tdq = lj_bench_tensor(dq, 4, qs, bits, code, 0);
+            DLTensor tdk = lj_bench_tensor(dk, 4, qs, bits, code, 0),
+                     tdv = lj_bench_tensor(dv, 4, vs, bits, code, 0);
             fwd_case c;
             memset(&c, 0, sizeof c);
             c.ctx = ctx;
@@ -265,11 +268,10 @@ static void bench_prefill(lajit_ctx *ctx, CUstream s, int B, int H, const int *D
             c.bwd.s = &ts;
             c.bwd.scale = 1.0f;
             double ms = time_op(run_fwd, &c, s, 50);
-            printf(
-                "{\"op\": \"fwd\", \"impl\": \"lajit\", \"family\": \"%s\", \"dtype\": \"bf16\", "
-                "\"B\": %d, \"H\": %d, \"D\": %d, \"E\": %d, \"N\": %d, \"decay\": true, "
-                "\"ms\": %.5f}\n",
-                family ? family : "default", B, H, D, E, N, ms);
+            printf("{\"op\": \"fwd\", \"impl\": \"lajit\", \"family\": \"%s\", \"dtype\": \"%s\", "
+                   "\"B\": %d, \"H\": %d, \"D\": %d, \"E\": %d, \"N\": %d, \"decay\": true, "
+                   "\"ms\": %.5f}\n",
+                   family ? family : "default", dtype, B, H, D, E, N, ms);
             fflush(stdout);
             if (bwd) {
                 run_fwdbwd(&c, s); /* plans built, kernels loaded */
@@ -281,16 +283,16 @@ static void bench_prefill(lajit_ctx *ctx, CUstream s, int B, int H, const int *D
                 /* Allocator-level, as the peers' torch.cuda.max_memory_allocated: the outputs
                  * (lajit's backward allocates nothing without ds). The driver's free-memory
                  * drop across the call is reported beside it. */
-                double extra = (double)(2 * nv + 2 * nq) * 2 / 1048576.0;
+                double extra = (double)(2 * nv + 2 * nq) * el / 1048576.0;
                 double drop = (double)(before > after ? before - after : 0) / 1048576.0;
                 double fb = time_op(run_fwdbwd, &c, s, 20);
                 c.bwd.ds = &tds;
                 double fbds = time_op(run_fwdbwd, &c, s, 10);
                 c.bwd.ds = NULL;
-                printf("{\"op\": \"fwdbwd\", \"impl\": \"lajit\", \"dtype\": \"bf16\", \"B\": %d, "
+                printf("{\"op\": \"fwdbwd\", \"impl\": \"lajit\", \"dtype\": \"%s\", \"B\": %d, "
                        "\"H\": %d, \"D\": %d, \"E\": %d, \"N\": %d, \"decay\": true, \"ms\": %.5f, "
                        "\"ms_ds\": %.5f, \"extra_MiB\": %.1f, \"driver_free_drop_MiB\": %.1f}\n",
-                       B, H, D, E, N, fb, fbds, extra, drop);
+                       dtype, B, H, D, E, N, fb, fbds, extra, drop);
                 fflush(stdout);
             }
             CUdeviceptr frees[] = {q, k, v, o, sl, g, dq, dk, dv, dsb};
@@ -436,11 +438,9 @@ static void bench_decode(lajit_ctx *ctx, CUstream s, const int *Bs, int nB, int 
         CUdeviceptr q = lj_bench_alloc(nq * eb), k = lj_bench_alloc(nq * eb),
                     v = lj_bench_alloc(nq * eb), o = lj_bench_alloc(nq * eb),
                     sl = lj_bench_alloc((size_t)H * 4);
-        /* (fp16 inputs get bf16 bit patterns of values in [-1, 1]: finite, which is all timing
-         * needs.) */
-        lj_bench_fill_random(q, nq, in_bits, 1.0f, 7);
-        lj_bench_fill_random(k, nq, in_bits, 1.0f, 8);
-        lj_bench_fill_random(v, nq, in_bits, 1.0f, 9);
+        lj_bench_fill_random_dtype(q, nq, dv.in, 1.0f, 7);
+        lj_bench_fill_random_dtype(k, nq, dv.in, 1.0f, 8);
+        lj_bench_fill_random_dtype(v, nq, dv.in, 1.0f, 9);
         float *slopes = malloc((size_t)H * 4);
         lj_bench_check(ctx, lajit_decay_alibi(H, 0, 1, slopes), "slopes");
         CU(cuMemcpyHtoD(sl, slopes, (size_t)H * 4));
@@ -617,7 +617,7 @@ static void bench_dispatch_custom(lajit_ctx *ctx, CUstream s)
 
 int main(int argc, char **argv)
 {
-    const char *mode = "all", *family = NULL, *jit_what = "first_call";
+    const char *mode = "all", *family = NULL, *jit_what = "first_call", *dtype = "bf16";
     int Ds[8] = {64, 128}, nD = 2, Ns[16] = {1024, 2048, 4096, 8192, 16384, 32768}, nN = 6;
     int Bs[16] = {1, 4, 16, 32, 64, 128, 256}, nB = 7, Ts[8] = {1, 4}, nT = 2;
     int B = 4, H = 32, dH = 64, dDs[8] = {128}, nDD = 1, Sbits[2] = {32}, nS = 1;
@@ -638,7 +638,8 @@ int main(int argc, char **argv)
                 "NAME]\n"
                 "       lajit_bench --mode cp --help   (context parallelism: its own arguments)\n"
                 "  [--jit-what first_call_cold|first_call_warm_disk|first_call_bundle]\n"
-                "  [--B 4] [--H 32] [--D 64,128] [--N 1024,...] [--decode-B 1,4,...]\n"
+                "  [--B 4] [--H 32] [--D 64,128] [--N 1024,...] [--dtype bf16|f16|f32]\n"
+                "  [--decode-B 1,4,...]\n"
                 "  [--decode-H 64] [--decode-D 128,...] [--T 1,4,...] [--state 32,16] [--pdl 0,1]\n"
                 "  [--decode-in bf16,f16,f32] [--vk 0,1]\n"
                 "Prints one JSON row per measurement (DESIGN.md's report rows).\n");
@@ -650,7 +651,13 @@ int main(int argc, char **argv)
             family = v;
         else if (strcmp(a, "--jit-what") == 0)
             jit_what = v;
-        else if (strcmp(a, "--B") == 0)
+        else if (strcmp(a, "--dtype") == 0) { /* prefill and fwdbwd rows */
+            dtype = v;
+            if (strcmp(v, "bf16") != 0 && strcmp(v, "f16") != 0 && strcmp(v, "f32") != 0) {
+                fprintf(stderr, "lajit_bench: --dtype takes bf16, f16 or f32\n");
+                return 2;
+            }
+        } else if (strcmp(a, "--B") == 0)
             B = atoi(v);
         else if (strcmp(a, "--H") == 0)
             H = atoi(v);
@@ -748,7 +755,8 @@ int main(int argc, char **argv)
         lajit_ctx_destroy(pctx);
     }
     if (all || strcmp(mode, "prefill") == 0 || strcmp(mode, "fwdbwd") == 0)
-        bench_prefill(ctx, s, B, H, Ds, nD, Ns, nN, family, all || strcmp(mode, "fwdbwd") == 0);
+        bench_prefill(ctx, s, B, H, Ds, nD, Ns, nN, family, all || strcmp(mode, "fwdbwd") == 0,
+                      dtype);
     CU(cuMemFree(flush_buf));
     CU(cuStreamDestroy(s));
     lajit_ctx_destroy(ctx);
