@@ -15,7 +15,7 @@
 #   prefill       lajit_bench prefill, the B = 4, H = 32 grid (fwd rows)
 #   long          lajit_bench fwdbwd at the long-sequence shapes of issue 16 (fwd, fwdbwd rows)
 #   cp            context parallelism over the host's GPUs (only when named): CP_ARGS, then the
-#                 same with LAJIT_CP_SEGMENTS=$CP_SEGMENTS (default auto; empty: once only)
+#                 same with LAJIT_CP_SEGMENTS=$CP_SEGMENTS (default off; empty: once only)
 #   peers         peer_bench.py --mode all on the grid (about 7 minutes)
 #   peers-decode  bench/peers_decode.py: FLA's decode step in a CUDA graph at T 1 and 4
 #   peers-long    peer_bench.py: the copy ceiling, then FLA alone at the long shapes, one call
@@ -149,14 +149,14 @@ if has cp; then
     note "cp (limit $t s)"
     # Context parallelism over every GPU of the host (one process each); NCCL from the wheel.
     [ -n "${LAJIT_NCCL_PATH:-}" ] || export LAJIT_NCCL_PATH=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)
-    # CP_ARGS: lajit_bench's cp options (default: its own). The rows as the library stands, then
-    # again with the forward by segments (LAJIT_CP_SEGMENTS=$CP_SEGMENTS, default auto; empty:
-    # not run): each row says which in "segments".
+    # CP_ARGS: lajit_bench's cp options (default: its own). The rows as the library stands (the
+    # forward by segments automatic), then again with LAJIT_CP_SEGMENTS=$CP_SEGMENTS (default off:
+    # the whole-span walk, for comparison; empty: not run): each row says which in "segments".
     NCCL_NVLS_ENABLE=0 lajit_rows --mode cp ${CP_ARGS:-}
-    if [ -n "${CP_SEGMENTS-auto}" ]; then
+    if [ -n "${CP_SEGMENTS-off}" ]; then
         t=$(limit "${CP_TIMEOUT:-300}")
-        note "cp with LAJIT_CP_SEGMENTS=${CP_SEGMENTS-auto} (limit $t s)"
-        LAJIT_CP_SEGMENTS=${CP_SEGMENTS-auto} NCCL_NVLS_ENABLE=0 lajit_rows --mode cp ${CP_ARGS:-}
+        note "cp with LAJIT_CP_SEGMENTS=${CP_SEGMENTS-off} (limit $t s)"
+        LAJIT_CP_SEGMENTS=${CP_SEGMENTS-off} NCCL_NVLS_ENABLE=0 lajit_rows --mode cp ${CP_ARGS:-}
     fi
 fi
 tail -5 "$OUT/bench.err" 2>/dev/null
