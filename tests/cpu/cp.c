@@ -1771,3 +1771,45 @@ LJ_TEST(varlen_gpu_cases_on_the_fake_driver)
         }
     }
 }
+
+/* The forward by segments (now the default where spans are long): every driver call of a call
+ * failing in turn gives a status naming the op, never a crash, and the context serves the next
+ * call; nothing leaks. Spans of 300, 0 and 200 tokens cut into 3 segments, as above. */
+LJ_TEST(segments_forward_driver_failures)
+{
+    need_nvrtc();
+    lj_fake_driver_reset();
+    fake_device();
+    lajit_ctx *ctx = fake_ctx_segments("3");
+    enum { P = 3 };
+    const int n[P] = {300, 0, 200};
+    rank_views u[P];
+    lajit_cp_attn_fwd_args a[P];
+    for (int r = 0; r < P; r++) {
+        rank_open(&u[r], n[r]);
+        a[r] = u[r].a;
+    }
+    ASSERT_OK(lajit__cp_attn_fwd_sim(ctx, P, a)); /* compiles, sizes the workspace */
+    lj_env *env = lajit__ctx_env(ctx);
+    const int l0 = lj_fake_launch_count();
+    const uint64_t c0 = env->fault_count[LJ_FAULT_DRIVER];
+    ASSERT_OK(lajit__cp_attn_fwd_sim(ctx, P, a));
+    ASSERT_EQ(lj_fake_launch_count() - l0, 15); /* by segments: segments_forward_sequence's 15 */
+    const uint64_t calls = env->fault_count[LJ_FAULT_DRIVER] - c0;
+    for (uint64_t k = 1; k <= calls; k++) {
+        env->fault_at[LJ_FAULT_DRIVER] = env->fault_count[LJ_FAULT_DRIVER] + k;
+        lajit_status st = lajit__cp_attn_fwd_sim(ctx, P, a);
+        env->fault_at[LJ_FAULT_DRIVER] = 0;
+        if (st == LAJIT_OK)
+            lj_test_fail(__FILE__, __LINE__, "driver call %llu of %llu failed, the call passed",
+                         (unsigned long long)k, (unsigned long long)calls);
+        ASSERT_CONTAINS(lajit_errmsg(ctx), "lajit_cp_attn_fwd");
+        ASSERT_OK(lajit__cp_attn_fwd_sim(ctx, P, a));
+    }
+    printf("%llu driver calls failed in turn\n", (unsigned long long)calls);
+    for (int r = 0; r < P; r++)
+        rank_close(&u[r]);
+    lajit_ctx_destroy(ctx);
+    lj_fake_driver()->cuDevicePrimaryCtxRelease(0);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}

@@ -431,3 +431,72 @@ LJ_TEST(automatic_segment_counts)
     lajit_ctx_destroy(ctx);
     seqs_close(&u);
 }
+
+/* The backward's ds by segments over two batch rows (automatic: B = 2, H = 1, N = 16384, four
+ * segments a row), with S_0 and dS_N: every driver call of a call failing in turn gives a status
+ * whose message says what failed, never a crash, and the context serves the next call; nothing
+ * leaks. */
+LJ_TEST(backward_ds_by_segments_driver_failures)
+{
+    require_nvrtc();
+    lj_fake_driver_reset();
+    seqs u;
+    seqs_open(&u, 2, 1, 16384, 64);
+    unsetenv("LAJIT_DS_SEGMENTS");
+    lajit_ctx *ctx = fake_ctx();
+    lajit_attn_bwd_args b;
+    memset(&b, 0, sizeof b);
+    b.struct_size = sizeof b;
+    b.q = &u.tq;
+    b.k = &u.tk;
+    b.v = &u.tv;
+    b.dout = &u.to;
+    const size_t row = (size_t)16384 * 64 * 2, st = (size_t)64 * 64 * 4;
+    CUdeviceptr g[7];
+    DLTensor tg[3];
+    for (int i = 0; i < 3; i++) {
+        ASSERT_EQ(lj_fake_driver()->cuMemAlloc(&g[i], 2 * row), CUDA_SUCCESS);
+        tg[i] = make(g[i], 4, u.shape, kDLBfloat, 16);
+    }
+    ASSERT_EQ(lj_fake_driver()->cuMemAlloc(&g[3], 16), CUDA_SUCCESS);
+    for (int i = 4; i < 7; i++)
+        ASSERT_EQ(lj_fake_driver()->cuMemAlloc(&g[i], 2 * st), CUDA_SUCCESS);
+    int64_t sshape[4] = {2, 1, 64, 64};
+    DLTensor tds = make(g[3], 1, u.hshape, kDLFloat, 32);
+    DLTensor ts0 = make(g[4], 4, sshape, kDLFloat, 32), tdsn = make(g[5], 4, sshape, kDLFloat, 32),
+             tds0 = make(g[6], 4, sshape, kDLFloat, 32);
+    b.dq = &tg[0];
+    b.dk = &tg[1];
+    b.dv = &tg[2];
+    b.s = &u.ts;
+    b.ds = &tds;
+    b.scale = 1.0f;
+    b.initial_state = &ts0;
+    b.d_final_state = &tdsn;
+    b.d_initial_state = &tds0;
+    ASSERT_OK(lajit_attn_bwd(ctx, &b)); /* compiles, writes the segments' boundaries */
+    ASSERT_EQ(ctx->seg_P, 4);
+    lj_env *env = lajit__ctx_env(ctx);
+    const uint64_t c0 = env->fault_count[LJ_FAULT_DRIVER];
+    ASSERT_OK(lajit_attn_bwd(ctx, &b));
+    const uint64_t calls = env->fault_count[LJ_FAULT_DRIVER] - c0;
+    ASSERT_TRUE(calls >= 2 * 7 + 1); /* at least each row's seven launches and the sum */
+    for (uint64_t k = 1; k <= calls; k++) {
+        env->fault_at[LJ_FAULT_DRIVER] = env->fault_count[LJ_FAULT_DRIVER] + k;
+        lajit_status s = lajit_attn_bwd(ctx, &b);
+        env->fault_at[LJ_FAULT_DRIVER] = 0;
+        if (s == LAJIT_OK)
+            lj_test_fail(__FILE__, __LINE__, "driver call %llu of %llu failed, the call passed",
+                         (unsigned long long)k, (unsigned long long)calls);
+        if (!strstr(lajit_errmsg(ctx), "CUDA_ERROR_UNKNOWN"))
+            lj_test_fail(__FILE__, __LINE__, "driver call %llu: the message does not say: %s",
+                         (unsigned long long)k, lajit_errmsg(ctx));
+        ASSERT_OK(lajit_attn_bwd(ctx, &b));
+    }
+    printf("%llu driver calls failed in turn\n", (unsigned long long)calls);
+    lajit_ctx_destroy(ctx);
+    for (int i = 0; i < 7; i++)
+        ASSERT_EQ(lj_fake_driver()->cuMemFree(g[i]), CUDA_SUCCESS);
+    seqs_close(&u);
+    ASSERT_EQ(lj_fake_driver_counts()->allocs, lj_fake_driver_counts()->frees);
+}
