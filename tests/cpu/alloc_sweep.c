@@ -1,6 +1,7 @@
 /* alloc_sweep.c — every host allocation of an op's first call made to fail in turn, through the
  * fake driver (tests/support/op_sweep.h): the backward with ds and every state, the backward
- * without ds (bf16, the sm90 family's scans), decode with pool slots and per-step states, and
+ * without ds (bf16, the sm90 family's scans), the backward's ds by segments over two long rows
+ * (bwd_segments.c, the default at few heads), decode with pool slots and per-step states, and
  * the varlen forward with a state pool. Each failure must end in LAJIT_ERR_OUT_OF_MEMORY with a
  * message (or be recovered from), the same call in the same context must then succeed with the
  * reference launches, and every driver resource must be given back; the ASan build adds that no
@@ -63,6 +64,29 @@ static void build_bwd_no_ds(sweep_fixture *x)
     a->scale = 1.0f;
 }
 
+/* bf16, B = 2, H = 1, N = 16384, D = E = 64 with ds, S_0 and dS_N: few heads and long rows, so
+ * the automatic rule takes ds by segments (bwd_segments.c: four a row, the rows in turn). */
+static void build_bwd_segments(sweep_fixture *x)
+{
+    int64_t qs[4] = {2, 1, 16384, 64}, st[4] = {2, 1, 64, 64}, hs[1] = {1};
+    DLDataType bf = lj_test_dl_dtype(LJ_BF16);
+    lajit_attn_bwd_args *a = &x->bwd;
+    memset(a, 0, sizeof *a);
+    a->struct_size = sizeof *a;
+    a->q = sweep_buffer(x, 4, qs, bf);
+    a->k = sweep_buffer(x, 4, qs, bf);
+    a->v = sweep_buffer(x, 4, qs, bf);
+    a->dout = sweep_buffer(x, 4, qs, bf);
+    a->dq = sweep_buffer(x, 4, qs, bf);
+    a->dk = sweep_buffer(x, 4, qs, bf);
+    a->dv = sweep_buffer(x, 4, qs, bf);
+    a->s = sweep_buffer(x, 1, hs, f32());
+    a->ds = sweep_buffer(x, 1, hs, f32());
+    a->initial_state = sweep_buffer(x, 4, st, f32());
+    a->d_final_state = sweep_buffer(x, 4, st, f32());
+    a->scale = 1.0f;
+}
+
 static lajit_status call_bwd(lajit_ctx *ctx, sweep_fixture *x)
 {
     return lajit_attn_bwd(ctx, &x->bwd);
@@ -84,6 +108,17 @@ LJ_TEST(bwd_without_ds)
     sweep_require_nvrtc();
     sweep_case c = {.name = "bwd (no ds, S_0; bf16 D=64)",
                     .build = build_bwd_no_ds,
+                    .call = call_bwd,
+                    .max_injections = 300};
+    sweep_result r;
+    sweep_run(&c, &r);
+}
+
+LJ_TEST(bwd_ds_by_segments)
+{
+    sweep_require_nvrtc();
+    sweep_case c = {.name = "bwd (ds by segments, two rows; bf16 D=64 N=16384)",
+                    .build = build_bwd_segments,
                     .call = call_bwd,
                     .max_injections = 300};
     sweep_result r;

@@ -20,7 +20,7 @@
 #include "gpu.h"
 
 #define SWEEP_MAX_BUFS     16
-#define SWEEP_MAX_LAUNCHES 8
+#define SWEEP_MAX_LAUNCHES 16
 
 /* The device buffers and arguments of one call. Self-referential (tensors point into it):
  * initialise in place, never copy. */
