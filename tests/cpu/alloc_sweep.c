@@ -44,10 +44,10 @@ static void build_bwd_full(sweep_fixture *x)
     a->scale = 0.5f;
 }
 
-/* bf16, D = E = 64, decay and S_0 but no ds (three scans; la_bwd_sm90 on the fake sm_90). */
-static void build_bwd_no_ds(sweep_fixture *x)
+/* bf16 [b,h,n,64] with decay and S_0; with ds also ds and dS_N. */
+static void build_bwd_bf16(sweep_fixture *x, int64_t b, int64_t h, int64_t n, int ds)
 {
-    int64_t qs[4] = {B, H, N, 64}, st[4] = {B, H, 64, 64}, hs[1] = {H};
+    int64_t qs[4] = {b, h, n, 64}, st[4] = {b, h, 64, 64}, hs[1] = {h};
     DLDataType bf = lj_test_dl_dtype(LJ_BF16);
     lajit_attn_bwd_args *a = &x->bwd;
     memset(a, 0, sizeof *a);
@@ -61,30 +61,24 @@ static void build_bwd_no_ds(sweep_fixture *x)
     a->dv = sweep_buffer(x, 4, qs, bf);
     a->s = sweep_buffer(x, 1, hs, f32());
     a->initial_state = sweep_buffer(x, 4, st, f32());
+    if (ds) {
+        a->ds = sweep_buffer(x, 1, hs, f32());
+        a->d_final_state = sweep_buffer(x, 4, st, f32());
+    }
     a->scale = 1.0f;
 }
 
-/* bf16, B = 2, H = 1, N = 16384, D = E = 64 with ds, S_0 and dS_N: few heads and long rows, so
- * the automatic rule takes ds by segments (bwd_segments.c: four a row, the rows in turn). */
+/* D = E = 64, decay and S_0 but no ds (three scans; la_bwd_sm90 on the fake sm_90). */
+static void build_bwd_no_ds(sweep_fixture *x)
+{
+    build_bwd_bf16(x, B, H, N, 0);
+}
+
+/* B = 2, H = 1, N = 16384 with ds, S_0 and dS_N: few heads and long rows, so the automatic rule
+ * takes ds by segments (bwd_segments.c: four a row, the rows in turn). */
 static void build_bwd_segments(sweep_fixture *x)
 {
-    int64_t qs[4] = {2, 1, 16384, 64}, st[4] = {2, 1, 64, 64}, hs[1] = {1};
-    DLDataType bf = lj_test_dl_dtype(LJ_BF16);
-    lajit_attn_bwd_args *a = &x->bwd;
-    memset(a, 0, sizeof *a);
-    a->struct_size = sizeof *a;
-    a->q = sweep_buffer(x, 4, qs, bf);
-    a->k = sweep_buffer(x, 4, qs, bf);
-    a->v = sweep_buffer(x, 4, qs, bf);
-    a->dout = sweep_buffer(x, 4, qs, bf);
-    a->dq = sweep_buffer(x, 4, qs, bf);
-    a->dk = sweep_buffer(x, 4, qs, bf);
-    a->dv = sweep_buffer(x, 4, qs, bf);
-    a->s = sweep_buffer(x, 1, hs, f32());
-    a->ds = sweep_buffer(x, 1, hs, f32());
-    a->initial_state = sweep_buffer(x, 4, st, f32());
-    a->d_final_state = sweep_buffer(x, 4, st, f32());
-    a->scale = 1.0f;
+    build_bwd_bf16(x, 2, 1, 16384, 1);
 }
 
 static lajit_status call_bwd(lajit_ctx *ctx, sweep_fixture *x)

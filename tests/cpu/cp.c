@@ -511,6 +511,29 @@ LJ_TEST(simulated_ranks_sequence)
     ASSERT_TRUE(lj_fake_driver_balanced());
 }
 
+/* Every driver call of one forward call over the simulated ranks made to fail in turn (ctx warm:
+ * compiled, the workspace sized): each failure a status naming the op, and the next call served.
+ * Returns how many driver calls the call makes. */
+static uint64_t fwd_fails_each_driver_call(lajit_ctx *ctx, int P, lajit_cp_attn_fwd_args *a)
+{
+    lj_env *env = lajit__ctx_env(ctx);
+    const uint64_t c0 = env->fault_count[LJ_FAULT_DRIVER];
+    ASSERT_OK(lajit__cp_attn_fwd_sim(ctx, P, a));
+    const uint64_t calls = env->fault_count[LJ_FAULT_DRIVER] - c0;
+    for (uint64_t k = 1; k <= calls; k++) {
+        env->fault_at[LJ_FAULT_DRIVER] = env->fault_count[LJ_FAULT_DRIVER] + k;
+        lajit_status st = lajit__cp_attn_fwd_sim(ctx, P, a);
+        env->fault_at[LJ_FAULT_DRIVER] = 0;
+        if (st == LAJIT_OK)
+            lj_test_fail(__FILE__, __LINE__, "driver call %llu of %llu failed, the call passed",
+                         (unsigned long long)k, (unsigned long long)calls);
+        ASSERT_CONTAINS(lajit_errmsg(ctx), "lajit_cp_attn_fwd");
+        ASSERT_OK(lajit__cp_attn_fwd_sim(ctx, P, a));
+    }
+    printf("%llu driver calls failed in turn\n", (unsigned long long)calls);
+    return calls;
+}
+
 /* Every driver call of a warm simulated call failed in turn (fault injection): each failure is a
  * status with a message naming the step, never a crash, and the context serves the next call. */
 LJ_TEST(driver_failures_each_a_status)
@@ -528,24 +551,9 @@ LJ_TEST(driver_failures_each_a_status)
         a[r] = u[r].a;
     }
     ASSERT_OK(lajit__cp_attn_fwd_sim(ctx, P, a)); /* compiles, sizes the workspace */
-    lj_env *env = lajit__ctx_env(ctx);
-    const uint64_t c0 = env->fault_count[LJ_FAULT_DRIVER];
-    ASSERT_OK(lajit__cp_attn_fwd_sim(ctx, P, a));
-    const uint64_t calls = env->fault_count[LJ_FAULT_DRIVER] - c0;
+    const uint64_t calls = fwd_fails_each_driver_call(ctx, P, a);
     /* At least: 2 length memsets per rank, rank 1's zero state, 6 copies, 7 launches. */
     ASSERT_TRUE(calls >= 2 * P + 1 + 6 + 7);
-    for (uint64_t k = 1; k <= calls; k++) {
-        env->fault_at[LJ_FAULT_DRIVER] = env->fault_count[LJ_FAULT_DRIVER] + k;
-        lajit_status st = lajit__cp_attn_fwd_sim(ctx, P, a);
-        env->fault_at[LJ_FAULT_DRIVER] = 0;
-        if (st == LAJIT_OK)
-            lj_test_fail(__FILE__, __LINE__, "driver call %llu of %llu failed, the call passed",
-                         (unsigned long long)k, (unsigned long long)calls);
-        ASSERT_CONTAINS(lajit_errmsg(ctx), "lajit_cp_attn_fwd");
-        ASSERT_OK(lajit__cp_attn_fwd_sim(ctx, P, a));
-    }
-    printf("%llu driver calls failed in turn\n", (unsigned long long)calls);
-    printf("%llu driver calls failed in turn\n", (unsigned long long)calls);
     for (int r = 0; r < P; r++)
         rank_close(&u[r]);
     lajit_ctx_destroy(ctx);
@@ -1790,23 +1798,10 @@ LJ_TEST(segments_forward_driver_failures)
         a[r] = u[r].a;
     }
     ASSERT_OK(lajit__cp_attn_fwd_sim(ctx, P, a)); /* compiles, sizes the workspace */
-    lj_env *env = lajit__ctx_env(ctx);
     const int l0 = lj_fake_launch_count();
-    const uint64_t c0 = env->fault_count[LJ_FAULT_DRIVER];
     ASSERT_OK(lajit__cp_attn_fwd_sim(ctx, P, a));
     ASSERT_EQ(lj_fake_launch_count() - l0, 15); /* by segments: segments_forward_sequence's 15 */
-    const uint64_t calls = env->fault_count[LJ_FAULT_DRIVER] - c0;
-    for (uint64_t k = 1; k <= calls; k++) {
-        env->fault_at[LJ_FAULT_DRIVER] = env->fault_count[LJ_FAULT_DRIVER] + k;
-        lajit_status st = lajit__cp_attn_fwd_sim(ctx, P, a);
-        env->fault_at[LJ_FAULT_DRIVER] = 0;
-        if (st == LAJIT_OK)
-            lj_test_fail(__FILE__, __LINE__, "driver call %llu of %llu failed, the call passed",
-                         (unsigned long long)k, (unsigned long long)calls);
-        ASSERT_CONTAINS(lajit_errmsg(ctx), "lajit_cp_attn_fwd");
-        ASSERT_OK(lajit__cp_attn_fwd_sim(ctx, P, a));
-    }
-    printf("%llu driver calls failed in turn\n", (unsigned long long)calls);
+    fwd_fails_each_driver_call(ctx, P, a);
     for (int r = 0; r < P; r++)
         rank_close(&u[r]);
     lajit_ctx_destroy(ctx);

@@ -304,6 +304,63 @@ LJ_TEST(backward_ds_by_segments)
     ASSERT_EQ(lj_fake_driver_counts()->allocs, lj_fake_driver_counts()->frees);
 }
 
+/* A backward with ds over two long rows on fake memory (B = 2, H = 1, N = 16384, D = E = 64,
+ * bf16): q, k, v and dO from seqs, then dq, dk, dv (g[0..2]), ds (g[3]), S_0 (g[4]) and dS_N
+ * (g[5]), and with ds0 also dS_0 (g[6]). Self-referential: open it where it stays. */
+typedef struct two_rows {
+    seqs u;
+    CUdeviceptr g[7];
+    int n;
+    int64_t sshape[4];
+    DLTensor tg[3], tds, ts0, tdsn, tds0;
+    lajit_attn_bwd_args b;
+} two_rows;
+
+enum { ROW_BYTES = 16384 * 64 * 2, ROW_STATE = 64 * 64 * 4 };
+
+static void two_rows_open(two_rows *w, int ds0)
+{
+    memset(w, 0, sizeof *w);
+    seqs_open(&w->u, 2, 1, 16384, 64);
+    const size_t bytes[7] = {2 * ROW_BYTES, 2 * ROW_BYTES, 2 * ROW_BYTES, 16,
+                             2 * ROW_STATE, 2 * ROW_STATE, 2 * ROW_STATE};
+    w->n = ds0 ? 7 : 6;
+    for (int i = 0; i < w->n; i++)
+        ASSERT_EQ(lj_fake_driver()->cuMemAlloc(&w->g[i], bytes[i]), CUDA_SUCCESS);
+    for (int i = 0; i < 3; i++)
+        w->tg[i] = make(w->g[i], 4, w->u.shape, kDLBfloat, 16);
+    const int64_t sshape[4] = {2, 1, 64, 64};
+    memcpy(w->sshape, sshape, sizeof sshape);
+    w->tds = make(w->g[3], 1, w->u.hshape, kDLFloat, 32);
+    w->ts0 = make(w->g[4], 4, w->sshape, kDLFloat, 32);
+    w->tdsn = make(w->g[5], 4, w->sshape, kDLFloat, 32);
+    lajit_attn_bwd_args *b = &w->b;
+    b->struct_size = sizeof *b;
+    b->q = &w->u.tq;
+    b->k = &w->u.tk;
+    b->v = &w->u.tv;
+    b->dout = &w->u.to;
+    b->dq = &w->tg[0];
+    b->dk = &w->tg[1];
+    b->dv = &w->tg[2];
+    b->s = &w->u.ts;
+    b->ds = &w->tds;
+    b->scale = 1.0f;
+    b->initial_state = &w->ts0;
+    b->d_final_state = &w->tdsn;
+    if (ds0) {
+        w->tds0 = make(w->g[6], 4, w->sshape, kDLFloat, 32);
+        b->d_initial_state = &w->tds0;
+    }
+}
+
+static void two_rows_close(two_rows *w)
+{
+    for (int i = 0; i < w->n; i++)
+        ASSERT_EQ(lj_fake_driver()->cuMemFree(w->g[i]), CUDA_SUCCESS);
+    seqs_close(&w->u);
+}
+
 /* Two batch rows (B = 2, H = 1, N = 16384). LAJIT_DS_SEGMENTS=off: the plain passes (three
  * launches). The automatic choice takes them by four segments (4 CTAs of plain passes on a GPU of
  * many SMs; 16384 / 4096 tokens): each row's seven launches of the one-row case, on that row's
@@ -314,46 +371,21 @@ LJ_TEST(backward_ds_by_segments_two_rows)
 {
     require_nvrtc();
     lj_fake_driver_reset();
-    seqs u;
-    seqs_open(&u, 2, 1, 16384, 64);
+    two_rows *w = malloc(sizeof *w);
+    ASSERT_TRUE(w != NULL);
+    two_rows_open(w, 0);
+    const CUdeviceptr *g = w->g;
+    const size_t row = ROW_BYTES, st = ROW_STATE;
     setenv("LAJIT_DS_SEGMENTS", "off", 1);
     lajit_ctx *plain = fake_ctx();
     unsetenv("LAJIT_DS_SEGMENTS");
     lajit_ctx *ctx = fake_ctx();
-    lajit_attn_bwd_args b;
-    memset(&b, 0, sizeof b);
-    b.struct_size = sizeof b;
-    b.q = &u.tq;
-    b.k = &u.tk;
-    b.v = &u.tv;
-    b.dout = &u.to;
-    const size_t row = (size_t)16384 * 64 * 2, st = (size_t)64 * 64 * 4;
-    CUdeviceptr g[6];
-    DLTensor tg[3];
-    for (int i = 0; i < 3; i++) {
-        ASSERT_EQ(lj_fake_driver()->cuMemAlloc(&g[i], 2 * row), CUDA_SUCCESS);
-        tg[i] = make(g[i], 4, u.shape, kDLBfloat, 16);
-    }
-    ASSERT_EQ(lj_fake_driver()->cuMemAlloc(&g[3], 16), CUDA_SUCCESS);
-    ASSERT_EQ(lj_fake_driver()->cuMemAlloc(&g[4], 2 * st), CUDA_SUCCESS);
-    ASSERT_EQ(lj_fake_driver()->cuMemAlloc(&g[5], 2 * st), CUDA_SUCCESS);
-    int64_t sshape[4] = {2, 1, 64, 64};
-    DLTensor tds = make(g[3], 1, u.hshape, kDLFloat, 32);
-    DLTensor ts0 = make(g[4], 4, sshape, kDLFloat, 32), tdsn = make(g[5], 4, sshape, kDLFloat, 32);
-    b.dq = &tg[0];
-    b.dk = &tg[1];
-    b.dv = &tg[2];
-    b.s = &u.ts;
-    b.ds = &tds;
-    b.scale = 1.0f;
-    b.initial_state = &ts0;
-    b.d_final_state = &tdsn;
-    ASSERT_OK(lajit_attn_bwd(plain, &b));
+    ASSERT_OK(lajit_attn_bwd(plain, &w->b));
     ASSERT_EQ(lj_fake_launch_count(), 3);
     ASSERT_EQ(plain->seg_ws.bytes, 0u);
     lajit_ctx_destroy(plain);
     const int l0 = lj_fake_launch_count(), c0 = lj_fake_driver_counts()->dtod_copies;
-    ASSERT_OK(lajit_attn_bwd(ctx, &b));
+    ASSERT_OK(lajit_attn_bwd(ctx, &w->b));
     ASSERT_EQ(ctx->seg_P, 4);
     static const char *const want[] = {"la_fwd_sm90",   "la_state_scan", "la_fwd_sm90",
                                        "la_state_scan", "la_fwd_sm90",   "la_fwd_sm90",
@@ -396,12 +428,11 @@ LJ_TEST(backward_ds_by_segments_two_rows)
     ASSERT_EQ(last->dst, g[3]); /* the sum into ds */
     ASSERT_EQ(last->bytes, 4u);
     const int allocs = lj_fake_driver_counts()->allocs;
-    ASSERT_OK(lajit_attn_bwd(ctx, &b));
+    ASSERT_OK(lajit_attn_bwd(ctx, &w->b));
     ASSERT_EQ(lj_fake_driver_counts()->allocs, allocs);
     lajit_ctx_destroy(ctx);
-    for (int i = 0; i < 6; i++)
-        ASSERT_EQ(lj_fake_driver()->cuMemFree(g[i]), CUDA_SUCCESS);
-    seqs_close(&u);
+    two_rows_close(w);
+    free(w);
     ASSERT_EQ(lj_fake_driver_counts()->allocs, lj_fake_driver_counts()->frees);
 }
 
@@ -440,50 +471,22 @@ LJ_TEST(backward_ds_by_segments_driver_failures)
 {
     require_nvrtc();
     lj_fake_driver_reset();
-    seqs u;
-    seqs_open(&u, 2, 1, 16384, 64);
+    two_rows *w = malloc(sizeof *w);
+    ASSERT_TRUE(w != NULL);
+    two_rows_open(w, 1);
     unsetenv("LAJIT_DS_SEGMENTS");
     lajit_ctx *ctx = fake_ctx();
-    lajit_attn_bwd_args b;
-    memset(&b, 0, sizeof b);
-    b.struct_size = sizeof b;
-    b.q = &u.tq;
-    b.k = &u.tk;
-    b.v = &u.tv;
-    b.dout = &u.to;
-    const size_t row = (size_t)16384 * 64 * 2, st = (size_t)64 * 64 * 4;
-    CUdeviceptr g[7];
-    DLTensor tg[3];
-    for (int i = 0; i < 3; i++) {
-        ASSERT_EQ(lj_fake_driver()->cuMemAlloc(&g[i], 2 * row), CUDA_SUCCESS);
-        tg[i] = make(g[i], 4, u.shape, kDLBfloat, 16);
-    }
-    ASSERT_EQ(lj_fake_driver()->cuMemAlloc(&g[3], 16), CUDA_SUCCESS);
-    for (int i = 4; i < 7; i++)
-        ASSERT_EQ(lj_fake_driver()->cuMemAlloc(&g[i], 2 * st), CUDA_SUCCESS);
-    int64_t sshape[4] = {2, 1, 64, 64};
-    DLTensor tds = make(g[3], 1, u.hshape, kDLFloat, 32);
-    DLTensor ts0 = make(g[4], 4, sshape, kDLFloat, 32), tdsn = make(g[5], 4, sshape, kDLFloat, 32),
-             tds0 = make(g[6], 4, sshape, kDLFloat, 32);
-    b.dq = &tg[0];
-    b.dk = &tg[1];
-    b.dv = &tg[2];
-    b.s = &u.ts;
-    b.ds = &tds;
-    b.scale = 1.0f;
-    b.initial_state = &ts0;
-    b.d_final_state = &tdsn;
-    b.d_initial_state = &tds0;
-    ASSERT_OK(lajit_attn_bwd(ctx, &b)); /* compiles, writes the segments' boundaries */
+    lajit_attn_bwd_args *b = &w->b;
+    ASSERT_OK(lajit_attn_bwd(ctx, b)); /* compiles, writes the segments' boundaries */
     ASSERT_EQ(ctx->seg_P, 4);
     lj_env *env = lajit__ctx_env(ctx);
     const uint64_t c0 = env->fault_count[LJ_FAULT_DRIVER];
-    ASSERT_OK(lajit_attn_bwd(ctx, &b));
+    ASSERT_OK(lajit_attn_bwd(ctx, b));
     const uint64_t calls = env->fault_count[LJ_FAULT_DRIVER] - c0;
     ASSERT_TRUE(calls >= 2 * 7 + 1); /* at least each row's seven launches and the sum */
     for (uint64_t k = 1; k <= calls; k++) {
         env->fault_at[LJ_FAULT_DRIVER] = env->fault_count[LJ_FAULT_DRIVER] + k;
-        lajit_status s = lajit_attn_bwd(ctx, &b);
+        lajit_status s = lajit_attn_bwd(ctx, b);
         env->fault_at[LJ_FAULT_DRIVER] = 0;
         if (s == LAJIT_OK)
             lj_test_fail(__FILE__, __LINE__, "driver call %llu of %llu failed, the call passed",
@@ -491,12 +494,11 @@ LJ_TEST(backward_ds_by_segments_driver_failures)
         if (!strstr(lajit_errmsg(ctx), "CUDA_ERROR_UNKNOWN"))
             lj_test_fail(__FILE__, __LINE__, "driver call %llu: the message does not say: %s",
                          (unsigned long long)k, lajit_errmsg(ctx));
-        ASSERT_OK(lajit_attn_bwd(ctx, &b));
+        ASSERT_OK(lajit_attn_bwd(ctx, b));
     }
     printf("%llu driver calls failed in turn\n", (unsigned long long)calls);
     lajit_ctx_destroy(ctx);
-    for (int i = 0; i < 7; i++)
-        ASSERT_EQ(lj_fake_driver()->cuMemFree(g[i]), CUDA_SUCCESS);
-    seqs_close(&u);
+    two_rows_close(w);
+    free(w);
     ASSERT_EQ(lj_fake_driver_counts()->allocs, lj_fake_driver_counts()->frees);
 }
