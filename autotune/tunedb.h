@@ -132,13 +132,17 @@ lajit_status lj_tunedb_show(lj_tunedb *db, lj_tunedb_show_fn fn, void *user);
 lajit_status lj_tunedb_export(lj_tunedb *db, const char *path, int *rows);
 /* Export of a shipped table (tuned.h): the winners of device name `device` only, as export
  * writes them, the most recent one per (family, template hash, bucket) when several fingerprints
- * of that name have one. keep (may be NULL) is asked per row with its family and template hash
+ * of that name have one; a winner the tuner measured less than (1 + min_gain) times faster than
+ * the default (0 <= min_gain <= 1, e.g. 0.03) is written as the default, so a near tie is not
+ * shipped (on an H200 two such winners ran 3-5 % slower than the default in lajit_bench,
+ * docs/notes/autotune.md) while the bucket stays covered. keep (may be NULL) is asked per row with its family and template hash
  * and drops the row when it returns 0 (the CLI drops winners of templates this build no longer
  * has, which a runtime would only ignore). Written like lj_tunedb_export (temporary file,
  * rename). *rows: lines written. */
 typedef int (*lj_tunedb_keep_fn)(void *user, const char *family, const char *template_hash);
 lajit_status lj_tunedb_export_shipped(lj_tunedb *db, const char *path, const char *device,
-                                      lj_tunedb_keep_fn keep, void *user, int *rows);
+                                      double min_gain, lj_tunedb_keep_fn keep, void *user,
+                                      int *rows);
 /* Import of an export, read through SQLite's JSON functions. Every line is checked before
  * anything is written: a JSON object with exactly export's keys, strings without NUL (no
  * \u0000) that fit their fields, times finite and >= 0, integers (cc, sms, driver, nvrtc, at)

@@ -39,11 +39,18 @@ static const char export_winners[] =
 
 /* The winners a shipped table holds (tuned.h): those of one device name (?1), the latest of each
  * (family, template hash, bucket) when several fingerprints of that name (drivers, NVRTC
- * versions) have one, in a stable order. Columns: the line, the family, the template hash. */
+ * versions) have one, in a stable order. A winner the tuner measured less than ?2 times faster
+ * than the default is written as the default (its configuration and time): the bucket stays
+ * covered (eager tuning leaves it alone), and a near tie is not shipped as a winner. Columns: the
+ * line, the family, the template hash. */
+#define KEEP_WINNER \
+    "(w.default_config IS NULL OR w.default_ms IS NULL OR w.default_ms >= ?2 * w.ms)"
 static const char export_shipped[] =
     "SELECT json_object('kind', 'winner', 'device', d.name, 'cc', d.cc, 'sms', d.sms,"
     " 'driver', d.driver, 'nvrtc', d.nvrtc, 'family', w.family, 'template_hash',"
-    " w.template_hash, 'bucket', w.bucket, 'config', w.config, 'ms', w.ms, 'default_config',"
+    " w.template_hash, 'bucket', w.bucket,"
+    " 'config', CASE WHEN " KEEP_WINNER " THEN w.config ELSE w.default_config END,"
+    " 'ms', CASE WHEN " KEEP_WINNER " THEN w.ms ELSE w.default_ms END, 'default_config',"
     " w.default_config, 'default_ms', w.default_ms, 'at', w.at), w.family, w.template_hash"
     " FROM winners w JOIN devices d ON d.id = w.device WHERE d.name = ?1 AND NOT EXISTS"
     " (SELECT 1 FROM winners w2 JOIN devices d2 ON d2.id = w2.device WHERE d2.name = d.name"
@@ -51,11 +58,13 @@ static const char export_shipped[] =
     "  AND w2.bucket = w.bucket AND (w2.at > w.at OR (w2.at = w.at AND w2.device > w.device)))"
     " ORDER BY d.cc, w.family, w.bucket, w.template_hash";
 
-/* What one export writes: its queries (NULL-terminated), the device name bound to ?1 (or NULL)
- * and the filter of the shipped export (or NULL: every row). */
+/* What one export writes: its queries (NULL-terminated), the device name bound to ?1 (or NULL),
+ * the factor bound to ?2 (shipped: 1 + the minimum gain) and the filter of the shipped export (or
+ * NULL: every row). */
 typedef struct export_spec {
     const char *const *queries;
     const char *device;
+    double factor;
     lj_tunedb_keep_fn keep;
     void *user;
 } export_spec;
@@ -68,8 +77,10 @@ static int export_rows(lj_tunedb *t, const char *sql, const export_spec *spec, F
     int rc = lj_sql_prepare(&t->sql, sql, &s);
     if (rc != SQLITE_OK)
         return rc;
-    if (spec->device)
+    if (spec->device) {
         sqlite3_bind_text(s, 1, spec->device, -1, SQLITE_STATIC);
+        sqlite3_bind_double(s, 2, spec->factor);
+    }
     while ((rc = lj_sql_step(&t->sql, s)) == SQLITE_ROW) {
         const char *line = lj_sql_text(s, 0);
         if (line && spec->keep &&
@@ -160,15 +171,19 @@ static lajit_status export_file(lj_tunedb *t, const char *path, const export_spe
 lajit_status lj_tunedb_export(lj_tunedb *t, const char *path, int *rows)
 {
     static const char *const queries[] = {export_measurements, export_winners, NULL};
-    export_spec spec = {queries, NULL, NULL, NULL};
+    export_spec spec = {queries, NULL, 1.0, NULL, NULL};
     return export_file(t, path, &spec, rows);
 }
 
 lajit_status lj_tunedb_export_shipped(lj_tunedb *t, const char *path, const char *device,
-                                      lj_tunedb_keep_fn keep, void *user, int *rows)
+                                      double min_gain, lj_tunedb_keep_fn keep, void *user,
+                                      int *rows)
 {
     static const char *const queries[] = {export_shipped, NULL};
-    export_spec spec = {queries, device, keep, user};
+    if (!(min_gain >= 0 && min_gain <= 1))
+        return lj_error(t->env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "shipped export: minimum gain %g is not between 0 and 1", min_gain);
+    export_spec spec = {queries, device, 1.0 + min_gain, keep, user};
     return export_file(t, path, &spec, rows);
 }
 

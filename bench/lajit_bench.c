@@ -615,6 +615,16 @@ static void bench_dispatch_custom(lajit_ctx *ctx, CUstream s)
 
 /* ---- main ---------------------------------------------------------------------------------- */
 
+/* --log: lajit's log lines (which plan ran which configuration, and where a tuned one came
+ * from) on stderr beside the rows. */
+static int log_info;
+static void print_log_line(void *user, lajit_log_level level, const char *message)
+{
+    (void)user;
+    static const char *const names[] = {"error", "warn", "info", "debug"};
+    fprintf(stderr, "lajit %s: %s\n", (unsigned)level < 4 ? names[level] : "?", message);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = "all", *family = NULL, *jit_what = "first_call", *dtype = "bf16";
@@ -641,7 +651,7 @@ int main(int argc, char **argv)
                 "  [--B 4] [--H 32] [--D 64,128] [--N 1024,...] [--dtype bf16|f16|f32]\n"
                 "  [--decode-B 1,4,...]\n"
                 "  [--decode-H 64] [--decode-D 128,...] [--T 1,4,...] [--state 32,16] [--pdl 0,1]\n"
-                "  [--decode-in bf16,f16,f32] [--vk 0,1]\n"
+                "  [--decode-in bf16,f16,f32] [--vk 0,1] [--log info|warn]\n"
                 "Prints one JSON row per measurement (DESIGN.md's report rows).\n");
             return 0;
         }
@@ -694,6 +704,12 @@ int main(int argc, char **argv)
                     fprintf(stderr, "lajit_bench: --pdl takes 0, 1 or 0,1\n");
                     return 2;
                 }
+        } else if (strcmp(a, "--log") == 0) { /* lajit's info lines to stderr */
+            if (strcmp(v, "info") != 0 && strcmp(v, "warn") != 0) {
+                fprintf(stderr, "lajit_bench: --log takes info or warn\n");
+                return 2;
+            }
+            log_info = strcmp(v, "info") == 0;
         } else {
             fprintf(stderr, "lajit_bench: unknown argument %s\n", a);
             return 2;
@@ -707,6 +723,8 @@ int main(int argc, char **argv)
     lajit_ctx *ctx;
     lajit_ctx_desc desc;
     lajit_ctx_desc_init(&desc);
+    desc.log = print_log_line; /* the library never prints: the bench does, to stderr */
+    desc.log_level = log_info ? LAJIT_LOG_INFO : LAJIT_LOG_WARN;
     lj_bench_check(NULL, lajit_ctx_create(&desc, &ctx), "context");
     if (strcmp(mode, "jit") == 0) {
         /* Alone, in a fresh process: the application's CUDA context exists (made current here

@@ -98,6 +98,9 @@ static int take_config(lajit_ctx *ctx, lj_family *f, const lj_device *dev, const
         return 0;
     }
     *cfg = parsed;
+    /* Said once per plan (a plan is built once per bucket), so a user can see which bucket ran
+     * a tuned configuration and where it came from. */
+    lj_log(env, LAJIT_LOG_INFO, "%s %s: [%s] from the %s", lj_family_name(f), bucket, text, from);
     return 1;
 }
 

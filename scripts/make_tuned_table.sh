@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # make_tuned_table.sh — makes the shipped tuning table of this machine's GPU (tuned/README.md):
 # tunes the forward's buckets below in a fresh tuning database (never the user's own), then writes
-# its winners with `lajit db export --shipped` as tuned/<slug>.json, named after the device.
+# its winners with `lajit db export --shipped` as tuned/<slug>.json, named after the device
+# (a winner less than MIN_GAIN percent ahead of the default, default 3, is written as the
+# default: a near tie is the tuner's noise, not a better kernel).
 #
 #   scripts/make_tuned_table.sh [BUILD_DIR]        (default: build)
 #
@@ -61,4 +63,4 @@ for st in $DECODE_STATES; do
         --H "$DECODE_H" --T 1 -p decay=1 -p state_dtype="$st"
 done
 mkdir -p "$out"
-"$lajit" db export --shipped "$out/"
+"$lajit" db export --shipped "$out/" --min-gain "${MIN_GAIN:-3}"

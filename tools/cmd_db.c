@@ -94,8 +94,15 @@ static int keep_current(void *user, const char *family, const char *template_has
     return keep;
 }
 
+/* A shipped winner must have beaten the default by this much (percent) in the tuner's own
+ * measurement, or the table says "the default" for its bucket: an H200's tables held winners
+ * 0.1-1.3 % ahead of the default that ran 3-5 % behind it in lajit_bench (docs/notes/autotune.md,
+ * session 15): below a few percent the ranking is the tuner's noise. */
+#define SHIPPED_MIN_GAIN_PCT 3.0
+
 /* `db export FILE --shipped`: the winners of device (this machine's GPU when NULL). */
-static int export_shipped(lajit_ctx *ctx, lj_tunedb *db, const char *file, const char *device)
+static int export_shipped(lajit_ctx *ctx, lj_tunedb *db, const char *file, const char *device,
+                          double min_gain)
 {
     lj_env *env = lajit__ctx_env(ctx);
     lj_device *dev;
@@ -130,7 +137,8 @@ static int export_shipped(lajit_ctx *ctx, lj_tunedb *db, const char *file, const
     memset(&sf, 0, sizeof sf);
     sf.ctx = ctx;
     int rows = 0;
-    lajit_status st = lj_tunedb_export_shipped(db, file, device, keep_current, &sf, &rows);
+    lajit_status st =
+        lj_tunedb_export_shipped(db, file, device, min_gain, keep_current, &sf, &rows);
     if (st != LAJIT_OK)
         return cli_fail(ctx, st);
     printf("%s: %d winners of %s written to %s", lj_tunedb_path(db), rows, device, file);
@@ -143,13 +151,12 @@ static int export_shipped(lajit_ctx *ctx, lj_tunedb *db, const char *file, const
 
 int cmd_db(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"help", no_argument, NULL, 'h'},
-                                             {"force", no_argument, NULL, 'f'},
-                                             {"shipped", no_argument, NULL, 's'},
-                                             {"device", required_argument, NULL, 'd'},
-                                             {0}};
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},           {"force", no_argument, NULL, 'f'},
+        {"shipped", no_argument, NULL, 's'},        {"device", required_argument, NULL, 'd'},
+        {"min-gain", required_argument, NULL, 'g'}, {0}};
     int c, help = 0, force = 0, shipped = 0, exists = 1;
-    const char *device = NULL;
+    const char *device = NULL, *gain_text = NULL;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         if (c == 'h')
@@ -160,12 +167,14 @@ int cmd_db(int argc, char **argv)
             shipped = 1;
         else if (c == 'd')
             device = optarg;
+        else if (c == 'g')
+            gain_text = optarg;
         else
             return cli_option_error("db", c, argv);
     }
     if (help || optind >= argc) {
-        printf("usage: %s db show | export FILE [--shipped [--device NAME]] | import FILE "
-               "[--force]\n\n"
+        printf("usage: %s db show | export FILE [--shipped [--device NAME] [--min-gain PCT]] | "
+               "import FILE [--force]\n\n"
                "The tuning database (tune.db in the cache directory).\n"
                "show: every winner with its device, bucket, time and the default's time.\n"
                "export: every measurement and winner as JSON lines into FILE, to share with\n"
@@ -173,11 +182,13 @@ int cmd_db(int argc, char **argv)
                "of one GPU (this machine's, or --device NAME as the driver names it) for this\n"
                "build's templates, to commit as tuned/<slug>.json (README: shipped tables);\n"
                "FILE may be that folder (tuned/): the file is then named after the device.\n"
+               "A winner measured less than PCT %% faster than the default (--min-gain, 0 to\n"
+               "100, default %g) is written as the default: a near tie is not shipped.\n"
                "import: adds FILE's rows (replacing equal ones);\n"
                "rows for another device name or compute capability than this machine's GPU are\n"
                "refused unless --force (also needed when this machine has no GPU).\n"
                "show and export never create the database or its directory.\n",
-               cli_prog);
+               cli_prog, SHIPPED_MIN_GAIN_PCT);
         return help ? 0 : 2;
     }
     const char *action = argv[optind], *file = optind + 1 < argc ? argv[optind + 1] : NULL;
@@ -195,6 +206,17 @@ int cmd_db(int argc, char **argv)
         return cli_usage_error("db %s: --shipped and --device are for export", action);
     if (device && !shipped)
         return cli_usage_error("db export: --device %s needs --shipped", device);
+    if (gain_text && !shipped)
+        return cli_usage_error("db export: --min-gain %s needs --shipped", gain_text);
+    double gain_pct = SHIPPED_MIN_GAIN_PCT;
+    if (gain_text) {
+        char *end;
+        errno = 0;
+        gain_pct = strtod(gain_text, &end);
+        if (errno || end == gain_text || *end || !(gain_pct >= 0 && gain_pct <= 100))
+            return cli_usage_error("db export: --min-gain %s: a percentage from 0 to 100",
+                                   gain_text);
+    }
     lajit_ctx *ctx = cli_open_ctx(0, 0);
     if (!ctx)
         return 1;
@@ -215,7 +237,7 @@ int cmd_db(int argc, char **argv)
         else
             printf("%s: %d winners\n", lj_tunedb_path(db), rows);
     } else if (is_export && shipped) {
-        rc = export_shipped(ctx, db, file, device);
+        rc = export_shipped(ctx, db, file, device, gain_pct / 100.0);
     } else if (is_export) {
         if ((st = lj_tunedb_export(db, file, &rows)) != LAJIT_OK)
             rc = cli_fail(ctx, st);

@@ -113,7 +113,7 @@ static void make_table(const lj_tune_id *id, const char *config)
     snprintf(other.fp.name, sizeof other.fp.name, "NVIDIA H200");
     ASSERT_OK(lj_tunedb_record(db, &other, &r, 1, "UNROLL=4 WARPS=2", 1.0));
     int rows = 0;
-    ASSERT_OK(lj_tunedb_export_shipped(db, table, id->fp.name, NULL, NULL, &rows));
+    ASSERT_OK(lj_tunedb_export_shipped(db, table, id->fp.name, 0.03, NULL, NULL, &rows));
     ASSERT_EQ(rows, 1);
     lj_tunedb_close(db);
 }
@@ -409,6 +409,80 @@ LJ_TEST(cli_export_shipped)
     ASSERT_EQ(warnings, 0);
     toy_close(&u);
     ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* A shipped table says "the default" where the tuner's winner beat the default by less than the
+ * minimum gain (a near tie: its ranking is noise), and keeps clear winners; the bucket stays in
+ * the table either way. The CLI's --min-gain sets it (default 3 %) and refuses what is not a
+ * percentage. */
+static void export_gain_case(const lj_tune_id *id, double ms, double min_gain,
+                             const char *want_config, const char *want_ms)
+{
+    lj_env env;
+    lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
+    char dir[1100], path[1200], line[4096];
+    snprintf(dir, sizeof dir, "%s/gain-%g-%g", lj_test_tmpdir(), ms, min_gain);
+    snprintf(path, sizeof path, "%s/table.json", dir);
+    lj_tunedb *db;
+    ASSERT_OK(lj_tunedb_open(&env, dir, &db));
+    lj_tune_result r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.config, sizeof r.config, "UNROLL=2 WARPS=1");
+    r.ms = ms;
+    ASSERT_OK(lj_tunedb_record(db, id, &r, 1, "UNROLL=4 WARPS=2", 1.0));
+    int rows = 0;
+    ASSERT_OK(lj_tunedb_export_shipped(db, path, id->fp.name, min_gain, NULL, NULL, &rows));
+    ASSERT_EQ(rows, 1);
+    lj_tunedb_close(db);
+    FILE *f = fopen(path, "r");
+    ASSERT_TRUE(f != NULL);
+    ASSERT_TRUE(fgets(line, sizeof line, f) != NULL);
+    fclose(f);
+    char want[256];
+    snprintf(want, sizeof want, "\"config\":\"%s\",\"ms\":%s,", want_config, want_ms);
+    ASSERT_CONTAINS(line, want);
+    ASSERT_CONTAINS(line, "\"default_config\":\"UNROLL=4 WARPS=2\",\"default_ms\":1.0,");
+}
+
+LJ_TEST(shipped_export_writes_near_ties_as_the_default)
+{
+    require_nvrtc();
+    use_tables();
+    lj_fake_driver_reset();
+    lj_tune_id id = fresh_id();
+    export_gain_case(&id, 0.99, 0.03, "UNROLL=4 WARPS=2", "1.0");  /* 1.0 % ahead: the default */
+    export_gain_case(&id, 0.96, 0.03, "UNROLL=2 WARPS=1", "0.96"); /* 4.2 % ahead: kept */
+    export_gain_case(&id, 0.99, 0.0, "UNROLL=2 WARPS=1", "0.99");  /* no minimum: kept */
+    export_gain_case(&id, 0.6, 1.0, "UNROLL=4 WARPS=2", "1.0");    /* 1.67x: under 100 % */
+    export_gain_case(&id, 0.5, 1.0, "UNROLL=2 WARPS=1", "0.5");    /* 2x: exactly 100 %, kept */
+
+    lj_env env;
+    lj_env_init(&env, NULL, NULL, NULL, NULL, LAJIT_LOG_ERROR);
+    lj_tunedb *db;
+    char dir[1100], path[1200];
+    snprintf(dir, sizeof dir, "%s/gain-bad", lj_test_tmpdir());
+    snprintf(path, sizeof path, "%s/table.json", dir);
+    ASSERT_OK(lj_tunedb_open(&env, dir, &db));
+    int rows = 0;
+    ASSERT_EQ(lj_tunedb_export_shipped(db, path, id.fp.name, -0.01, NULL, NULL, &rows),
+              LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_EQ(lj_tunedb_export_shipped(db, path, id.fp.name, 1.5, NULL, NULL, &rows),
+              LAJIT_ERR_INVALID_ARGUMENT);
+    lj_tunedb_close(db);
+
+    const char *bin = getenv("LAJIT_TEST_BINARY_DIR");
+    ASSERT_TRUE(bin != NULL);
+    const char *bad[] = {"--shipped --min-gain x", "--shipped --min-gain -1",
+                         "--shipped --min-gain 101", "--shipped --min-gain 3x", "--min-gain 3"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char cmd[4096];
+        snprintf(cmd, sizeof cmd, "'%s/tools/lajit' db export '%s/y.json' %s > /dev/null 2>&1", bin,
+                 lj_test_tmpdir(), bad[i]);
+        int st = system(cmd);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 2)
+            lj_test_fail(__FILE__, __LINE__, "db export %s: exit %d, want 2", bad[i],
+                         WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    }
 }
 
 /* The tables the tree ships (tuned/<slug>.json) were made for this tree's templates: every entry's
