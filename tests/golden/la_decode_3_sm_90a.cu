@@ -13,8 +13,9 @@
 // Work unit ("tile"): TILE_V columns of E by all D rows of one (row b, head h) state. In memory a
 // tile is a [rows, CW] block whose contiguous width CW is TILE_V ("KV", [D, E] row-major) or D
 // ("VK", [E, D]). LPR threads cover one row with 16-byte accesses (thread cg holds columns
-// SV·cg..SV·cg+SV−1, SV = 4 floats or 8 16-bit values per vector), RS rows are covered per pass, and each thread holds NR passes: all NR 16-byte loads
-// are issued before the first use. Output sums run over d: for KV across the threads of a column
+// SV·cg..SV·cg+SV−1, SV = 4 floats or 8 16-bit values per vector), RS rows are covered per pass,
+// and each thread holds NR rows (r0 + i·RS; with RUNS, KV on a 16-bit state, r0·NR + i, so its q,
+// k and v are vector runs): all NR 16-byte state loads are issued before the first use. Output sums run over d: for KV across the threads of a column
 // (shuffles, then one shared-memory slot per warp), for VK along a row (shuffles inside the row's
 // threads). The summation order is fixed, so outputs are bit-deterministic.
 // One CTA per tile, grid {E / TILE_V, H, B}. (A persistent variant that prefetched the next tile
@@ -52,6 +53,12 @@ constexpr int RD = VK ? TILE_V : D;    // rows of the tile
 constexpr int LPR = 32;            // threads per row (power of two; threads past CW/SV idle)
 constexpr int RS = 8;              // rows per pass
 constexpr int NR = 2;              // passes: 16-byte state vectors held per thread
+// KV with a 16-bit state: each thread's NR rows are contiguous (r0·NR + i) and its q, k and v are
+// loaded as vector runs (load_run). Measured on the H200 (docs/notes/la_decode.md, session 15):
+// the bf16-pool step from 86–93 % to 92–96 % of its ceiling; the same for an fp32 pool or VK was
+// slower (their state streams better with rows r0 + i·RS, and they gain little from fewer loads),
+// so they keep the strided rows and per-element input loads.
+constexpr bool RUNS = !VK && sizeof(state_t) == 2;
 constexpr bool FULL_COLS = LPR * SV == CW;
 constexpr bool FULL_ROWS = NR * RS == RD;
 // Partial output sums per column that meet in shared memory: KV, one per warp (or per row of a
@@ -179,7 +186,7 @@ template <typename S> __device__ __forceinline__ void st_state(S *p, const sv_t 
 
 // This thread's place in a tile.
 struct Lane {
-    int tid, lane, warp, cg, r0, c; // c: first contiguous column, rows r0 + i * RS
+    int tid, lane, warp, cg, r0, c; // c: first contiguous column; rows: row(i)
     bool col_ok;
     __device__ __forceinline__ Lane()
     {
@@ -187,11 +194,14 @@ struct Lane {
         cg = tid % LPR, r0 = tid / LPR, c = SV * cg;
         col_ok = FULL_COLS || c < CW;
     }
-    __device__ __forceinline__ bool row_ok(int i) const { return FULL_ROWS || r0 + i * RS < RD; }
+    // RUNS: a thread's NR rows are contiguous, so its q and k are one run of NR values each, loaded
+    // as vectors like its SV columns of v; else rows RS apart (one pass after another).
+    __device__ __forceinline__ int row(int i) const { return RUNS ? r0 * NR + i : r0 + i * RS; }
+    __device__ __forceinline__ bool row_ok(int i) const { return FULL_ROWS || row(i) < RD; }
     // d and e (inside the tile) of this thread's slots of q/k (a < NQ) and of v (a < NV).
-    __device__ __forceinline__ int d_of(int a) const { return VK ? c + a : r0 + a * RS; }
+    __device__ __forceinline__ int d_of(int a) const { return VK ? c + a : row(a); }
     __device__ __forceinline__ bool d_ok(int a) const { return VK ? col_ok : row_ok(a); }
-    __device__ __forceinline__ int e_of(int a) const { return VK ? r0 + a * RS : c + a; }
+    __device__ __forceinline__ int e_of(int a) const { return VK ? row(a) : c + a; }
     __device__ __forceinline__ bool e_ok(int a) const { return VK ? row_ok(a) : col_ok; }
 };
 
@@ -205,6 +215,50 @@ struct Regs {
     float q[T][NQ], k[T][NQ], v[T][NV];
     float s; // decay rate s_h
 };
+
+// RUNS: a thread's run of N contiguous inputs at p (its SV columns of v, or its NR rows of q or k)
+// widened to fp32, zeros when !ok. Runs of 8 bytes or a multiple
+// of 16 are vector loads; others (NR = 2 or 3 rows) one load per element. Aligned: the host
+// admits only tensors whose address and strides are multiples of 16 bytes (runtime/tensor.c), and
+// a run starts at a multiple of its own size inside a row. Measured on the H200
+// (docs/notes/la_decode.md, session 15): with q, k and v constants instead of loads the bf16-pool
+// step ran at 97 % of its ceiling instead of 86 % at B = 256 — the loads' instruction count.
+template <int N> __device__ __forceinline__ void load_run(const elem_t *p, bool ok, float (&out)[N])
+{
+    constexpr int BYTES = N * (int)sizeof(elem_t), VB = BYTES < 16 ? BYTES : 16;
+    constexpr int PER = VB / (int)sizeof(elem_t); // elements per vector load
+    if constexpr ((VB == 8 || VB == 16) && N % PER == 0) {
+#pragma unroll
+        for (int w = 0; w < N / PER; ++w) {
+            lj_vec16 x = {0u, 0u, 0u, 0u};
+            if (ok) {
+                if constexpr (VB == 16) {
+                    x = lj_load16(p + w * PER);
+                } else { // 8 bytes: four 16-bit values
+                    const uint2 y = *reinterpret_cast<const uint2 *>(p + w * PER);
+                    x.x = y.x, x.y = y.y;
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < PER; ++i) out[w * PER + i] = lj_vec_get<elem_t>(x, i);
+        }
+    } else {
+#pragma unroll
+        for (int x = 0; x < N; ++x) out[x] = ok ? lj_to_float(p[x]) : 0.f;
+    }
+}
+
+// The run of this thread's NR rows starting at p (row 0 of the run: L.row(0)); in a partial last
+// pass (rows past RD) the rows that exist are loaded one by one.
+template <int N> __device__ __forceinline__ void load_row_run(const elem_t *p, const Lane &L, float (&out)[N])
+{
+    if (FULL_ROWS || L.row_ok(N - 1)) {
+        load_run(p, true, out);
+    } else {
+#pragma unroll
+        for (int a = 0; a < N; ++a) out[a] = L.row_ok(a) ? lj_to_float(p[a]) : 0.f;
+    }
+}
 
 __device__ __forceinline__ Job make_job(const la_params &p, int b, int h, int et)
 {
@@ -234,7 +288,7 @@ __device__ __forceinline__ void load_job(const la_params &p, const Job &j, const
     const state_t *src = state_src(p, j, L);
 #pragma unroll
     for (int i = 0; i < NR; ++i) {
-        if (!skip_load && L.col_ok && L.row_ok(i)) R.st[i] = ld_state(src + (L.r0 + i * RS) * rs, pol);
+        if (!skip_load && L.col_ok && L.row_ok(i)) R.st[i] = ld_state(src + L.row(i) * rs, pol);
         else {
 #pragma unroll
             for (int x = 0; x < SV; ++x) R.st[i].v[x] = 0.f;
@@ -247,14 +301,20 @@ __device__ __forceinline__ void load_job(const la_params &p, const Job &j, const
         const elem_t *v = reinterpret_cast<const elem_t *>(p.v.ptr) + j.b * p.v.s0 + j.h * p.v.s1 + j.e0;
 #pragma unroll
         for (int t = 0; t < T; ++t) {
+            if constexpr (RUNS) { // q, k: this thread's NR rows; v: its SV columns
+                load_row_run(q + t * (int)p.q.s2 + L.d_of(0), L, R.q[t]);
+                load_row_run(k + t * (int)p.k.s2 + L.d_of(0), L, R.k[t]);
+                load_run(v + t * (int)p.v.s2 + L.e_of(0), L.col_ok, R.v[t]);
+            } else {
 #pragma unroll
-            for (int a = 0; a < NQ; ++a) {
-                R.q[t][a] = L.d_ok(a) ? lj_to_float(q[t * (int)p.q.s2 + L.d_of(a)]) : 0.f;
-                R.k[t][a] = L.d_ok(a) ? lj_to_float(k[t * (int)p.k.s2 + L.d_of(a)]) : 0.f;
+                for (int a = 0; a < NQ; ++a) {
+                    R.q[t][a] = L.d_ok(a) ? lj_to_float(q[t * (int)p.q.s2 + L.d_of(a)]) : 0.f;
+                    R.k[t][a] = L.d_ok(a) ? lj_to_float(k[t * (int)p.k.s2 + L.d_of(a)]) : 0.f;
+                }
+#pragma unroll
+                for (int a = 0; a < NV; ++a)
+                    R.v[t][a] = L.e_ok(a) ? lj_to_float(v[t * (int)p.v.s2 + L.e_of(a)]) : 0.f;
             }
-#pragma unroll
-            for (int a = 0; a < NV; ++a)
-                R.v[t][a] = L.e_ok(a) ? lj_to_float(v[t * (int)p.v.s2 + L.e_of(a)]) : 0.f;
         }
     }
 }
@@ -320,7 +380,7 @@ __device__ __forceinline__ void finish_job(const la_params &p, const Job &j, con
                       + (VK ? j.e0 * rs : j.e0) + L.c;
 #pragma unroll
             for (int i = 0; i < NR; ++i)
-                if (L.col_ok && L.row_ok(i)) st_state(ss + (L.r0 + i * RS) * rs, R.st[i], pol);
+                if (L.col_ok && L.row_ok(i)) st_state(ss + L.row(i) * rs, R.st[i], pol);
         }
     }
 
@@ -332,7 +392,7 @@ __device__ __forceinline__ void finish_job(const la_params &p, const Job &j, con
                      + (VK ? j.e0 * rs : j.e0) + L.c;
 #pragma unroll
         for (int i = 0; i < NR; ++i)
-            if (L.col_ok && L.row_ok(i)) st_state(dst + (L.r0 + i * RS) * rs, R.st[i], pol);
+            if (L.col_ok && L.row_ok(i)) st_state(dst + L.row(i) * rs, R.st[i], pol);
     }
 
     // Output: partial sums reduced in a fixed order (shuffles, then shared memory).
