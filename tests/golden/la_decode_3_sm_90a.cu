@@ -15,9 +15,9 @@
 // ("VK", [E, D]). LPR threads cover one row with 16-byte accesses (thread cg holds columns
 // SV·cg..SV·cg+SV−1, SV = 4 floats or 8 16-bit values per vector), RS rows are covered per pass,
 // and each thread holds NR rows (r0 + i·RS; with RUNS, KV on a 16-bit state, r0·NR + i, so its q,
-// k and v are vector runs): all NR 16-byte state loads are issued before the first use. Output sums run over d: for KV across the threads of a column
-// (shuffles, then one shared-memory slot per warp), for VK along a row (shuffles inside the row's
-// threads). The summation order is fixed, so outputs are bit-deterministic.
+// k and v are vector runs): all NR 16-byte state loads are issued before the first use. Output
+// sums run over d: for KV across the threads of a column (shuffles, then one shared-memory slot per
+// warp), for VK along a row (shuffles inside the row's threads). The summation order is fixed, so outputs are bit-deterministic.
 // One CTA per tile, grid {E / TILE_V, H, B}. (A persistent variant that prefetched the next tile
 // into a second register set measured 80-83 % of the in-place ceiling against 96-97 % for this
 // one: docs/notes/la_decode.md.)
@@ -55,9 +55,9 @@ constexpr int RS = 8;              // rows per pass
 constexpr int NR = 2;              // passes: 16-byte state vectors held per thread
 // KV with a 16-bit state: each thread's NR rows are contiguous (r0·NR + i) and its q, k and v are
 // loaded as vector runs (load_run). Measured on the H200 (docs/notes/la_decode.md, session 15):
-// the bf16-pool step from 86–93 % to 92–96 % of its ceiling; the same for an fp32 pool or VK was
-// slower (their state streams better with rows r0 + i·RS, and they gain little from fewer loads),
-// so they keep the strided rows and per-element input loads.
+// the bf16-pool step from 85.5–94.4 % to 87.2–96.8 % of its ceiling (B = 256: 1.12× faster); the
+// same for an fp32 pool or VK was slower (their state streams better with rows r0 + i·RS, and they
+// gain little from fewer loads), so they keep the strided rows and per-element input loads.
 constexpr bool RUNS = !VK && sizeof(state_t) == 2;
 constexpr bool FULL_COLS = LPR * SV == CW;
 constexpr bool FULL_ROWS = NR * RS == RD;
@@ -217,12 +217,11 @@ struct Regs {
 };
 
 // RUNS: a thread's run of N contiguous inputs at p (its SV columns of v, or its NR rows of q or k)
-// widened to fp32, zeros when !ok. Runs of 8 bytes or a multiple
-// of 16 are vector loads; others (NR = 2 or 3 rows) one load per element. Aligned: the host
-// admits only tensors whose address and strides are multiples of 16 bytes (runtime/tensor.c), and
-// a run starts at a multiple of its own size inside a row. Measured on the H200
-// (docs/notes/la_decode.md, session 15): with q, k and v constants instead of loads the bf16-pool
-// step ran at 97 % of its ceiling instead of 86 % at B = 256 — the loads' instruction count.
+// widened to fp32, zeros when !ok. Runs of 8 bytes or a multiple of 16 are vector loads; others
+// (NR = 2 or 3 rows) one load per element. Aligned: the host admits only tensors whose address and
+// strides are multiples of 16 bytes (runtime/tensor.c), and a run starts at a multiple of its own
+// size inside a row. Why (docs/notes/la_decode.md, session 15): with q, k and v constants instead
+// of loads the bf16-pool step ran at 96.6 % of its ceiling instead of 85.9 % at B = 256 (H200).
 template <int N> __device__ __forceinline__ void load_run(const elem_t *p, bool ok, float (&out)[N])
 {
     constexpr int BYTES = N * (int)sizeof(elem_t), VB = BYTES < 16 ? BYTES : 16;
