@@ -206,6 +206,17 @@ static void rank_open(rank_views *u, int n)
     u->a.scale = 1.0f;
 }
 
+/* Ranks 0..P-1 with n[r] tokens each, and their call arguments with these flags. */
+static void ranks_open(rank_views *u, lajit_cp_attn_fwd_args *a, int P, const int *n,
+                       uint32_t flags)
+{
+    for (int r = 0; r < P; r++) {
+        rank_open(&u[r], n[r]);
+        a[r] = u[r].a;
+        a[r].flags = flags;
+    }
+}
+
 static void rank_close(rank_views *u)
 {
     const lj_driver *drv = lj_fake_driver();
@@ -546,10 +557,7 @@ LJ_TEST(driver_failures_each_a_status)
     const int n[P] = {3, 0, 2};
     rank_views u[P];
     lajit_cp_attn_fwd_args a[P];
-    for (int r = 0; r < P; r++) {
-        rank_open(&u[r], n[r]);
-        a[r] = u[r].a;
-    }
+    ranks_open(u, a, P, n, 0);
     ASSERT_OK(lajit__cp_attn_fwd_sim(ctx, P, a)); /* compiles, sizes the workspace */
     const uint64_t calls = fwd_fails_each_driver_call(ctx, P, a);
     /* At least: 2 length memsets per rank, rank 1's zero state, 6 copies, 7 launches. */
@@ -1004,10 +1012,7 @@ LJ_TEST(segments_forward_sequence)
     const int n[P] = {300, 0, 200}, tail[P] = {108, 0, 8};
     rank_views u[P];
     lajit_cp_attn_fwd_args a[P];
-    for (int r = 0; r < P; r++) {
-        rank_open(&u[r], n[r]);
-        a[r] = u[r].a;
-    }
+    ranks_open(u, a, P, n, 0);
     lajit_status st = lajit__cp_attn_fwd_sim(ctx, P, a);
     if (st != LAJIT_OK)
         lj_test_fail(__FILE__, __LINE__, "%s: %s", lajit_status_string(st), lajit_errmsg(ctx));
@@ -1095,11 +1100,7 @@ LJ_TEST(segments_forward_logstep)
     const int n[P] = {300, 0, 200};
     rank_views u[P];
     lajit_cp_attn_fwd_args a[P];
-    for (int r = 0; r < P; r++) {
-        rank_open(&u[r], n[r]);
-        a[r] = u[r].a;
-        a[r].flags = LAJIT_CP_LOGSTEP;
-    }
+    ranks_open(u, a, P, n, LAJIT_CP_LOGSTEP);
     lajit_status st = lajit__cp_attn_fwd_sim(ctx, P, a);
     if (st != LAJIT_OK)
         lj_test_fail(__FILE__, __LINE__, "%s: %s", lajit_status_string(st), lajit_errmsg(ctx));
@@ -1390,11 +1391,7 @@ LJ_TEST(logstep_simulated_sequence)
     const int n[P] = {3, 0, 2};
     rank_views u[P];
     lajit_cp_attn_fwd_args a[P];
-    for (int r = 0; r < P; r++) {
-        rank_open(&u[r], n[r]);
-        a[r] = u[r].a;
-        a[r].flags = LAJIT_CP_LOGSTEP;
-    }
+    ranks_open(u, a, P, n, LAJIT_CP_LOGSTEP);
     lajit_status st = lajit__cp_attn_fwd_sim(ctx, P, a);
     if (st != LAJIT_OK)
         lj_test_fail(__FILE__, __LINE__, "%s: %s", lajit_status_string(st), lajit_errmsg(ctx));
@@ -1793,10 +1790,7 @@ LJ_TEST(segments_forward_driver_failures)
     const int n[P] = {300, 0, 200};
     rank_views u[P];
     lajit_cp_attn_fwd_args a[P];
-    for (int r = 0; r < P; r++) {
-        rank_open(&u[r], n[r]);
-        a[r] = u[r].a;
-    }
+    ranks_open(u, a, P, n, 0);
     ASSERT_OK(lajit__cp_attn_fwd_sim(ctx, P, a)); /* compiles, sizes the workspace */
     const int l0 = lj_fake_launch_count();
     ASSERT_OK(lajit__cp_attn_fwd_sim(ctx, P, a));
