@@ -127,7 +127,17 @@ return {
 
     default = function(problem, device)
         if fused(problem) then return dkdv_default(problem, device) end
-        return fwd.default(scan_problem(problem), device)
+        local sp = scan_problem(problem)
+        if sp.ds and sp.D == 64 and sp.E == 64 then
+            -- The dq pass with ds at D = E = 64: two CTAs of one warpgroup per head instead of
+            -- la_fwd_sm90's one CTA of two warpgroups splitting Q Kᵀ. H200, bf16, B = 4, H = 32,
+            -- `lajit tune` (session 16, docs/notes/la_bwd.md): 0.298 against 0.336 ms at N = 8192,
+            -- 0.0517 against 0.0557 at N = 1024, the winner at both.
+            local cfg = { BLOCK = 64, TILE_V = 32, WGS = 1, STAGES = 3, PREFETCH = 1, SPLIT_QK = 0,
+                          SPLIT = 1 }
+            if fwd.valid(cfg, sp, device) then return cfg end
+        end
+        return fwd.default(sp, device)
     end,
 
     -- la_bwd's buckets, the dq pass with ds in its own (another kernel), and the fused dv/dk

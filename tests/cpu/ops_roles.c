@@ -9,6 +9,7 @@
 #include "fake_driver.h"
 #include "params.h"
 #include "roles.h"
+#include "config.h"
 
 enum { B = 2, H = 3, N = 5, D = 32, E = 16 };
 
@@ -307,4 +308,36 @@ LJ_TEST(sm90_dv_pass_computes_dk_where_it_can)
     lajit_ctx_destroy(ctx);
     ASSERT_EQ(drv->cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
     ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* The dq pass with ds at D = E = 64 runs two CTAs of one warpgroup per head (la_bwd_sm90's
+ * default, measured faster than la_fwd_sm90's two warpgroups splitting Q Kᵀ); other widths keep
+ * la_fwd_sm90's ds default. */
+static void ds_default_of(lajit_ctx *ctx, int d, int e, char *text, size_t cap)
+{
+    lj_family *f;
+    ASSERT_OK(lajit__ctx_family(ctx, "la_bwd_sm90", &f));
+    lj_device_info dev;
+    ASSERT_TRUE(lj_device_info_for_arch("sm_90a", &dev));
+    lj_problem p;
+    memset(&p, 0, sizeof p);
+    p.op = LJ_OP_BWD, p.part = 0, p.dtype = LJ_BF16, p.decay = 1, p.want_ds = 1, p.has_dsn = 1;
+    p.B = 4, p.H = 32, p.N = 8192, p.D = d, p.E = e;
+    lj_config cfg;
+    ASSERT_OK(lj_family_default(f, &p, &dev, &cfg));
+    lj_config_format(&cfg, text, cap);
+}
+
+LJ_TEST(sm90_ds_pass_at_d64_takes_one_warpgroup_ctas)
+{
+    lajit_ctx *ctx = fake_ctx();
+    char text[256];
+    ds_default_of(ctx, 64, 64, text, sizeof text);
+    ASSERT_CONTAINS(text, "WGS=1");
+    ASSERT_CONTAINS(text, "TILE_V=32");
+    ASSERT_CONTAINS(text, "SPLIT_QK=0");
+    ds_default_of(ctx, 128, 128, text, sizeof text);
+    ASSERT_CONTAINS(text, "WGS=2");
+    ASSERT_CONTAINS(text, "SPLIT_QK=1");
+    lajit_ctx_destroy(ctx);
 }
