@@ -117,8 +117,11 @@ typedef struct bench {
     const lj_problem *p;
     unsigned char *host; /* one set's initial contents */
     /* A split candidate's flags (grow-only, zeroed when made; its kernels leave them zero) and
-     * states, shared by the sets: every launch is on the one stream. [0] flags, [1] states. */
+     * states, shared by the sets: every launch is on the one stream. [0] flags, [1] states.
+     * A custom family's workspace argument is split[0] (zeroed before each candidate, ws_bytes
+     * of it passed). */
     lj_dev_buf split[2];
+    unsigned long long ws_bytes;
 } bench;
 
 static void error_text(const lj_driver *drv, CUresult r, const char *what, char *out, size_t cap)
@@ -226,6 +229,11 @@ static void make_custom_args(bench *b, int i)
         const lj_arg_decl *a = &d->arg[k];
         if (a->kind == LJ_ARG_F32)
             v[k].f = 1.0;
+        if (a->kind == LJ_ARG_WORKSPACE && b->ws_bytes) {
+            v[k].ptr = (unsigned long long)b->split[0].ptr;
+            v[k].size[0] = (long long)b->ws_bytes;
+            v[k].stride[0] = 1;
+        }
         if (a->kind != LJ_ARG_TENSOR || !b->arg_bytes[k])
             continue;
         v[k].ptr = (unsigned long long)b->sets[i] + b->arg_off[k];
@@ -507,6 +515,28 @@ static CUresult time_candidate(bench *b, candidate *c, int warmup, int runs)
     for (int i = 0; i < b->n_sets; i++) {
         b->params[i].splitws = c->launch.split_ws ? (unsigned long long)b->split[0].ptr : 0;
         b->params[i].splitst = c->launch.split_ws ? (unsigned long long)b->split[1].ptr : 0;
+    }
+    if (b->decl && b->decl->workspace >= 0) {
+        /* The candidate's workspace, zeroed (another configuration's kernels may have left
+         * anything in it), in every set's arguments. */
+        unsigned long long bytes = 0;
+        if (!lj_plan_ws_bytes(&c->launch, vars, LJ_N_GRID_VARS, &bytes) || bytes > SIZE_MAX / 2) {
+            set_failure(c, "%s", "the workspace passes 2^50 bytes");
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        size_t rounded = (size_t)(bytes + 15) & ~(size_t)15;
+        if (rounded && (lj_dev_buf_grow(env, drv, &b->split[0], rounded, 1, b->stream,
+                                        "the family's workspace") != LAJIT_OK ||
+                        LJ_CU(env, drv, cuMemsetD32Async, b->split[0].ptr, 0u, rounded / 4,
+                              b->stream) != CUDA_SUCCESS)) {
+            set_failure(c, "%.200s", env->errmsg[0] ? env->errmsg : "workspace memset");
+            CUresult ra = (CUresult)env->driver_result;
+            lj_clear_error(env);
+            return ra != CUDA_SUCCESS ? ra : CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        b->ws_bytes = bytes;
+        for (int i = 0; i < b->n_sets; i++)
+            make_custom_args(b, i);
     }
     CUmodule module = NULL;
     CUfunction fn = NULL;

@@ -10,7 +10,8 @@
 size_t lj_arg_param_bytes(const lj_arg_decl *a)
 {
     switch (a->kind) {
-        case LJ_ARG_TENSOR: return 8 + 16 * (size_t)a->rank;
+        case LJ_ARG_TENSOR:
+        case LJ_ARG_WORKSPACE: return 8 + 16 * (size_t)a->rank;
         case LJ_ARG_F32:
         case LJ_ARG_I32: return 4;
         case LJ_ARG_I64: return 8;
@@ -26,7 +27,8 @@ void lj_args_pack(const lj_args_decl *d, const lj_arg_value *v, lj_packed_args *
         unsigned char *p = out->buf + off;
         out->params[i] = p;
         switch (a->kind) {
-            case LJ_ARG_TENSOR: {
+            case LJ_ARG_TENSOR:
+            case LJ_ARG_WORKSPACE: {
                 size_t r = (size_t)a->rank;
                 memcpy(p, &v[i].ptr, 8);
                 memcpy(p + 8, v[i].size, 8 * r);
@@ -83,7 +85,9 @@ lajit_status lj_args_check_kernel(lj_env *env, const lj_driver *drv, CUfunction 
                             "%s: kernel %s's parameter %d is %zu bytes; args declares %s, %zu "
                             "bytes (%s)",
                             family, entry, i + 1, bytes, a->name, want,
-                            a->kind == LJ_ARG_TENSOR ? "lj_arg<rank>" : "a scalar");
+                            a->kind == LJ_ARG_TENSOR      ? "lj_arg<rank>"
+                            : a->kind == LJ_ARG_WORKSPACE ? "a workspace, lj_arg<1>"
+                                                          : "a scalar");
     }
     return LAJIT_OK;
 }

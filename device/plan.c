@@ -122,6 +122,25 @@ void lj_plan_vars(long long vars[LJ_VAR_SYM0], long long B, long long H, long lo
     vars[LJ_VAR_T] = T;
 }
 
+int lj_plan_ws_bytes(const lj_launch *l, const long long *vars, int nvars,
+                     unsigned long long *bytes)
+{
+    const unsigned long long cap = 1ULL << 50;
+    unsigned long long per = l->ws_per;
+    for (int i = 0; i < l->ws_n_times && per; i++) {
+        if ((int)l->ws_times[i] >= nvars)
+            return 0;
+        long long v = vars[l->ws_times[i]];
+        if (v < 0 || (unsigned long long)v > cap || (v && per > cap / (unsigned long long)v))
+            return 0;
+        per *= (unsigned long long)v;
+    }
+    if (l->ws_fixed > cap || per > cap - l->ws_fixed)
+        return 0;
+    *bytes = l->ws_fixed + per;
+    return 1;
+}
+
 int lj_plan_grid(const lj_launch *l, const long long *vars, int nvars, unsigned grid[3])
 {
     static const long long limits[3] = {2147483647LL, 65535, 65535};

@@ -59,6 +59,11 @@ void lj_plan_table_free(lj_env *env, lj_plan_table *t);
  * ops fill LJ_VAR_ONE .. LJ_VAR_T, a custom family LJ_VAR_SYM0 + i with its symbols); 0 on a
  * variable past nvars or overflow of the driver's limits. */
 int lj_plan_grid(const lj_launch *l, const long long *vars, int nvars, unsigned grid[3]);
+/* The bytes of a custom family's workspace for one launch (lj_launch.ws_*), the variables as
+ * for the grid; 0 into *bytes when the launch needs none. Returns 0 when a variable is past
+ * nvars or the product passes 2^50 bytes. */
+int lj_plan_ws_bytes(const lj_launch *l, const long long *vars, int nvars,
+                     unsigned long long *bytes);
 /* The attention ops' grid variables. */
 void lj_plan_vars(long long vars[LJ_VAR_SYM0], long long B, long long H, long long N,
                   long long nseq, long long T);

@@ -63,7 +63,15 @@ int lj_dtype_parse(const char *s, lj_dtype *out); /* "f32|fp32|float32", "f16|fp
 #define LJ_MAX_RANK    8
 #define LJ_NAME_LEN    32
 
-typedef enum lj_arg_kind { LJ_ARG_TENSOR = 0, LJ_ARG_F32, LJ_ARG_I32, LJ_ARG_I64 } lj_arg_kind;
+/* LJ_ARG_WORKSPACE: device scratch the runtime provides (never the caller), sized per launch by
+ * the spec's launch() (lj_launch.ws_*): a kernel parameter lj_arg<1> of bytes. */
+typedef enum lj_arg_kind {
+    LJ_ARG_TENSOR = 0,
+    LJ_ARG_F32,
+    LJ_ARG_I32,
+    LJ_ARG_I64,
+    LJ_ARG_WORKSPACE
+} lj_arg_kind;
 /* Element types a declared tensor may have: the three float dtypes (lj_dtype's values), two
  * integer ones, or "the problem's dtype". */
 typedef enum lj_elem {
@@ -105,6 +113,7 @@ typedef struct lj_args_decl {
     int n_syms;
     lj_symbol sym[LJ_MAX_SYMBOLS];
     unsigned dtypes; /* bit (1 << lj_dtype) per problem dtype the family takes */
+    int workspace;   /* the index of its workspace argument, -1 when it declares none */
 } lj_args_decl;
 
 /* The index of a symbol by name, or -1. */
@@ -212,6 +221,12 @@ typedef struct lj_launch {
      * buffer (16 more bytes of counters) is zeroed once: the kernels leave it zero. Sizes by
      * lj_split_ws_bytes. */
     unsigned long long split_ws, split_flags;
+    /* op custom, a family with a workspace argument: its bytes for one launch, ws_fixed + ws_per
+     * times the value of each of ws_times[0 .. ws_n_times - 1] (grid variables: the family's
+     * symbols); 0 when this configuration needs none (the argument then arrives NULL). */
+    unsigned long long ws_fixed, ws_per;
+    lj_grid_var ws_times[2];
+    int ws_n_times;
     /* 1: the kernel executes griddepcontrol.wait (templates/common/pdl.cuh) before it reads or
      * writes any global memory, so it may be launched with programmatic stream serialization:
      * its CTAs may become resident while the previous kernel on the stream finishes. The

@@ -7,6 +7,7 @@
  *       { name = "h0", dtype = "f32", shape = { "B", "H", "D", "E" }, optional = true },
  *       { name = "o", dtype = "dtype", shape = { "B", "H", "N", "E" }, output = true },
  *       { name = "scale", scalar = "f32" },
+ *       { name = "ws", workspace = true },   -- scratch lajit provides, sized by launch()
  *   },
  *   dtypes = { "f16", "bf16" },   -- the problem dtypes taken (default: f32, f16, bf16)
  *   dynamic = { "B", "N" },       -- symbols read at run time, not baked into the kernel
@@ -131,6 +132,41 @@ static const char *read_arg(lua_State *L, int idx, int k, lj_args_decl *d, char 
             snprintf(err, cap, "args[%d]: a second argument named %s", k, a->name);
             return err;
         }
+    }
+    /* A workspace: the runtime's scratch, nothing else said about it (launch() sizes it). */
+    t = lj_rawgetfield(L, idx, "workspace");
+    lua_settop(L, top);
+    if (t != LUA_TNIL) {
+        static const char *const other[] = {"scalar", "dtype", "shape", "optional",
+                                            "output", "align", "fill",  "unit_stride"};
+        int clean = t == LUA_TBOOLEAN;
+        if (clean) {
+            lj_rawgetfield(L, idx, "workspace");
+            clean = lua_toboolean(L, -1);
+            lua_settop(L, top);
+        }
+        for (size_t i = 0; clean && i < sizeof other / sizeof other[0]; i++) {
+            clean = lj_rawgetfield(L, idx, other[i]) == LUA_TNIL;
+            lua_settop(L, top);
+        }
+        if (!clean) {
+            snprintf(err, cap,
+                     "args[%d] (%s): a workspace is { name = ..., workspace = true } and nothing "
+                     "else (lajit provides it; launch() says its size)",
+                     k, a->name);
+            return err;
+        }
+        if (d->workspace >= 0) {
+            snprintf(err, cap, "args[%d] (%s): a second workspace (%s is one)", k, a->name,
+                     d->arg[d->workspace].name);
+            return err;
+        }
+        a->kind = LJ_ARG_WORKSPACE;
+        a->rank = 1;
+        a->elem = LJ_ELEM_I32; /* never checked: the runtime fills it */
+        a->align = 16;
+        d->workspace = d->n_args++;
+        return NULL;
     }
     const char *scalar = string_field(L, idx, "scalar", &t);
     if (t != LUA_TNIL) {
@@ -265,6 +301,7 @@ const char *lj_read_args(lua_State *L, int spec, lj_args_decl *d, char *err, siz
     int top = lua_gettop(L);
     spec = lua_absindex(L, spec);
     memset(d, 0, sizeof *d);
+    d->workspace = -1;
     const char *e = NULL;
     lua_Unsigned n = lj_rawgetfield(L, spec, "args") == LUA_TTABLE ? lua_rawlen(L, -1) : 0;
     if (n < 1 || n > LJ_MAX_ARGS) {

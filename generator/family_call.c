@@ -372,6 +372,77 @@ int lj_identifier(const char *s, size_t n)
     return 1;
 }
 
+/* workspace: the bytes of a custom family's workspace argument for this launch, a byte count
+ * or { bytes = fixed, per = n, times = { "B", ... } } (fixed + n times the value of each named
+ * shape symbol, at most two; every figure up to 2^40). Only a family that declares a workspace
+ * argument may say it; absent, the argument arrives NULL. Returns 0 (read_launch's convention),
+ * with rec->err set on a bad field. */
+static int read_workspace(lua_State *L, int r, call_rec *rec)
+{
+    lj_launch *l = rec->out;
+    const lj_args_decl *decl = lj_family_args(rec->f);
+    int top = lua_gettop(L);
+    int t = lj_rawgetfield(L, r, "workspace");
+    if (t == LUA_TNIL) {
+        lua_settop(L, top);
+        return 0;
+    }
+    if (!decl || decl->workspace < 0) {
+        snprintf(rec->err, sizeof rec->err,
+                 "workspace needs a workspace argument in args ({ name = ..., workspace = true })");
+        lua_settop(L, top);
+        return 0;
+    }
+    const long long cap = 1LL << 40;
+    const char *bad = NULL;
+    if (t == LUA_TNUMBER) {
+        long long v = 0;
+        if (!get_int(L, -1, 0, cap, &v))
+            bad = "workspace must be a byte count from 0 to 2^40 or {bytes, per, times}";
+        l->ws_fixed = (unsigned long long)v;
+    } else if (t == LUA_TTABLE) {
+        const char *fields[2] = {"bytes", "per"};
+        unsigned long long *dst[2] = {&l->ws_fixed, &l->ws_per};
+        for (int i = 0; i < 2 && !bad; i++) {
+            long long v = 0;
+            int ft = lj_rawgetfield(L, top + 1, fields[i]);
+            if (ft != LUA_TNIL && !get_int(L, -1, 0, cap, &v))
+                bad = "workspace.bytes and workspace.per must be integers from 0 to 2^40";
+            *dst[i] = (unsigned long long)v;
+            lua_settop(L, top + 1);
+        }
+        int tt = bad ? LUA_TNIL : lj_rawgetfield(L, top + 1, "times");
+        if (tt == LUA_TTABLE) {
+            lua_Unsigned n = lua_rawlen(L, -1);
+            if (n > 2)
+                bad = "workspace.times names at most two shape symbols";
+            for (lua_Integer i = 1; !bad && i <= (lua_Integer)n; i++) {
+                lua_rawgeti(L, top + 2, i);
+                int s =
+                    lua_type(L, -1) == LUA_TSTRING ? lj_args_symbol(decl, lua_tostring(L, -1)) : -1;
+                lua_pop(L, 1);
+                if (s < 0 || decl->sym[s].flag)
+                    bad = "workspace.times must list shape symbols of the family's args";
+                else
+                    l->ws_times[l->ws_n_times++] = (lj_grid_var)(LJ_VAR_SYM0 + s);
+            }
+        } else if (tt != LUA_TNIL) {
+            bad = "workspace.times must be a list of shape symbols";
+        }
+        if (!bad && l->ws_per && !l->ws_n_times)
+            bad = "workspace.per needs times (the symbols it is multiplied by)";
+    } else {
+        bad = "workspace must be a byte count from 0 to 2^40 or {bytes, per, times}";
+    }
+    lua_settop(L, top);
+    if (bad) {
+        snprintf(rec->err, sizeof rec->err, "%s", bad);
+        l->ws_fixed = l->ws_per = 0;
+        l->ws_n_times = 0;
+    }
+    return 0;
+}
+
 static int read_launch(lua_State *L, int r, call_rec *rec)
 {
     lj_launch *l = rec->out;
@@ -507,11 +578,11 @@ static int read_launch(lua_State *L, int r, call_rec *rec)
      * arguments a custom family declares. */
     if (l->split_ws && lj_family_args(rec->f)) {
         snprintf(rec->err, sizeof rec->err,
-                 "split_ws is for the attention ops' kernels (a custom family declares its "
-                 "buffers as arguments)");
+                 "split_ws is for the attention ops' kernels (a custom family declares a "
+                 "workspace argument and says its size in workspace)");
         return 0;
     }
-    return 0;
+    return read_workspace(L, r, rec);
 }
 
 lajit_status lj_family_launch(lj_family *f, const lj_config *c, const lj_problem *p,

@@ -168,6 +168,9 @@ LAJIT_API void lajit_ctx_destroy(lajit_ctx *ctx)
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]->ptr && lj_device_make_current(env, &ctx->device) == LAJIT_OK)
                 LJ_CU(env, drv, cuMemFree, bufs[i]->ptr);
+        for (int i = 0; i < LJ_MAX_FAMILIES; i++)
+            if (ctx->family_ws[i].ptr && lj_device_make_current(env, &ctx->device) == LAJIT_OK)
+                LJ_CU(env, drv, cuMemFree, ctx->family_ws[i].ptr);
         for (unsigned i = 0; i < ctx->plans.cap; i++)
             if (ctx->plans.slots[i].key.D != 0 && ctx->plans.slots[i].module)
                 LJ_CU(env, drv, cuModuleUnload, ctx->plans.slots[i].module);

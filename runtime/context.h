@@ -38,6 +38,10 @@ struct lajit_ctx {
      * zero) and states (plan_build.c); context parallelism's gathered local states, lengths and
      * incoming states (cp_op.c; the simulated ranks of the tests hold P of them). */
     lj_dev_buf scratch, split_flags, split_states, cp_ws;
+    /* A custom family's workspace argument (lajit_launch), by family index: zeroed when
+     * allocated or grown, then left as the family's kernels leave it (they may keep counters in
+     * it from launch to launch; no other family's kernels touch it). */
+    lj_dev_buf family_ws[LJ_MAX_FAMILIES];
     /* The backward's segments for ds (bwd_segments.c): boundaries, slots, lengths and six pools
      * of states; the boundaries were written for seg_N tokens in seg_P segments at seg_at. */
     lj_dev_buf seg_ws;

@@ -4,7 +4,8 @@
  * (dtype, rank, sizes that agree wherever a symbol repeats, CUDA memory on the context's device,
  * alignment, element offsets, outputs that share no element with anything else), turned into
  * the problem (dtype and symbol values) whose plan the shared plan table holds, packed in the
- * declared order (device/args.h) and launched.
+ * declared order (device/args.h) and launched. A workspace argument is not the caller's: it is
+ * the context's buffer for the family, grown (and zeroed) to the size the plan's launch says.
  *
  * The hot path — a bucket that has its plan — does name matching over at most LJ_MAX_ARGS
  * names (the caller's order first, so arguments given in the declared order cost one strcmp
@@ -21,17 +22,37 @@
 #include "plan_build.h"
 #include "tensor.h"
 
+/* Whether declared argument a is of the kind the caller gives as a tensor (1) or a scalar (0);
+ * a workspace is neither. */
+static int of_kind(const lj_arg_decl *a, int want_tensor)
+{
+    if (a->kind == LJ_ARG_WORKSPACE)
+        return 0;
+    return (a->kind == LJ_ARG_TENSOR) == want_tensor;
+}
+
 /* The declared argument named name of kind tensor (want_tensor) or scalar, trying `hint` (the
  * caller's position) first; -1 when there is none. */
 static int match(const lj_args_decl *d, const char *name, int want_tensor, int hint)
 {
-    if (hint < d->n_args && (d->arg[hint].kind == LJ_ARG_TENSOR) == want_tensor &&
+    if (hint < d->n_args && of_kind(&d->arg[hint], want_tensor) &&
         strcmp(d->arg[hint].name, name) == 0)
         return hint;
     for (int i = 0; i < d->n_args; i++)
-        if ((d->arg[i].kind == LJ_ARG_TENSOR) == want_tensor && strcmp(d->arg[i].name, name) == 0)
+        if (of_kind(&d->arg[i], want_tensor) && strcmp(d->arg[i].name, name) == 0)
             return i;
     return -1;
+}
+
+/* A name the caller gave that is the family's workspace: a message of its own. */
+static lajit_status refuse_workspace(lj_env *env, const char *family, const lj_args_decl *d,
+                                     const char *name)
+{
+    if (name && d->workspace >= 0 && strcmp(d->arg[d->workspace].name, name) == 0)
+        return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
+                        "%s: %s is the family's workspace: lajit provides it, the caller does not",
+                        family, name);
+    return LAJIT_OK;
 }
 
 /* "q, k, v, o" — the declared names of one kind, for messages. */
@@ -40,7 +61,7 @@ static void names_of(const lj_args_decl *d, int tensors, char *out, size_t cap)
     size_t used = 0;
     out[0] = 0;
     for (int i = 0; i < d->n_args && used < cap; i++) {
-        if ((d->arg[i].kind == LJ_ARG_TENSOR) != tensors)
+        if (!of_kind(&d->arg[i], tensors))
             continue;
         int n = snprintf(out + used, cap - used, "%s%s", used ? ", " : "", d->arg[i].name);
         if (n < 0)
@@ -137,6 +158,33 @@ static lajit_status check_tensor(lj_env *env, const char *family, const lj_arg_d
     return LAJIT_OK;
 }
 
+/* The workspace argument of a launch: the context's buffer for family f, grown and zeroed to the
+ * bytes the plan's launch says for these symbol values (NULL and size 0 for none). */
+static lajit_status fill_workspace(lajit_ctx *ctx, const lj_family *f, const char *fam,
+                                   const lj_plan *plan, const long long *vars, void *stream,
+                                   lj_arg_value *v)
+{
+    unsigned long long bytes = 0;
+    if (!lj_plan_ws_bytes(&plan->launch, vars, LJ_N_GRID_VARS, &bytes) || bytes > SIZE_MAX)
+        return lj_error(&ctx->env, LAJIT_ERR_UNSUPPORTED,
+                        "%s: the workspace of this launch passes 2^50 bytes", fam);
+    v->ptr = 0, v->size[0] = 0, v->stride[0] = 1;
+    if (!bytes)
+        return LAJIT_OK;
+    int slot = 0;
+    while (slot < ctx->n_families && ctx->families[slot] != f)
+        slot++;
+    if (slot == ctx->n_families) /* lajit__ctx_family gave f: it is loaded */
+        return lj_error(&ctx->env, LAJIT_ERR_INTERNAL, "%s: not among the context's families", fam);
+    lj_dev_buf *buf = &ctx->family_ws[slot];
+    lajit_status st = lj_ctx_buffer(ctx, buf, (size_t)bytes, 1, stream, "a family's workspace");
+    if (st != LAJIT_OK)
+        return st;
+    v->ptr = (unsigned long long)buf->ptr;
+    v->size[0] = (long long)bytes;
+    return LAJIT_OK;
+}
+
 LAJIT_API lajit_status lajit_launch(lajit_ctx *ctx, const lajit_launch_args *a)
 {
     if (!ctx)
@@ -176,6 +224,8 @@ LAJIT_API lajit_status lajit_launch(lajit_ctx *ctx, const lajit_launch_args *a)
     for (size_t j = 0; j < a->n_tensors; j++) {
         const char *name = a->tensors[j].name;
         int i = name ? match(d, name, 1, (int)j) : -1;
+        if (i < 0 && (st = refuse_workspace(env, fam, d, name)) != LAJIT_OK)
+            return st;
         if (i < 0) {
             names_of(d, 1, list, sizeof list);
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
@@ -192,6 +242,8 @@ LAJIT_API lajit_status lajit_launch(lajit_ctx *ctx, const lajit_launch_args *a)
     for (size_t j = 0; j < a->n_scalars; j++) {
         const char *name = a->scalars[j].name;
         int i = name ? match(d, name, 0, (int)j) : -1;
+        if (i < 0 && (st = refuse_workspace(env, fam, d, name)) != LAJIT_OK)
+            return st;
         if (i < 0) {
             names_of(d, 0, list, sizeof list);
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT,
@@ -209,6 +261,8 @@ LAJIT_API lajit_status lajit_launch(lajit_ctx *ctx, const lajit_launch_args *a)
     /* Every required argument is there before any is examined: a missing one is named first. */
     for (int i = 0; i < d->n_args; i++) {
         const lj_arg_decl *ad = &d->arg[i];
+        if (ad->kind == LJ_ARG_WORKSPACE)
+            continue;
         if (ad->kind == LJ_ARG_TENSOR ? !given[i] && !ad->optional : !seen[i])
             return lj_error(env, LAJIT_ERR_INVALID_ARGUMENT, "%s: %s %s is required", fam,
                             ad->kind == LJ_ARG_TENSOR ? "tensor" : "scalar", ad->name);
@@ -277,6 +331,8 @@ LAJIT_API lajit_status lajit_launch(lajit_ctx *ctx, const lajit_launch_args *a)
     for (int i = 0; i < d->n_args; i++) {
         const lj_arg_decl *ad = &d->arg[i];
         memset(&v[i], 0, sizeof v[i]);
+        if (ad->kind == LJ_ARG_WORKSPACE)
+            continue; /* filled once the plan says its size */
         if (ad->kind == LJ_ARG_TENSOR) {
             if (ad->optional)
                 p.sym[ad->flag] = given[i] != NULL;
@@ -323,6 +379,9 @@ LAJIT_API lajit_status lajit_launch(lajit_ctx *ctx, const lajit_launch_args *a)
     if (!lj_plan_grid(&plan->launch, vars, LJ_N_GRID_VARS, grid))
         return lj_error(env, LAJIT_ERR_UNSUPPORTED, "%s: the grid exceeds the driver's limits",
                         fam);
+    if (d->workspace >= 0 &&
+        (st = fill_workspace(ctx, f, fam, plan, vars, a->stream, &v[d->workspace])) != LAJIT_OK)
+        return st;
     lj_packed_args packed;
     lj_args_pack(d, v, &packed);
     if ((st = lj_device_make_current(env, &ctx->device)) != LAJIT_OK)

@@ -529,3 +529,125 @@ LJ_TEST(tuned_bundled_and_served_without_a_compiler)
     axpy_close(&u);
     ASSERT_TRUE(lj_fake_driver_balanced());
 }
+
+/* A family's workspace argument (tests/data/families/toy_rowsum: its ws first, so the fake
+ * driver's record of the first parameter shows it): the context's buffer, sized per launch by
+ * the spec (16-byte ticket + 16 bytes of partial sums per row of B), reused while it is large
+ * enough, grown for a larger B; never the caller's to give. */
+LJ_TEST(workspace_is_the_contexts_and_sized_per_launch)
+{
+    sweep_require_nvrtc();
+    lj_fake_driver_reset();
+    const lj_driver *drv = lj_fake_driver();
+    CUdevice dev;
+    CUcontext cu;
+    ASSERT_EQ(drv->cuInit(0), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuDeviceGet(&dev, 0), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuDevicePrimaryCtxRetain(&cu, dev), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuCtxSetCurrent(cu), CUDA_SUCCESS);
+    CUdeviceptr x, y;
+    ASSERT_EQ(drv->cuMemAlloc(&x, 16 * 4096 * 4), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuMemAlloc(&y, 16 * 4), CUDA_SUCCESS);
+    int64_t xs[2] = {8, 4096}, ys[1] = {8};
+    DLTensor tx = make(x, 2, xs), ty = make(y, 1, ys);
+    lajit_tensor_arg t[3] = {{"x", &tx}, {"y", &ty}, {"ws", &ty}};
+    lajit_launch_args a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = sizeof a;
+    a.family = "toy_rowsum";
+    a.tensors = t;
+    a.n_tensors = 2;
+    lajit_ctx *ctx = family_ctx(NULL);
+    ASSERT_OK(lajit_launch(ctx, &a));
+    long long ws[3];
+    memcpy(ws, &lj_fake_launch_get(0)->params, sizeof ws);
+    ASSERT_TRUE(ws[0] != 0);
+    ASSERT_EQ(ws[1], 8 * 32); /* PARTS = 4 (the default): 16 + 16 bytes per row */
+    ASSERT_EQ(ws[2], 1);
+    ASSERT_EQ(lj_fake_launch_get(0)->grid[0], 4u);
+    /* A smaller B: the same buffer, its size for this launch. */
+    xs[0] = ys[0] = 5;
+    ASSERT_OK(lajit_launch(ctx, &a));
+    long long ws2[3];
+    memcpy(ws2, &lj_fake_launch_get(1)->params, sizeof ws2);
+    ASSERT_EQ(ws2[0], ws[0]);
+    ASSERT_EQ(ws2[1], 5 * 32);
+    /* A larger B grows it. */
+    xs[0] = ys[0] = 16;
+    ASSERT_OK(lajit_launch(ctx, &a));
+    memcpy(ws2, &lj_fake_launch_get(2)->params, sizeof ws2);
+    ASSERT_TRUE(ws2[0] != 0);
+    ASSERT_EQ(ws2[1], 16 * 32);
+    /* The caller may not give it, as a tensor or as a scalar. */
+    a.n_tensors = 3;
+    ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "ws is the family's workspace: lajit provides it");
+    a.n_tensors = 2;
+    lajit_scalar_arg s = {"ws", 1.0};
+    a.scalars = &s;
+    a.n_scalars = 1;
+    ASSERT_STATUS(lajit_launch(ctx, &a), LAJIT_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(lajit_errmsg(ctx), "ws is the family's workspace");
+    lajit_ctx_destroy(ctx);
+    ASSERT_EQ(drv->cuMemFree(x), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuMemFree(y), CUDA_SUCCESS);
+    ASSERT_EQ(drv->cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}
+
+/* The fake clock for toy_rowsum: PARTS = 1 (no workspace) is slower, so the tuner must time the
+ * configurations that need one. */
+static double rowsum_time(const lj_fake_launch *l, void *user)
+{
+    (void)user;
+    return 1.0 / l->grid[0] + 1.0 / l->block[0];
+}
+
+/* The tuner times a workspace family's configurations with a workspace of each one's size (and
+ * none for those that need none): the candidate that needs one wins and nothing faults. */
+LJ_TEST(tuner_gives_each_candidate_its_workspace)
+{
+    sweep_require_nvrtc();
+    lj_fake_driver_reset();
+    lj_fake_driver_set_kernel_time(rowsum_time, NULL);
+    lajit_ctx *ctx = family_ctx(NULL);
+    lj_env *env = lajit__ctx_env(ctx);
+    lj_family *f;
+    lj_lua *L;
+    lj_cache *cache;
+    lj_device *dev;
+    ASSERT_OK(lajit__ctx_family(ctx, "toy_rowsum", &f));
+    ASSERT_OK(lajit__ctx_lua(ctx, &L));
+    ASSERT_OK(lajit__ctx_cache(ctx, &cache));
+    ASSERT_OK(lajit__ctx_device(ctx, &dev));
+    lj_problem *probs;
+    int np;
+    ASSERT_OK(lj_family_problems(f, &probs, &np));
+    lj_search_out res;
+    lj_search_opts opts = {0};
+    int first = lj_fake_launch_count();
+    ASSERT_OK(lj_search_run(env, L, f, cache, dev, &probs[0], &opts, &res));
+    ASSERT_EQ(res.have_best, 1);
+    ASSERT_EQ(lj_config_get(&res.best, "PARTS", 0), 4);
+    ASSERT_EQ(lj_config_get(&res.best, "THREADS", 0), 256);
+    int with = 0, without = 0;
+    for (int i = first; i < lj_fake_launch_count(); i++) {
+        const lj_fake_launch *l = lj_fake_launch_get(i);
+        long long ws[2];
+        memcpy(ws, &l->params, sizeof ws);
+        if (l->grid[0] == 4) {
+            ASSERT_TRUE(ws[0] != 0);
+            ASSERT_EQ(ws[1], 8 * 32);
+            with++;
+        } else {
+            ASSERT_EQ(ws[0], 0);
+            ASSERT_EQ(ws[1], 0);
+            without++;
+        }
+    }
+    ASSERT_TRUE(with > 0 && without > 0);
+    lj_search_out_free(env, &res);
+    lj_free(env, probs);
+    lajit_ctx_destroy(ctx);
+    ASSERT_TRUE(lj_fake_driver_balanced());
+}

@@ -12,6 +12,7 @@
 #include <lua.h>
 
 #include "family.h"
+#include "plan.h"
 
 static lj_env env;
 static char dir[600];
@@ -305,6 +306,16 @@ LJ_TEST(bad_custom_declarations_are_refused_at_load)
         {CUSTOM "s.args[2].align = 2", "args[2] (w): align must be a power of two"},
         {CUSTOM "s.args[4].scalar = 'f64'", "args[4].scalar must be f32, i32 or i64"},
         {CUSTOM "s.args = { { name = 'a', scalar = 'f32' } }", "at least one tensor"},
+        {CUSTOM "s.args[5] = { name = 'ws', workspace = 1 }",
+         "args[5] (ws): a workspace is { name = ..., workspace = true } and nothing else"},
+        {CUSTOM "s.args[5] = { name = 'ws', workspace = true, dtype = 'f32' }",
+         "args[5] (ws): a workspace is"},
+        {CUSTOM "s.args[5] = { name = 'ws', workspace = false }", "args[5] (ws): a workspace is"},
+        {CUSTOM "s.args[5] = { name = 'ws', workspace = true } "
+                "s.args[6] = { name = 'ws2', workspace = true }",
+         "args[6] (ws2): a second workspace (ws is one)"},
+        {CUSTOM "s.args[5] = { name = 'x', workspace = true }", "a second argument named x"},
+        {CUSTOM "s.args = { { name = 'ws', workspace = true } }", "at least one tensor"},
         {CUSTOM "s.args = {} for i = 1, 25 do s.args[i] = { name = 'a' .. i, scalar = 'i32' } end",
          "args must be a list of 1 to 24"},
         {CUSTOM "s.args[1].shape = {} for i = 1, 8 do s.args[1].shape[i] = 'S' .. i end "
@@ -378,6 +389,86 @@ LJ_TEST(bad_custom_declarations_are_refused_at_load)
     lj_free(&env, p);
     lj_family_free(f);
     lj_lua_close(L);
+}
+
+/* A custom family's workspace (a `workspace = true` argument, sized by launch()): the sizes
+ * launch() may say and what it may not; only a family that declares a workspace may size one. */
+#define WS_LAUNCH(x)                                                                               \
+    CUSTOM "s.args[5] = { name = 'ws', workspace = true }\n"                                       \
+           "s.launch = function() return { grid = { 1, 'B', 1 }, block = { 64, 1, 1 }, smem = 0, " \
+           "entry = 'k', workspace = " x " } end"
+
+LJ_TEST(custom_workspace_sizes_are_checked)
+{
+    static const struct {
+        const char *override, *says;
+    } bad[] = {
+        {WS_LAUNCH("-1"), "workspace must be a byte count"},
+        {WS_LAUNCH("2^41"), "workspace must be a byte count"},
+        {WS_LAUNCH("'big'"), "workspace must be a byte count"},
+        {WS_LAUNCH("{ bytes = -16 }"), "workspace.bytes and workspace.per"},
+        {WS_LAUNCH("{ per = 1.5, times = { 'B' } }"), "workspace.bytes and workspace.per"},
+        {WS_LAUNCH("{ per = 64 }"), "workspace.per needs times"},
+        {WS_LAUNCH("{ per = 64, times = { 'H' } }"), "workspace.times must list shape symbols"},
+        {WS_LAUNCH("{ per = 64, times = { 'has_w' } }"), "workspace.times must list shape"},
+        {WS_LAUNCH("{ per = 64, times = { 'B', 'N', 'B' } }"), "at most two shape symbols"},
+        {WS_LAUNCH("{ per = 64, times = 'B' }"), "workspace.times must be a list"},
+        {CUSTOM "s.launch = function() return { grid = { 1, 1, 1 }, block = { 64, 1, 1 }, "
+                "entry = 'k', workspace = 64 } end",
+         "workspace needs a workspace argument"},
+    };
+    lj_device_info dev;
+    ASSERT_TRUE(lj_device_info_for_arch("sm_90a", &dev));
+    lj_config c = {.n = 1, .names = {"UNROLL"}, .values = {1}};
+    lj_problem *p;
+    int np;
+    lj_launch l;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        lj_lua *L = open_spec(bad[i].override);
+        lj_family *f;
+        ASSERT_OK(lj_family_load(&env, L, "bad", &f));
+        ASSERT_OK(lj_family_problems(f, &p, &np));
+        lajit_status st = lj_family_launch(f, &c, &p[0], &dev, &l);
+        if (st != LAJIT_ERR_TEMPLATE || !strstr(env.errmsg, bad[i].says))
+            lj_test_fail(__FILE__, __LINE__, "%s: got %s: \"%s\", want \"%s\"", bad[i].override,
+                         lajit_status_string(st), env.errmsg, bad[i].says);
+        lj_free(&env, p);
+        lj_family_free(f);
+        lj_lua_close(L);
+    }
+    /* Good ones: 16 + 48 per row of B (B = 2 in the problem, 5 at a launch), a plain count, 0. */
+    const struct {
+        const char *size;
+        long long b;
+        unsigned long long bytes;
+    } good[] = {{"{ bytes = 16, per = 48, times = { 'B' } }", 5, 16 + 48 * 5},
+                {"{ per = 8, times = { 'B', 'N' } }", 3, 8 * 3 * 64},
+                {"4096", 7, 4096},
+                {"0", 7, 0},
+                {"{ bytes = 32 }", 1, 32}};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        char spec[1024];
+        snprintf(spec, sizeof spec, WS_LAUNCH("%s"), good[i].size);
+        lj_lua *L = open_spec(spec);
+        lj_family *f;
+        ASSERT_OK(lj_family_load(&env, L, "bad", &f));
+        ASSERT_EQ(lj_family_args(f)->workspace, 4);
+        ASSERT_OK(lj_family_problems(f, &p, &np));
+        ASSERT_OK(lj_family_launch(f, &c, &p[0], &dev, &l));
+        long long vars[LJ_N_GRID_VARS] = {0};
+        vars[LJ_VAR_SYM0] = good[i].b;
+        vars[LJ_VAR_SYM0 + 1] = 64;
+        unsigned long long bytes = 1;
+        ASSERT_TRUE(lj_plan_ws_bytes(&l, vars, LJ_N_GRID_VARS, &bytes));
+        ASSERT_EQ(bytes, good[i].bytes);
+        /* A product past 2^50 bytes is refused, not wrapped. */
+        vars[LJ_VAR_SYM0] = 1LL << 50;
+        vars[LJ_VAR_SYM0 + 1] = 1LL << 40;
+        ASSERT_EQ(lj_plan_ws_bytes(&l, vars, LJ_N_GRID_VARS, &bytes), l.ws_per ? 0 : 1);
+        lj_free(&env, p);
+        lj_family_free(f);
+        lj_lua_close(L);
+    }
 }
 
 /* 120 calls each just under the per-call instruction limit took 41 s: the family's budget stops

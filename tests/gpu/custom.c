@@ -142,6 +142,91 @@ LJ_TEST(toy_axpy_against_double)
     lajit_ctx_destroy(ctx);
 }
 
+/* toy_rowsum (tests/data/families): four CTAs per row meet in the family's workspace, which
+ * lajit allocates (zeroed) and keeps. Each row's sum against double; the same bits on every
+ * launch (the kernel leaves its tickets as it found them, so a second launch on the same
+ * workspace is right too); a larger B grows the workspace; a graph replays a captured launch. */
+static void rowsum_case(lajit_ctx *ctx, int B, int N, int reps, int graph)
+{
+    float *x = malloc((size_t)B * N * 4), *got = malloc((size_t)B * 4),
+          *first = malloc((size_t)B * 4);
+    unsigned seed = 777u + (unsigned)B;
+    for (size_t i = 0; i < (size_t)B * N; i++)
+        x[i] = frand(&seed);
+    CUdeviceptr dx = lj_gpu_alloc((size_t)B * N * 4), dy = lj_gpu_alloc((size_t)B * 4);
+    lj_gpu_upload(dx, x, (size_t)B * N * 4);
+    lj_test_tensor tx, ty;
+    int64_t xs[2] = {B, N}, ys[1] = {B};
+    lajit_tensor_arg t[2] = {
+        {"x", lj_gpu_tensor(&tx, dx, 0, 2, xs, NULL, lj_test_dl_dtype(LJ_F32))},
+        {"y", lj_gpu_tensor(&ty, dy, 0, 1, ys, NULL, lj_test_dl_dtype(LJ_F32))}};
+    lajit_launch_args a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = sizeof a;
+    a.family = "toy_rowsum";
+    a.tensors = t;
+    a.n_tensors = 2;
+    const lj_driver *drv = lj_gpu_driver();
+    for (int r = 0; r < reps; r++) {
+        lj_gpu_poison(dy, (size_t)B * 4);
+        if (graph && r > 0) {
+            CUstream s;
+            ASSERT_EQ(drv->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+            a.stream = s;
+            CUgraph g;
+            CUgraphExec ge;
+            ASSERT_EQ(drv->cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                      CUDA_SUCCESS);
+            ASSERT_OK(lajit_launch(ctx, &a));
+            ASSERT_EQ(drv->cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+            ASSERT_EQ(drv->cuGraphInstantiate(&ge, g, 0), CUDA_SUCCESS);
+            ASSERT_EQ(drv->cuGraphLaunch(ge, s), CUDA_SUCCESS);
+            ASSERT_EQ(drv->cuGraphLaunch(ge, s), CUDA_SUCCESS);
+            lj_gpu_stream_sync(s);
+            drv->cuGraphExecDestroy(ge);
+            drv->cuGraphDestroy(g);
+            drv->cuStreamDestroy(s);
+            a.stream = NULL;
+        } else {
+            ASSERT_OK(lajit_launch(ctx, &a));
+            lj_gpu_stream_sync(NULL);
+        }
+        lj_gpu_download(got, dy, (size_t)B * 4);
+        int bad = 0;
+        for (int b = 0; b < B; b++) {
+            double want = 0, mag = 0;
+            for (int n = 0; n < N; n++) {
+                want += x[(size_t)b * N + n];
+                mag += fabs(x[(size_t)b * N + n]);
+            }
+            bad += !(fabs(got[b] - want) <= 1e-5 * mag);
+        }
+        if (bad)
+            lj_test_fail(__FILE__, __LINE__, "toy_rowsum B=%d N=%d launch %d: %d rows wrong", B, N,
+                         r, bad);
+        if (r == 0)
+            memcpy(first, got, (size_t)B * 4);
+        else if (memcmp(first, got, (size_t)B * 4) != 0)
+            lj_test_fail(__FILE__, __LINE__, "toy_rowsum B=%d: launch %d differs in its bits", B,
+                         r);
+    }
+    lj_gpu_free(dx);
+    lj_gpu_free(dy);
+    free(x);
+    free(got);
+    free(first);
+}
+
+LJ_TEST(toy_rowsum_through_its_workspace)
+{
+    lj_gpu_init();
+    lajit_ctx *ctx = open_ctx(families_dir());
+    rowsum_case(ctx, 8, 4096, 3, 0);
+    rowsum_case(ctx, 40, 4096, 2, 0); /* a larger B: the workspace grows */
+    rowsum_case(ctx, 8, 4096, 2, 1);  /* a captured launch replayed twice */
+    lajit_ctx_destroy(ctx);
+}
+
 /* A family whose kernel takes a float where its spec declares an i64 scalar. */
 LJ_TEST(kernel_that_disagrees_with_its_declaration_is_refused)
 {
