@@ -169,12 +169,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lib", default=os.path.join(ROOT, "build", "liblajit.so"))
     ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--shapes", default="4,32,8192,128,128;2,16,16384,128,128;1,8,65536,128,128",
+                    help="B,H,N,D,E;... (bf16)")
     args = ap.parse_args()
     from fla.ops.simple_gla import chunk_simple_gla
 
     lj = Lajit(args.lib)
     const = const_decay_runner(args.lib)
-    shapes = [(4, 32, 8192, 128, 128), (1, 8, 65536, 128, 128)]
+    shapes = [tuple(int(x) for x in sh.split(",")) for sh in args.shapes.split(";") if sh]
     print(f"{'shape':34} {'dtype':5} {'fla ms':>8} {'lajit ms':>9} {'lajit/fla':>9} "
           f"{'max rel err':>11} {'const-decay ms':>14}")
     for B, H, N, D, E in shapes:

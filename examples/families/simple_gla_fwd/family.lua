@@ -5,13 +5,29 @@
 -- constant-decay Hopper forward (templates/la_fwd_sm90) with the gates' factors in place of λ^k.
 --
 -- One CTA of WGS warpgroups (128 threads each, TILE_V columns each, sharing the Q/K tiles) per
--- (E slice of WGS·TILE_V columns, head, sequence): grid {E / (WGS·TILE_V), H, B}. sm_90a, f16/bf16,
--- D = 64, 128, 192 or 256.
+-- (E slice of WGS·TILE_V columns, head, sequence, and with SPLIT > 1 segment of the sequence):
+-- grid {E / (WGS·TILE_V) · SPLIT, H, B}. sm_90a, f16/bf16, D = 64, 128, 192 or 256.
 
 local spec = import("common/spec.lua")
 local log2_bucket, with = spec.log2_bucket, spec.with
 
 local ELEM = { f16 = "lj_f16", bf16 = "lj_bf16" }
+
+-- SPLIT > 1 (fwd.cu): each sequence cut into up to SPLIT segments of at least SEG_MIN tokens,
+-- chained through the family's workspace. Per (b, h): SPLIT − 1 local states (fp32 D x E) and
+-- their total gates (a float per column slice), and apart from them a flag per segment and 16
+-- columns; 16 bytes of counters before the flags. The arrival ticket is static shared memory.
+local SEG_MIN, SPLIT_STATIC = 1024, 16
+local function ws_per(cfg, problem)
+    local nsl = problem.E // (cfg.WGS * cfg.TILE_V)
+    return ((cfg.SPLIT - 1) * (problem.D * problem.E + nsl) * 4 + 15) // 16 * 16
+end
+local function flags_per(cfg, problem)
+    return ((cfg.SPLIT - 1) * (problem.E // 16) * 4 + 15) // 16 * 16
+end
+local function static_smem(cfg)
+    return cfg.SPLIT > 1 and SPLIT_STATIC or 0
+end
 
 -- Dynamic shared memory: the Q, K, V and gate ring, the weighted V copy (which also stages the
 -- outputs), each warpgroup's 16-bit state copy, with SPLIT_QK the tiles of P (two with PREFETCH:
@@ -41,6 +57,7 @@ end
 -- only rejects configurations) is kept as it is.
 local function regs(cfg, problem)
     return problem.D * cfg.TILE_V // 128 + cfg.TILE_V // 2 + 100
+        + (cfg.SPLIT > 1 and 24 or 0) -- the segment's bounds and addresses held across the first walk
 end
 
 local function valid(cfg, problem, device)
@@ -64,7 +81,24 @@ local function valid(cfg, problem, device)
     if r > 255 then
         return false, string.format("about %d registers per thread needed (255 allowed)", r)
     end
-    return spec.check_smem(smem(cfg, problem), device)
+    if cfg.SPLIT > 1 then
+        -- Sequences long enough for SPLIT segments of SEG_MIN tokens; a whole-sequence grid that
+        -- leaves half the SMs idle, and at most four CTAs per SM with the split (la_fwd_sm90's
+        -- rule: beyond that a split only adds the second read and the local states).
+        if problem.N < cfg.SPLIT * SEG_MIN then
+            return false, string.format("SPLIT=%d: segments under %d tokens", cfg.SPLIT, SEG_MIN)
+        end
+        local ctas = problem.B * problem.H * (problem.E // (cfg.WGS * cfg.TILE_V))
+        if 2 * ctas > device.sms then
+            return false, string.format("SPLIT=%d: %d whole-sequence CTAs fill half the SMs",
+                                        cfg.SPLIT, ctas)
+        end
+        if ctas * cfg.SPLIT > 4 * device.sms then
+            return false, string.format("SPLIT=%d: %d CTAs, more than four per SM", cfg.SPLIT,
+                                        ctas * cfg.SPLIT)
+        end
+    end
+    return spec.check_smem(smem(cfg, problem) + static_smem(cfg), device)
 end
 
 -- How many CTAs of this configuration an SM holds at once (shared memory, and no more than the
@@ -81,9 +115,40 @@ end
 -- and at D = 256 where Q Kᵀ is the largest product. H200, bf16, D = E = 128, `lajit tune` over the
 -- whole space (docs/notes/families.md): the default is the winner at B·H = 8 (1.501 ms) and 32
 -- (0.407); at B·H = 128 it runs 0.3588 ms against the winner's 0.3545 (SPLIT_QK without PREFETCH).
+-- Few heads, long sequences: la_fwd_sm90's split choice (its family.lua has the measurements).
+-- When the whole-sequence grid of the widest slices leaves three quarters of the SMs idle or more
+-- and the sequences are long enough, the fewest segments (a power of two) that give about every SM
+-- a CTA, with 64-column slices, two warpgroups splitting Q Kᵀ where E holds two, three stages
+-- and PREFETCH where they fit; nil when the problem is not worth splitting.
+local function split_default(problem, device)
+    for _, tv in ipairs({ 64, 32, 16 }) do
+        if tv <= problem.E and problem.E % tv == 0 then
+            local two = problem.E % (2 * tv) == 0
+            local cfg = { BLOCK = 64, TILE_V = tv, WGS = two and 2 or 1, SPLIT_QK = two and 1 or 0,
+                          STAGES = 3, PREFETCH = 1, SPLIT = 1 }
+            local ctas = problem.B * problem.H * (problem.E // (cfg.WGS * cfg.TILE_V))
+            if 4 * ctas > device.sms then return nil end
+            local split = 1
+            while split < 64 and 10 * ctas * split < 9 * device.sms
+                and problem.N >= 2 * split * SEG_MIN do
+                split = split * 2
+            end
+            if split == 1 then return nil end
+            cfg.SPLIT = split
+            for _, deep in ipairs({ { STAGES = 3, PREFETCH = 1 }, { STAGES = 2, PREFETCH = 0 } }) do
+                local c = with(cfg, deep)
+                if valid(c, problem, device) then return c end
+            end
+        end
+    end
+    return nil
+end
+
 local function default(problem, device)
+    local sc = split_default(problem, device)
+    if sc then return sc end
     local bh = 1 << log2_bucket(problem.B * problem.H)
-    local cfg = { BLOCK = 64, TILE_V = 64, WGS = 1, STAGES = 2, PREFETCH = 0, SPLIT_QK = 0 }
+    local cfg = { BLOCK = 64, TILE_V = 64, WGS = 1, STAGES = 2, PREFETCH = 0, SPLIT_QK = 0, SPLIT = 1 }
     while cfg.TILE_V > 16 and (cfg.TILE_V > problem.E or problem.E % cfg.TILE_V ~= 0) do
         cfg.TILE_V = cfg.TILE_V // 2
     end
@@ -128,6 +193,7 @@ return {
           unit_stride = true, align = 16 },
         { name = "ht", dtype = "f32", shape = { "B", "H", "D", "E" }, output = true, optional = true },
         { name = "scale", scalar = "f32" },
+        { name = "ws", workspace = true }, -- SPLIT's chain (fwd.cu); none without a split
     },
 
     params = {
@@ -137,6 +203,7 @@ return {
         STAGES = { 2, 3 },               -- chunks in flight in the cp.async ring
         PREFETCH = { 0, 1 },             -- Q Kᵀ of the next chunk issued during this chunk's tail
         SPLIT_QK = { 0, 1 },             -- two warpgroups compute half of Q Kᵀ (and its mask) each, P shared
+        SPLIT = { 1, 2, 4, 8, 16, 32, 64 }, -- segments per sequence (fwd.cu)
     },
 
     problems = {
@@ -161,17 +228,20 @@ return {
 
     launch = function(cfg, problem, device)
         return {
-            grid = { problem.E // (cfg.WGS * cfg.TILE_V), "H", "B" },
+            grid = { problem.E // (cfg.WGS * cfg.TILE_V) * cfg.SPLIT, "H", "B" },
             block = { 128 * cfg.WGS, 1, 1 },
             smem = smem(cfg, problem),
             entry = "simple_gla_fwd",
+            -- 16 bytes of counters, then per row of B and head the flags and the local states.
+            workspace = cfg.SPLIT > 1 and { bytes = 16, times = { "B" },
+                per = problem.H * (flags_per(cfg, problem) + ws_per(cfg, problem)) } or 0,
         }
     end,
 
     -- What a compile may use (the compile sweep checks it): 255 registers (one CTA of at most
     -- 256 threads per SM), and the dynamic shared memory launch() asks for (no static).
     resources = function(cfg, problem, device)
-        return { regs = 255, smem = smem(cfg, problem) }
+        return { regs = 255, smem = smem(cfg, problem) + static_smem(cfg) }
     end,
 
     source = function(cfg, problem, device)
@@ -185,6 +255,10 @@ return {
                 HAS_H0 = spec.b(problem.has_h0),
                 HAS_HT = spec.b(problem.has_ht),
                 SMEM = smem(cfg, problem),
+                SPLIT = cfg.SPLIT,
+                SEG_MIN = SEG_MIN,
+                WS_PER = ws_per(cfg, problem),
+                FLAGS_PER = flags_per(cfg, problem),
             },
         }
     end,

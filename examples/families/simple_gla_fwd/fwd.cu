@@ -41,12 +41,26 @@
 // chunk c may be written while the other warpgroup still reads chunk c − 1's (no CTA barrier
 // between them), so PREFETCH keeps two P tiles.
 //
+// SPLIT > 1 (few heads, long sequences): each sequence is cut into up to SPLIT segments walked by
+// different CTAs at once, chained as la_fwd_sm90 chains them (common/split.cuh's protocol, in the
+// family's workspace argument): a CTA first walks its segment without outputs (K, V and the gates
+// only: the state update) to form the segment's local state M_j from zero and its total gate
+// Γ_j = Σ g (log2 units), publishes both, then forms the state entering its segment by Horner's
+// rule over S_0 and the earlier segments' (M_i, Γ_i): S_in,j = 2^Γ_{j−1} S_in,j−1 + M_{j−1}, and
+// walks the segment again from it with outputs. The workspace (family.lua sizes it per launch):
+//     bytes 0..15      ticket, finished-CTA count, epoch (common/split.cuh)
+//     from byte 16     per (b, h), FLAGS_PER bytes: a flag per segment and 16 columns
+//     then             per (b, h), WS_PER bytes: M[SPLIT − 1][D][E] floats, Γ[SPLIT − 1][E / VW]
+// Zeroed when lajit allocates it; every launch leaves the counters as it found them.
+//
 // Left out beside la_fwd_sm90: REVERSE / GRAD_STATE (the backward's scans) and varlen. PREFETCH is
 // kept (Q Kᵀ of chunk c + 1 in flight during chunk c's tail).
 #include "common/args.cuh"
 #include "common/types.cuh"
 #include "common/mma.cuh"
 #include "common/wgmma.cuh"
+#include "common/la_params.h" // (split.cuh includes it by its bare name)
+#include "common/split.cuh"
 
 using T = ${ELEM};
 constexpr int H = ${H};             // heads: the grid's y (h = blockIdx.y < H)
@@ -60,6 +74,10 @@ constexpr bool PREFETCH = ${PREFETCH} != 0; // Q Kᵀ of chunk c + 1 issued duri
 constexpr bool SPLIT_QK = ${SPLIT_QK} != 0; // the two warpgroups each compute half of Q Kᵀ
 constexpr bool HAS_H0 = ${HAS_H0};
 constexpr bool HAS_HT = ${HAS_HT};
+constexpr int SPLIT = ${SPLIT};     // segments per sequence, each walked by its own CTAs (1: whole)
+constexpr int SEG_MIN = ${SEG_MIN}; // SPLIT: no segment shorter than this
+constexpr unsigned long long WS_PER = ${WS_PER}ull;       // SPLIT: state bytes per (b, h)
+constexpr unsigned long long FLAGS_PER = ${FLAGS_PER}ull; // SPLIT: flag bytes per (b, h)
 constexpr unsigned SMEM = ${SMEM};  // dynamic shared memory the launch provides (family.lua's smem())
 
 constexpr int NT = 128 * WGS;           // threads of the CTA
@@ -79,6 +97,9 @@ static_assert(E % VW == 0, "WGS * TILE_V divides E");
 static_assert(STAGES >= 2, "ring");
 static_assert(WGS == 1 || WGS == 2, "WGS");
 static_assert(!SPLIT_QK || WGS == 2, "SPLIT_QK shares the scores between two warpgroups");
+static_assert(SPLIT >= 1 && SPLIT <= 128 && SEG_MIN % BLOCK == 0, "SPLIT");
+static_assert(WS_PER >= (unsigned long long)(SPLIT - 1) * (D * E + E / VW) * 4 && FLAGS_PER % 16 == 0,
+              "SPLIT: the workspace's layout exceeds the spec's sizes");
 
 // Swizzled tile geometry: column blocks of BW elements, rows SW bytes apart.
 constexpr int BWQ = 64, SWQ = 128;                         // Q and K (D % 64 == 0)
@@ -134,7 +155,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     simple_gla_fwd(const __grid_constant__ lj_arg<4> q_, const __grid_constant__ lj_arg<4> k_,
                    const __grid_constant__ lj_arg<4> v_, const __grid_constant__ lj_arg<3> g_,
                    const __grid_constant__ lj_arg<4> h0_, const __grid_constant__ lj_arg<4> o_,
-                   const __grid_constant__ lj_arg<4> ht_, float scale)
+                   const __grid_constant__ lj_arg<4> ht_, float scale, const __grid_constant__ lj_arg<1> ws_)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     // Tiles start on 1024-byte boundaries (the 128-byte swizzle's period); the launch asks for
@@ -154,7 +175,12 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     const int tid = threadIdx.x, lane = tid & 31, wg = WGS == 1 ? 0 : tid >> 7, warp = (tid >> 5) & 3;
     const int wtid = tid & 127; // the thread within its warpgroup
     const int g = lane >> 2, t4 = lane & 3;
-    const int ec = blockIdx.x * VW, e0 = ec + wg * TILE_V, h = blockIdx.y, b = blockIdx.z;
+    // This CTA's column slice, head and row (and with SPLIT its segment j, by arrival).
+    int sl = blockIdx.x, h = blockIdx.y, b = blockIdx.z, j = 0;
+    unsigned epoch = 0;
+    const unsigned long long ws = reinterpret_cast<unsigned long long>(ws_.ptr);
+    if constexpr (SPLIT > 1) lj_split_claim<SPLIT>(ws, j, sl, h, b, epoch);
+    const int ec = sl * VW, e0 = ec + wg * TILE_V;
     static_assert(H >= 1, "H");
     const unsigned sS = sS0 + wg * S_BYTES; // this warpgroup's state copy
     // This warp's prefix sums, as a generic pointer (read and written by the warp alone).
@@ -164,12 +190,24 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     // Offsets are 64-bit (sizes and strides are long long), so a tensor may span 2^31 elements
     // or more; N itself stays far below 2^31 − BLOCK (q alone would be 256 GiB there, D >= 64),
     // so n and the chunk arithmetic fit an int.
-    const int n = (int)q_.size[2];
-    const T *q = reinterpret_cast<const T *>(q_.ptr) + b * q_.stride[0] + h * q_.stride[1];
-    const T *k = reinterpret_cast<const T *>(k_.ptr) + b * k_.stride[0] + h * k_.stride[1];
-    const T *v = reinterpret_cast<const T *>(v_.ptr) + b * v_.stride[0] + h * v_.stride[1] + ec;
-    const float *gp = reinterpret_cast<const float *>(g_.ptr) + b * g_.stride[0] + h * g_.stride[1];
-    T *o = reinterpret_cast<T *>(o_.ptr) + b * o_.stride[0] + h * o_.stride[1] + e0;
+    // The segment: n tokens from tok0; the first reads h0, the last writes ht.
+    const int n_all = (int)q_.size[2];
+    int seg_len = n_all, nseg = 1;
+    if constexpr (SPLIT > 1) {
+        lj_split_segments<SPLIT, SEG_MIN, BLOCK>(n_all, seg_len, nseg);
+        if (j >= nseg) { // the sequence has fewer segments
+            lj_split_done(ws);
+            return;
+        }
+    }
+    const bool first = j == 0, last = j == nseg - 1;
+    const int n = SPLIT > 1 ? min(seg_len, n_all - j * seg_len) : n_all;
+    const long long tok0 = (long long)j * seg_len;
+    const T *q = reinterpret_cast<const T *>(q_.ptr) + b * q_.stride[0] + h * q_.stride[1] + tok0 * q_.stride[2];
+    const T *k = reinterpret_cast<const T *>(k_.ptr) + b * k_.stride[0] + h * k_.stride[1] + tok0 * k_.stride[2];
+    const T *v = reinterpret_cast<const T *>(v_.ptr) + b * v_.stride[0] + h * v_.stride[1] + tok0 * v_.stride[2] + ec;
+    const float *gp = reinterpret_cast<const float *>(g_.ptr) + b * g_.stride[0] + h * g_.stride[1] + tok0 * g_.stride[2];
+    T *o = reinterpret_cast<T *>(o_.ptr) + b * o_.stride[0] + h * o_.stride[1] + tok0 * o_.stride[2] + e0;
     const long long qs = q_.stride[2], ks = k_.stride[2], vs = v_.stride[2], gs = g_.stride[2], os = o_.stride[2];
     const int nchunks = (n + BLOCK - 1) / BLOCK;
     // The output pieces this thread stores: row o_r0 (+ O_RSTEP per pass), columns o_cx .. + 7.
@@ -180,40 +218,55 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     const long long o_step = O_RSTEP * os;
     const unsigned o_soff = lj_tile_off<BWV, BLOCK>(o_r0, o_cx);
 
-    auto load_chunk = [&](int c) {
+    // A walk without outputs (SPLIT's first walk, OUT = false) loads K, V and the gates only.
+    auto load_chunk = [&](int c, auto out_tag) {
+        constexpr bool OUT = decltype(out_tag)::value;
         const int st = c % STAGES;
         const long long t0 = (long long)c * BLOCK;
         const int valid = n - c * BLOCK;
-        load_tile<D, BWQ>(sQ + st * Q_BYTES, q + t0 * qs, qs, valid, tid);
+        if constexpr (OUT) load_tile<D, BWQ>(sQ + st * Q_BYTES, q + t0 * qs, qs, valid, tid);
         load_tile<D, BWQ>(sK + st * Q_BYTES, k + t0 * ks, ks, valid, tid);
         load_tile<VW, BWV>(sV + st * V_BYTES, v + t0 * vs, vs, valid, tid);
         load_gates(sG + st * G_BYTES, gp + t0 * gs, gs, valid, tid);
     };
+    // The ring's first STAGES − 1 chunks of a walk.
+    auto prologue = [&](auto out_tag) {
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) {
-        if (s < nchunks) load_chunk(s);
-        lj_cp_async_commit();
-    }
+        for (int s = 0; s < STAGES - 1; s++) {
+            if (s < nchunks) load_chunk(s, out_tag);
+            lj_cp_async_commit();
+        }
+    };
+    if constexpr (SPLIT == 1) prologue(lj_bool<true>{});
 
     // The state slice: st[mb][j*4 + r] is row d = 64 mb + 16 warp + g + 8 (r >> 1), column
     // e = 8 j + 2 t4 + (r & 1) of the D x TILE_V slice (the m64 accumulator layout).
     float st[MB][NACC];
+    auto st_row = [&](int mb, int x) { return 64 * mb + 16 * warp + g + 8 * ((x & 3) >> 1); };
+    auto st_col = [&](int x) { return e0 + 8 * (x >> 2) + 2 * t4 + (x & 1); };
+    // The initial state h0 (zero when left out), into st.
+    auto load_h0 = [&]() {
 #pragma unroll
-    for (int mb = 0; mb < MB; mb++)
+        for (int mb = 0; mb < MB; mb++)
 #pragma unroll
-        for (int x = 0; x < NACC; x++) st[mb][x] = 0.f;
-    if constexpr (HAS_H0) {
-        if (h0_.ptr != nullptr) {
-            const float *s0 = reinterpret_cast<const float *>(h0_.ptr) + b * h0_.stride[0] + h * h0_.stride[1];
+            for (int x = 0; x < NACC; x++) st[mb][x] = 0.f;
+        if constexpr (HAS_H0) {
+            if (h0_.ptr != nullptr) {
+                const float *s0 = reinterpret_cast<const float *>(h0_.ptr) + b * h0_.stride[0] + h * h0_.stride[1];
 #pragma unroll
-            for (int mb = 0; mb < MB; mb++)
+                for (int mb = 0; mb < MB; mb++)
 #pragma unroll
-                for (int x = 0; x < NACC; x++) {
-                    const int d = 64 * mb + 16 * warp + g + 8 * ((x & 3) >> 1);
-                    const int e = e0 + 8 * (x >> 2) + 2 * t4 + (x & 1);
-                    st[mb][x] = s0[d * h0_.stride[2] + e * h0_.stride[3]];
-                }
+                    for (int x = 0; x < NACC; x++)
+                        st[mb][x] = s0[st_row(mb, x) * h0_.stride[2] + st_col(x) * h0_.stride[3]];
+            }
         }
+    };
+    if constexpr (SPLIT == 1) load_h0();
+    else {
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+            for (int x = 0; x < NACC; x++) st[mb][x] = 0.f;
     }
     // The 16-bit state copy: rows d, columns e, MN-major B of Q S. Written from the state that
     // enters the chunk; the registers are decayed afterwards, once the chunk's gates are known.
@@ -222,7 +275,6 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         for (int mb = 0; mb < MB; mb++) lj_stmatrix_acc<T, BWV, D, TILE_V>(sS, st[mb], 64 * mb + 16 * warp, 1.f, lane);
         lj_fence_async_smem();
     };
-    state_to_smem();
 
     // Q Kᵀ of a chunk: issued first thing in the chunk, or with PREFETCH during the previous
     // chunk's tail (its outputs and state copy), so the tensor cores have it in flight there.
@@ -297,7 +349,15 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     // With PREFETCH the products are issued unconditionally (for an empty sequence, and for the
     // chunk after the last), so none sits in a branch: a branch around wgmma makes ptxas
     // serialise them all. Those extra products read stale shared memory; their results are unused.
-    if constexpr (PREFETCH) {
+    // One walk over the segment: with outputs (OUT), or (SPLIT's first walk) the state update
+    // alone, from a zero state: K, V and the gates loaded, the scan, V_w, S += Kᵀ V_w; no scores,
+    // no Q S, no P V, no stores. Returns the walk's total gate Σ b_{L−1} (log2 units). The ring's
+    // prologue is issued before it.
+    auto walk = [&](auto out_tag) -> float {
+    constexpr bool OUT = decltype(out_tag)::value;
+    float gam = 0.f;
+    if constexpr (OUT) state_to_smem();
+    if constexpr (PREFETCH && OUT) {
         lj_cp_async_wait<STAGES - 2>();
         lj_fence_async_smem();
         __syncthreads(); // chunk 0 landed
@@ -311,10 +371,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         const int L = min(BLOCK, n - c * BLOCK);
         auto load_next = [&]() {
             const int nc = c + STAGES - 1;
-            if (nc < nchunks) load_chunk(nc);
+            if (nc < nchunks) load_chunk(nc, out_tag);
             lj_cp_async_commit();
         };
-        if constexpr (!PREFETCH) {
+        if constexpr (!PREFETCH || !OUT) {
             lj_cp_async_wait<STAGES - 2>();
             lj_fence_async_smem();
             __syncthreads(); // chunk c landed; chunk c − 1's products and state copy are done
@@ -336,6 +396,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
                 if (lane >= off) s += t;
             }
             bl = __shfl_sync(0xffffffffu, s, 31);
+            gam += bl;
             __syncwarp(); // the warp's reads of chunk c − 1's sums are done
             reinterpret_cast<float2 *>(pB)[lane] = make_float2(s - a01 + a0, s);
             __syncwarp();
@@ -350,10 +411,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
 #pragma unroll
                 for (int x = 0; x < NACC; x++) st[mb][x] *= dl;
         }
-        if constexpr (!PREFETCH) issue_scores(c);
+        if constexpr (!PREFETCH && OUT) issue_scores(c);
         // SPLIT_QK with PREFETCH: the scores (retired at the end of the previous iteration) into
         // this chunk's P tile, published by the barrier after V_w below.
-        if constexpr (SPLIT_QK && PREFETCH) mask_scores(c, pB[i0], pB[i1]);
+        if constexpr (SPLIT_QK && PREFETCH && OUT) mask_scores(c, pB[i0], pB[i1]);
 
         // The values weighted for the state update, exp(b_{L−1} − b_j) on row j (rows past L are
         // zero). Each warpgroup weights its own columns (so the buffer's hazards stay inside it).
@@ -388,7 +449,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         // warp is also done with chunk c − 1's products, so its ring slot takes chunk
         // c + STAGES − 1.
         __syncthreads();
-        if constexpr (PREFETCH) load_next();
+        if constexpr (PREFETCH && OUT) load_next();
 
         // O = Q S₁₆ and S += Kᵀ V_w (the state was decayed above).
         float oa[NACC];
@@ -397,6 +458,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         const unsigned long long dQ = lj_wg_desc<SWQ>(cQ, 16), dS = lj_wg_desc<SWV>(sS, D * SWV);
         const unsigned long long dKt = lj_wg_desc<SWQ>(cK, BLOCK * SWQ), dVs = lj_wg_desc<SWV>(sVs, BLOCK * SWV);
         lj_wg_fence();
+        if constexpr (OUT) {
         wg_ss${TILE_V}_z<0, 1>(oa, dQ, dS);
 #pragma unroll
         for (int kk = 1; kk < D / 16; kk++) {
@@ -404,6 +466,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             wg_ss${TILE_V}<0, 1>(oa, lj_wg_desc_at(dQ, off), lj_wg_desc_at(dS, kk * 16 * SWV), 1);
         }
         lj_wg_commit();
+        }
 #pragma unroll
         for (int mb = 0; mb < MB; mb++)
 #pragma unroll
@@ -411,6 +474,12 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
                 wg_ss${TILE_V}<1, 1>(st[mb], lj_wg_desc_at(dKt, mb * (BLOCK * SWQ) + kk * 16 * SWQ),
                                      lj_wg_desc_at(dVs, kk * 16 * SWV), 1);
         lj_wg_commit();
+        if constexpr (!OUT) { // the state update is all a walk without outputs does
+            lj_wg_wait<0>();
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++) lj_fence_regs(st[mb]);
+            continue;
+        }
 
         // The scores (with PREFETCH retired at the end of the previous iteration) masked while
         // the products run; SPLIT_QK: P goes through shared memory (with PREFETCH it is there
@@ -487,18 +556,58 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         if constexpr (PREFETCH) lj_wg_wait<0>();
     }
     lj_cp_async_wait<0>();
+    __syncthreads(); // the ring and the tiles are free for another walk
+    return gam;
+    };
+
+    if constexpr (SPLIT > 1) {
+        // The segment's local state M_j and total gate Γ_j (not needed from the last segment),
+        // published for the segments after it; then S_in,j by Horner's rule over h0 and M_0 ..
+        // M_{j−1}. The thread's pairs of adjacent columns (x, x + 1) move as float2.
+        const unsigned long long st_base = ws + 16 + (unsigned long long)q_.size[0] * H * FLAGS_PER;
+        constexpr int NSL = E / VW;
+        auto gam_at = [&](int i) {
+            const unsigned long long base = st_base + ((unsigned long long)b * H + h) * WS_PER;
+            return reinterpret_cast<float *>(base) + (long long)(SPLIT - 1) * D * E + i * NSL + sl;
+        };
+        if (!last) {
+            prologue(lj_bool<false>{});
+            const float gam = walk(lj_bool<false>{});
+            float *m = lj_split_state<SPLIT, D, E>(st_base, WS_PER, b, H, h, j);
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                for (int x = 0; x < NACC; x += 2)
+                    __stcg(reinterpret_cast<float2 *>(m + st_row(mb, x) * E + st_col(x)), make_float2(st[mb][x], st[mb][x + 1]));
+            if (tid == 0) __stcg(gam_at(j), gam);
+            lj_split_publish(lj_split_flag<SPLIT, D, E>(ws, FLAGS_PER, b, H, h, j, ec), epoch);
+        }
+        load_h0();
+        for (int i = 0; i < j; i++) {
+            lj_split_wait(lj_split_flag<SPLIT, D, E>(ws, FLAGS_PER, b, H, h, i, ec), epoch);
+            const float *m = lj_split_state<SPLIT, D, E>(st_base, WS_PER, b, H, h, i);
+            const float f = gla_ex2(__ldcg(gam_at(i)));
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                for (int x = 0; x < NACC; x += 2) {
+                    const float2 mv = __ldcg(reinterpret_cast<const float2 *>(m + st_row(mb, x) * E + st_col(x)));
+                    st[mb][x] = fmaf(f, st[mb][x], mv.x);
+                    st[mb][x + 1] = fmaf(f, st[mb][x + 1], mv.y);
+                }
+        }
+        prologue(lj_bool<true>{});
+    }
+    walk(lj_bool<true>{});
 
     if constexpr (HAS_HT) {
-        if (ht_.ptr != nullptr) {
+        if (ht_.ptr != nullptr && last) {
             float *sn = reinterpret_cast<float *>(ht_.ptr) + b * ht_.stride[0] + h * ht_.stride[1];
 #pragma unroll
             for (int mb = 0; mb < MB; mb++)
 #pragma unroll
-                for (int x = 0; x < NACC; x++) {
-                    const int d = 64 * mb + 16 * warp + g + 8 * ((x & 3) >> 1);
-                    const int e = e0 + 8 * (x >> 2) + 2 * t4 + (x & 1);
-                    sn[d * ht_.stride[2] + e * ht_.stride[3]] = st[mb][x];
-                }
+                for (int x = 0; x < NACC; x++) sn[st_row(mb, x) * ht_.stride[2] + st_col(x) * ht_.stride[3]] = st[mb][x];
         }
     }
+    if constexpr (SPLIT > 1) lj_split_done(ws);
 }
