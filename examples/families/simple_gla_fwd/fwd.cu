@@ -380,6 +380,26 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             __syncthreads(); // chunk c landed; chunk c − 1's products and state copy are done
             load_next();
         }
+        // O = Q S₁₆ needs neither the chunk's gates nor V_w: with PREFETCH it is issued first, so
+        // the tensor cores run it while the gates are scanned and applied (chunk c landed at the
+        // previous chunk's mid-point barrier; this warpgroup's state copy is written once its
+        // warps pass the barrier below).
+        float oa[NACC];
+        const unsigned long long dQ = lj_wg_desc<SWQ>(cQ, 16), dS = lj_wg_desc<SWV>(sS, D * SWV);
+        auto issue_qs = [&]() {
+            wg_ss${TILE_V}_z<0, 1>(oa, dQ, dS);
+#pragma unroll
+            for (int kk = 1; kk < D / 16; kk++) {
+                const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
+                wg_ss${TILE_V}<0, 1>(oa, lj_wg_desc_at(dQ, off), lj_wg_desc_at(dS, kk * 16 * SWV), 1);
+            }
+            lj_wg_commit();
+        };
+        if constexpr (PREFETCH && OUT) {
+            lj_wg_bar(wg);
+            lj_wg_fence();
+            issue_qs();
+        }
 
         // The gates' prefix sums b_i (log2 units), every warp for itself: lane l holds tokens 2l
         // and 2l + 1; an inclusive scan of the pair sums over the lanes. Chunk c's gates landed
@@ -451,22 +471,12 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         __syncthreads();
         if constexpr (PREFETCH && OUT) load_next();
 
-        // O = Q S₁₆ and S += Kᵀ V_w (the state was decayed above).
-        float oa[NACC];
+        // O = Q S₁₆ (unless issued above) and S += Kᵀ V_w (the state was decayed above).
 #pragma unroll
         for (int mb = 0; mb < MB; mb++) lj_fence_regs(st[mb]);
-        const unsigned long long dQ = lj_wg_desc<SWQ>(cQ, 16), dS = lj_wg_desc<SWV>(sS, D * SWV);
         const unsigned long long dKt = lj_wg_desc<SWQ>(cK, BLOCK * SWQ), dVs = lj_wg_desc<SWV>(sVs, BLOCK * SWV);
         lj_wg_fence();
-        if constexpr (OUT) {
-        wg_ss${TILE_V}_z<0, 1>(oa, dQ, dS);
-#pragma unroll
-        for (int kk = 1; kk < D / 16; kk++) {
-            const unsigned off = (kk * 16 / BWQ) * (BLOCK * SWQ) + (kk * 16 % BWQ) * 2;
-            wg_ss${TILE_V}<0, 1>(oa, lj_wg_desc_at(dQ, off), lj_wg_desc_at(dS, kk * 16 * SWV), 1);
-        }
-        lj_wg_commit();
-        }
+        if constexpr (OUT && !PREFETCH) issue_qs();
 #pragma unroll
         for (int mb = 0; mb < MB; mb++)
 #pragma unroll
