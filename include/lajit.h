@@ -693,7 +693,13 @@ typedef struct lajit_int_arg {
  * not custom, LAJIT_ERR_INVALID_ARGUMENT; an unknown family, LAJIT_ERR_NOT_FOUND. The kernel's
  * parameters are checked against the declaration when its module is loaded (CUDA 12.4+
  * drivers): LAJIT_ERR_TEMPLATE on a mismatch. Asynchronous on stream; a cached kernel launches
- * with no allocation, Lua or synchronisation (graph-capturable), like the attention ops. */
+ * with no allocation, Lua or synchronisation (graph-capturable), like the attention ops.
+ * A family may declare a workspace argument (`workspace = true`): scratch that lajit provides,
+ * never the caller (naming it is LAJIT_ERR_INVALID_ARGUMENT). The context keeps one buffer per
+ * family, zeroed when it is allocated or grown to the size the family's spec asks for this launch
+ * (possibly a function of B or N), and otherwise left as the family's kernels left it; calls
+ * that share a context must share a stream (the buffer), and a launch whose size grows the
+ * buffer allocates: make such a call once before capturing a graph. */
 typedef struct lajit_launch_args {
     size_t struct_size; /* sizeof(lajit_launch_args) */
     const char *family;
