@@ -468,6 +468,27 @@ static double axpy_time(const lj_fake_launch *l, void *user)
     return 1.0 / l->block[0];
 }
 
+/* Tunes the first representative problem of family (the fake clock set by the caller) on ctx's
+ * fake device into *res. */
+static void tune_first_problem(lajit_ctx *ctx, const char *family, lj_search_out *res)
+{
+    lj_env *env = lajit__ctx_env(ctx);
+    lj_family *f;
+    lj_lua *L;
+    lj_cache *cache;
+    lj_device *dev;
+    ASSERT_OK(lajit__ctx_family(ctx, family, &f));
+    ASSERT_OK(lajit__ctx_lua(ctx, &L));
+    ASSERT_OK(lajit__ctx_cache(ctx, &cache));
+    ASSERT_OK(lajit__ctx_device(ctx, &dev));
+    lj_problem *probs;
+    int np;
+    ASSERT_OK(lj_family_problems(f, &probs, &np));
+    lj_search_opts opts = {0};
+    ASSERT_OK(lj_search_run(env, L, f, cache, dev, &probs[0], &opts, res));
+    lj_free(env, probs);
+}
+
 LJ_TEST(tuned_bundled_and_served_without_a_compiler)
 {
     sweep_require_nvrtc();
@@ -475,24 +496,13 @@ LJ_TEST(tuned_bundled_and_served_without_a_compiler)
     lj_fake_driver_set_kernel_time(axpy_time, NULL);
     lajit_ctx *ctx = family_ctx(NULL);
     lj_env *env = lajit__ctx_env(ctx);
-    lj_family *f;
     lj_lua *L;
-    lj_cache *cache;
-    lj_device *dev;
-    ASSERT_OK(lajit__ctx_family(ctx, "toy_axpy", &f));
     ASSERT_OK(lajit__ctx_lua(ctx, &L));
-    ASSERT_OK(lajit__ctx_cache(ctx, &cache));
-    ASSERT_OK(lajit__ctx_device(ctx, &dev));
-    lj_problem *probs;
-    int np;
-    ASSERT_OK(lj_family_problems(f, &probs, &np));
     lj_search_out res;
-    lj_search_opts opts = {0};
-    ASSERT_OK(lj_search_run(env, L, f, cache, dev, &probs[0], &opts, &res));
+    tune_first_problem(ctx, "toy_axpy", &res);
     ASSERT_EQ(res.have_best, 1);
     ASSERT_EQ(lj_config_get(&res.best, "THREADS", 0), 256);
     lj_search_out_free(env, &res);
-    lj_free(env, probs);
 
     char path[1200];
     snprintf(path, sizeof path, "%s/custom.lajitpack", lj_test_tmpdir());
@@ -611,22 +621,9 @@ LJ_TEST(tuner_gives_each_candidate_its_workspace)
     lj_fake_driver_reset();
     lj_fake_driver_set_kernel_time(rowsum_time, NULL);
     lajit_ctx *ctx = family_ctx(NULL);
-    lj_env *env = lajit__ctx_env(ctx);
-    lj_family *f;
-    lj_lua *L;
-    lj_cache *cache;
-    lj_device *dev;
-    ASSERT_OK(lajit__ctx_family(ctx, "toy_rowsum", &f));
-    ASSERT_OK(lajit__ctx_lua(ctx, &L));
-    ASSERT_OK(lajit__ctx_cache(ctx, &cache));
-    ASSERT_OK(lajit__ctx_device(ctx, &dev));
-    lj_problem *probs;
-    int np;
-    ASSERT_OK(lj_family_problems(f, &probs, &np));
     lj_search_out res;
-    lj_search_opts opts = {0};
     int first = lj_fake_launch_count();
-    ASSERT_OK(lj_search_run(env, L, f, cache, dev, &probs[0], &opts, &res));
+    tune_first_problem(ctx, "toy_rowsum", &res);
     ASSERT_EQ(res.have_best, 1);
     ASSERT_EQ(lj_config_get(&res.best, "PARTS", 0), 4);
     ASSERT_EQ(lj_config_get(&res.best, "THREADS", 0), 256);
@@ -646,8 +643,7 @@ LJ_TEST(tuner_gives_each_candidate_its_workspace)
         }
     }
     ASSERT_TRUE(with > 0 && without > 0);
-    lj_search_out_free(env, &res);
-    lj_free(env, probs);
+    lj_search_out_free(lajit__ctx_env(ctx), &res);
     lajit_ctx_destroy(ctx);
     ASSERT_TRUE(lj_fake_driver_balanced());
 }
