@@ -525,7 +525,8 @@ static CUresult time_candidate(bench *b, candidate *c, int warmup, int runs)
             return CUDA_ERROR_INVALID_VALUE;
         }
         size_t rounded = (size_t)(bytes + 15) & ~(size_t)15;
-        if (rounded && (lj_dev_buf_grow(env, drv, &b->split[0], rounded, 1, b->stream,
+        /* (grown unzeroed: the memset that follows zeroes it for every candidate) */
+        if (rounded && (lj_dev_buf_grow(env, drv, &b->split[0], rounded, 0, b->stream,
                                         "the family's workspace") != LAJIT_OK ||
                         LJ_CU(env, drv, cuMemsetD32Async, b->split[0].ptr, 0u, rounded / 4,
                               b->stream) != CUDA_SUCCESS)) {
