@@ -122,10 +122,16 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_bwd_sm90_dkdv(const __gri
     const float sigma = p.scale;
     // This thread's rows of every m64 product (i0, i1) and its score entries' columns.
     const int i0 = 16 * warp + g, i1 = i0 + 8;
-    auto mask_at = [&](int x) -> float {
+    // The scores' mask σ λ^{i−j} (j ≤ i, 0 above the diagonal) is the same in every chunk: this
+    // thread's entries are formed once and kept in registers (forming them per chunk from λ^k's
+    // table cost ~5 instructions an entry, a sixth of a warp's instructions per chunk at D = 64,
+    // in a pass bound by each warp's instruction chain).
+    float msk[NSC];
+#pragma unroll
+    for (int x = 0; x < NSC; x++) {
         const int i = (x & 2) ? i1 : i0, j = (x >> 2) * 8 + 2 * t4 + (x & 1);
-        return j <= i ? pw(i - j) * sigma : 0.f;
-    };
+        msk[x] = j <= i ? pw(i - j) * sigma : 0.f;
+    }
 
     // G's columns of this warpgroup: st[mb][x] is row d = 64 mb + 16 warp + g + 8 ((x & 3) >> 1),
     // column e = HF wg + 8 (x >> 2) + 2 t4 + (x & 1). It starts as dS_N / σ (from the final
@@ -229,7 +235,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_bwd_sm90_dkdv(const __gri
         lj_wg_wait<0>();
         lj_fence_regs(sc);
 #pragma unroll
-        for (int x = 0; x < NSC; x++) sc[x] *= mask_at(x);
+        for (int x = 0; x < NSC; x++) sc[x] *= msk[x];
         lj_stmatrix_acc<T, 64, BLOCK, BLOCK>(wg ? sPB : sPA, sc, 16 * warp, 1.f, lane);
         lj_fence_async_smem();
         __syncthreads(); // both P tiles and both halves of the weighted dO written
