@@ -12,7 +12,8 @@
 #   tests         ctest -L gpu
 #   decode        lajit_bench dispatch, and decode at B 1..256, T 1 and 4, fp32 and bf16 pools
 #                 (and --pdl 0,1 where this lajit_bench has it)
-#   prefill       lajit_bench prefill, the B = 4, H = 32 grid (fwd rows)
+#   prefill       lajit_bench fwdbwd, the B = 4, H = 32 grid: fwd rows, and fwdbwd rows with and
+#                 without ds (the training-step table)
 #   long          lajit_bench fwdbwd at the long-sequence shapes of issue 16 (fwd, fwdbwd rows)
 #   cp            context parallelism over the host's GPUs (only when named): CP_ARGS, then the
 #                 same with LAJIT_CP_SEGMENTS=$CP_SEGMENTS (default off; empty: once only)
@@ -22,6 +23,7 @@
 #                 per (B, H, D) with its own time limit (FLA autotunes on its first calls)
 #   report        bench/report.py over whatever rows the steps above left in $OUT
 #   all           every step but cp
+# $OUT/lajit.jsonl is started afresh: the report's lajit rows are this call's steps' own.
 # Each step writes its log under $OUT and runs under a time limit; a step that fails or runs out
 # of time leaves its rows so far and the next step runs. DEADLINE (seconds from the start, default
 # 570) bounds the whole call: each step's limit is cut to what is left before it, keeping
@@ -130,7 +132,7 @@ fi
 if has prefill; then
     t=$(limit "${PREFILL_TIMEOUT:-240}")
     note "prefill (limit $t s)"
-    lajit_rows --mode prefill
+    lajit_rows --mode fwdbwd
 fi
 # The long-sequence shapes (issue 16): B H D N lists, one lajit_bench (and one FLA call) each.
 # D = 64 last: FLA autotunes longest there, and the deadline cuts what comes last.
