@@ -167,15 +167,19 @@ elif what == "run_device":
         open(path, "w").write(text)
         os.chmod(path, 0o755)
     script(os.path.join(tmp, "fakebin", "nvidia-smi"), "#!/bin/sh\necho 'NVIDIA FAKE, 1.0, 9.0'\n")
-    # lajit_bench: one row per call; the (2, 16, 64) shape hangs (cut by its limit).
+    # lajit_bench: one row per call; the (2, 16, 64) shape hangs (cut by its limit). The prefill
+    # step's call (fwdbwd over the default grid: no --B) says so on stderr and gives a fwd and a
+    # fwdbwd row.
     script(os.path.join(tmp, "build", "bench", "lajit_bench"), r"""#!/bin/sh
 case "$*" in *--help*) echo "[--pdl 0,1]"; exit 0;; esac
 echo "lajit_bench $*" >&2
 case "$*" in
  *"--mode decode"*) echo '{"op": "decode", "impl": "lajit", "state_dtype": "bf16", "B": 1, "H": 64, "D": 128, "E": 128, "T": 1, "pdl": 1, "us": 3.0, "TBps": 2.8, "ceiling_us": 2.9, "ceiling_TBps": 2.9, "l2": "cold", "how": "fake"}';;
- *"--mode fwdbwd"*) [ "$6" = 16 ] && exec sleep 60
+ *"--mode fwdbwd --B"*) [ "$6" = 16 ] && exec sleep 60
     echo "{\"op\": \"fwd\", \"impl\": \"lajit\", \"dtype\": \"bf16\", \"B\": $4, \"H\": $6, \"D\": $8, \"E\": $8, \"N\": ${10%%,*}, \"decay\": true, \"ms\": 1.0}";;
- *"--mode prefill"*) echo PREFILL_RAN >&2;;
+ *"--mode fwdbwd"*) echo PREFILL_RAN >&2
+    echo '{"op": "fwd", "impl": "lajit", "dtype": "bf16", "B": 4, "H": 32, "D": 128, "E": 128, "N": 8192, "decay": true, "ms": 0.3}'
+    echo '{"op": "fwdbwd", "impl": "lajit", "dtype": "bf16", "B": 4, "H": 32, "D": 128, "E": 128, "N": 8192, "decay": true, "ms": 1.0, "ms_ds": 1.5, "extra_MiB": 1024}';;
 esac
 """)
     script(os.path.join(tmp, "peer_bench.py"), """import json, sys, time
@@ -215,6 +219,20 @@ print(json.dumps({"kind": "prefill", "name": "fla_simple_gla", "dtype": "bf16", 
         check(all(r.get("floor_ms") for r in rows if r.get("op") == "fwd"), "long rows without a floor")
         md = open(os.path.join(out, "report", "fx.md")).read()
         check("missing (timeout after 3 s)" in md, "the FLA shape cut by its limit is not marked in the report")
+    # The prefill step chosen: lajit_bench fwdbwd over the grid, its rows (fwd, and fwdbwd with ds)
+    # in this call's report.
+    out2 = os.path.join(tmp, "out2")
+    env["OUT"] = out2
+    r = subprocess.run(["bash", "bench/run_device.sh", "fx", "prefill", "report"],
+                       cwd=tmp, env=env, capture_output=True, text=True, timeout=120)
+    check(r.returncode == 0, f"run_device.sh prefill exited {r.returncode}: {r.stderr[-500:]}")
+    err2 = open(os.path.join(out2, "bench.err")).read() if os.path.exists(os.path.join(out2, "bench.err")) else ""
+    check("PREFILL_RAN" in err2 and err2.count("lajit_bench") == 1, f"prefill step: {err2[:300]}")
+    jpath = os.path.join(out2, "report", "fx.json")
+    if check(os.path.exists(jpath), "no report from the prefill step"):
+        rows = json.load(open(jpath))["rows"]
+        check(any(r.get("op") == "fwdbwd" and r.get("ms_ds") == 1.5 for r in rows),
+              f"the prefill step's fwdbwd row is not in the report: {rows}")
     shutil.rmtree(tmp, ignore_errors=True)
 else:
     sys.exit(f"unknown check {what}")
