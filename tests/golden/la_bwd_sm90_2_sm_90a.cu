@@ -154,8 +154,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_bwd_sm90_dkdv(const __gri
     const int i0 = 16 * warp + g, i1 = i0 + 8;
     // The scores' mask σ λ^{i−j} (j ≤ i, 0 above the diagonal) is the same in every chunk: this
     // thread's entries are formed once and kept in registers (forming them per chunk from λ^k's
-    // table cost ~5 instructions an entry, a sixth of a warp's instructions per chunk at D = 64,
-    // in a pass bound by each warp's instruction chain).
+    // table cost ~5 instructions an entry, about a fifth of a warp's instructions per chunk at
+    // D = 64, in a pass bound by each warp's instruction chain).
     float msk[NSC];
 #pragma unroll
     for (int x = 0; x < NSC; x++) {
