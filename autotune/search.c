@@ -524,12 +524,13 @@ static CUresult time_candidate(bench *b, candidate *c, int warmup, int runs)
             set_failure(c, "%s", "the workspace passes 2^50 bytes");
             return CUDA_ERROR_INVALID_VALUE;
         }
-        size_t rounded = (size_t)(bytes + 15) & ~(size_t)15;
-        /* (grown unzeroed: the memset that follows zeroes it for every candidate) */
-        if (rounded && (lj_dev_buf_grow(env, drv, &b->split[0], rounded, 0, b->stream,
-                                        "the family's workspace") != LAJIT_OK ||
-                        LJ_CU(env, drv, cuMemsetD32Async, b->split[0].ptr, 0u, rounded / 4,
-                              b->stream) != CUDA_SUCCESS)) {
+        /* (grown unzeroed: the memset that follows zeroes it for every candidate, in the whole
+         * 16-byte units the buffer is allocated in) */
+        const size_t words = lj_round16((size_t)bytes) / 4;
+        if (bytes && (lj_dev_buf_grow(env, drv, &b->split[0], (size_t)bytes, 0, b->stream,
+                                      "the family's workspace") != LAJIT_OK ||
+                      LJ_CU(env, drv, cuMemsetD32Async, b->split[0].ptr, 0u, words, b->stream) !=
+                          CUDA_SUCCESS)) {
             set_failure(c, "%.200s", env->errmsg[0] ? env->errmsg : "workspace memset");
             CUresult ra = (CUresult)env->driver_result;
             lj_clear_error(env);

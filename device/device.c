@@ -150,6 +150,10 @@ lajit_status lj_dev_buf_grow(lj_env *env, const lj_driver *drv, lj_dev_buf *buf,
 {
     if (buf->bytes >= bytes)
         return LAJIT_OK;
+    if (bytes > SIZE_MAX - 15)
+        return lj_error(env, LAJIT_ERR_DEVICE_OUT_OF_MEMORY, "%s: %zu bytes cannot be allocated",
+                        what, bytes);
+    bytes = lj_round16(bytes);
     if (buf->ptr)
         LJ_CU(env, drv, cuMemFree, buf->ptr);
     buf->ptr = 0;

@@ -177,9 +177,7 @@ static lajit_status fill_workspace(lajit_ctx *ctx, const lj_family *f, const cha
     if (slot == ctx->n_families) /* lajit__ctx_family gave f: it is loaded */
         return lj_error(&ctx->env, LAJIT_ERR_INTERNAL, "%s: not among the context's families", fam);
     lj_dev_buf *buf = &ctx->family_ws[slot];
-    /* Whole 16-byte units, so that the zeroing (32-bit words) covers every byte the kernel gets. */
-    lajit_status st =
-        lj_ctx_buffer(ctx, buf, (size_t)((bytes + 15) & ~15ULL), 1, stream, "a family's workspace");
+    lajit_status st = lj_ctx_buffer(ctx, buf, (size_t)bytes, 1, stream, "a family's workspace");
     if (st != LAJIT_OK)
         return st;
     v->ptr = (unsigned long long)buf->ptr;
