@@ -17,7 +17,7 @@
 #   long          lajit_bench fwdbwd at the long-sequence shapes of issue 16 (fwd, fwdbwd rows)
 #   cp            context parallelism over the host's GPUs (only when named): CP_ARGS, then the
 #                 same with LAJIT_CP_SEGMENTS=$CP_SEGMENTS (default off; empty: once only)
-#   peers         peer_bench.py --mode all on the grid (about 7 minutes)
+#   peers         peer_bench.py --mode all on the grid (about 7 minutes; PEERS_MODES for others)
 #   peers-decode  bench/peers_decode.py: FLA's decode step in a CUDA graph at T 1 and 4
 #   peers-long    peer_bench.py: the copy ceiling, then FLA alone at the long shapes, one call
 #                 per (B, H, D) with its own time limit (FLA autotunes on its first calls)
@@ -167,9 +167,13 @@ if has peers; then
     if [ -n "$peer_bench" ]; then
         note "peers"
         : >"$OUT/peers.jsonl"
-        peer_rows "$OUT/peers.jsonl" "$OUT/peers.log" "$(limit "${PEERS_TIMEOUT:-420}")" \
-            "$peer_bench" --mode all --N 1024,2048,4096,8192,16384,32768 --out "$OUT/peers.json"
-        tail -2 "$OUT/peers.log"
+        # PEERS_MODES: peer_bench.py's modes, one run each (default all; "ceil prefill" leaves
+        # FLA's decode to a decode call, whose report rows it would otherwise duplicate).
+        for mode in ${PEERS_MODES:-all}; do
+            peer_rows "$OUT/peers.jsonl" "$OUT/peers-$mode.log" "$(limit "${PEERS_TIMEOUT:-420}")" \
+                "$peer_bench" --mode "$mode" --N 1024,2048,4096,8192,16384,32768
+            tail -2 "$OUT/peers-$mode.log"
+        done
     fi
 fi
 if has peers-decode; then
@@ -211,9 +215,8 @@ fi
 if has report; then
     note "report"
     peers_args=()
-    for f in peers.json peers-decode.jsonl peers-long.jsonl; do
-        # peers.json is written only by a run that finished; its printed rows serve otherwise.
-        [ "$f" = peers.json ] && [ ! -s "$OUT/peers.json" ] && f=peers.jsonl
+    for f in peers.jsonl peers-decode.jsonl peers-long.jsonl; do
+        # The rows each peer run printed as it measured them (a run cut by its limit keeps them).
         [ -s "$OUT/$f" ] && peers_args+=(--peers "$OUT/$f")
     done
     extra=()

@@ -186,6 +186,9 @@ esac
 a = sys.argv
 if "ceil" in a:
     print(json.dumps({"kind": "ceiling", "what": "d2d_copy_TBps", "value": 4.0})); sys.exit(0)
+if "--B" not in a:  # the peers step: its grid (one row here)
+    print(json.dumps({"kind": "prefill", "name": "fla_simple_gla", "dtype": "bf16", "B": 4, "H": 32, "D": 128,
+                      "N": 8192, "fwd_ms": 0.8, "fwdbwd_ms": 3.9, "peak_extra_MiB": 3072.0})); sys.exit(0)
 B, H, D, N = (a[a.index(k) + 1] for k in ("--B", "--H", "--D", "--N"))
 if D == "64":
     time.sleep(60)
@@ -223,7 +226,9 @@ print(json.dumps({"kind": "prefill", "name": "fla_simple_gla", "dtype": "bf16", 
     # in this call's report.
     out2 = os.path.join(tmp, "out2")
     env["OUT"] = out2
-    r = subprocess.run(["bash", "bench/run_device.sh", "fx", "prefill", "report"],
+    # With the peers, as PEERS_MODES asks: one peer_bench.py run per mode, all their rows used.
+    env["PEERS_MODES"] = "ceil prefill"
+    r = subprocess.run(["bash", "bench/run_device.sh", "fx", "prefill", "peers", "report"],
                        cwd=tmp, env=env, capture_output=True, text=True, timeout=120)
     check(r.returncode == 0, f"run_device.sh prefill exited {r.returncode}: {r.stderr[-500:]}")
     err2 = open(os.path.join(out2, "bench.err")).read() if os.path.exists(os.path.join(out2, "bench.err")) else ""
@@ -233,6 +238,11 @@ print(json.dumps({"kind": "prefill", "name": "fla_simple_gla", "dtype": "bf16", 
         rows = json.load(open(jpath))["rows"]
         check(any(r.get("op") == "fwdbwd" and r.get("ms_ds") == 1.5 for r in rows),
               f"the prefill step's fwdbwd row is not in the report: {rows}")
+        check(any(r.get("op") == "fwdbwd" and r.get("impl") == "fla" and r.get("ms") == 3.9 for r in rows),
+              f"the peers step's FLA row is not in the report: {rows}")
+        check(json.load(open(jpath))["ceilings"].get("copy_TBps") == 4.0, "the ceil mode's copy rate is not the report's")
+    for f in ("peers-ceil.log", "peers-prefill.log"):
+        check(os.path.exists(os.path.join(out2, f)), f"no {f}: PEERS_MODES not run mode by mode")
     shutil.rmtree(tmp, ignore_errors=True)
 else:
     sys.exit(f"unknown check {what}")

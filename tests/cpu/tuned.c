@@ -488,7 +488,9 @@ LJ_TEST(shipped_export_writes_near_ties_as_the_default)
 /* The tables the tree ships (tuned/<slug>.json) were made for this tree's templates: every entry's
  * template hash is its family's here. A template change (any file of the family's folder or of
  * templates/common) retires them; then this fails until the tables are made again on their GPUs
- * (scripts/make_tuned_table.sh) or removed, instead of shipping tables that serve nothing. */
+ * (scripts/make_tuned_table.sh) or removed, instead of shipping tables that serve nothing (or,
+ * where their kernels' machine code provably did not change, carried over by
+ * scripts/rekey_tuned_rows.sh, which reads this test's message for the tree's hash). */
 LJ_TEST(shipped_tables_match_this_trees_templates)
 {
     lajit_ctx_desc desc;

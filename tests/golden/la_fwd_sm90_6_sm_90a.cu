@@ -325,7 +325,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
     // σ rides on the mask (the intra-chunk term) and on λ^{i+1} (the inter-chunk term).
     const float sigma = p.scale;
     const int i0 = 16 * warp + g, i1 = i0 + 8, jb = SPLIT_QK ? wg * SCN : 0;
-    // (DS holds Y instead: its mask entries are read from λ^k's table when P is formed.)
+    // DS keeps P′'s mask in registers too (below): both are the same in every chunk.
     float mask[NSC];
 #pragma unroll
     for (int nt = 0; nt < SCN / 8; nt++)
@@ -334,19 +334,16 @@ extern "C" __global__ void __launch_bounds__(NT, 1) la_fwd_sm90(const __grid_con
             const int i = (r & 2) ? i1 : i0, j = jb + nt * 8 + 2 * t4 + (r & 1);
             mask[nt * 4 + r] = j <= i ? (DECAY ? sPow[i - j] : 1.f) * sigma : 0.f;
         }
-    // DS: the mask of P', (i−j) λ^{i−1−j} for j < i, of score register x.
-    auto mask_z = [&](int x) -> float {
+    // DS: the mask of P', (i−j) λ^{i−1−j} for j < i, of score register x (formed once, as the
+    // mask: forming both from λ^k's table per chunk cost ~320 instructions a warp and chunk).
+    float maskz[DS ? NSC : 1];
+#pragma unroll
+    for (int x = 0; x < (DS ? NSC : 0); x++) {
         const int i = (x & 2) ? i1 : i0, j = jb + (x >> 2) * 8 + 2 * t4 + (x & 1);
-        return j < i ? (float)(i - j) * sPow[max(i - 1 - j, 0)] : 0.f;
-    };
-    auto mask_at = [&](int x) -> float {
-        if constexpr (DS) {
-            const int i = (x & 2) ? i1 : i0, j = jb + (x >> 2) * 8 + 2 * t4 + (x & 1);
-            return j <= i ? sPow[i - j] * sigma : 0.f;
-        } else {
-            return mask[x];
-        }
-    };
+        maskz[x] = j < i ? (float)(i - j) * sPow[max(i - 1 - j, 0)] : 0.f;
+    }
+    auto mask_z = [&](int x) -> float { return maskz[x]; };
+    auto mask_at = [&](int x) -> float { return mask[x]; };
     const float rf0 = (DECAY ? sPow[i0 + 1] : 1.f) * sigma, rf1 = (DECAY ? sPow[i1 + 1] : 1.f) * sigma;
 
     // The state slice: st[mb][j*4 + r] is row d = 64 mb + 16 warp + g + 8 (r >> 1), column
