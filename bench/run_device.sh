@@ -13,7 +13,7 @@
 #   decode        lajit_bench dispatch, and decode at B 1..256, T 1 and 4, fp32 and bf16 pools
 #                 (and --pdl 0,1 where this lajit_bench has it)
 #   prefill       lajit_bench fwdbwd, the B = 4, H = 32 grid: fwd rows, and fwdbwd rows with and
-#                 without ds (the training-step table)
+#                 without ds (the training-step table); PREFILL_ARGS narrows it
 #   long          lajit_bench fwdbwd at the long-sequence shapes of issue 16 (fwd, fwdbwd rows)
 #   cp            context parallelism over the host's GPUs (only when named): CP_ARGS, then the
 #                 same with LAJIT_CP_SEGMENTS=$CP_SEGMENTS (default off; empty: once only)
@@ -132,7 +132,8 @@ fi
 if has prefill; then
     t=$(limit "${PREFILL_TIMEOUT:-240}")
     note "prefill (limit $t s)"
-    lajit_rows --mode fwdbwd
+    # PREFILL_ARGS: lajit_bench options that narrow the grid (e.g. "--D 128 --N 8192,16384").
+    lajit_rows --mode fwdbwd ${PREFILL_ARGS:-}
 fi
 # The long-sequence shapes (issue 16): B H D N lists, one lajit_bench (and one FLA call) each.
 # D = 64 last: FLA autotunes longest there, and the deadline cuts what comes last.
@@ -169,9 +170,11 @@ if has peers; then
         : >"$OUT/peers.jsonl"
         # PEERS_MODES: peer_bench.py's modes, one run each (default all; "ceil prefill" leaves
         # FLA's decode to a decode call, whose report rows it would otherwise duplicate).
+        # PEERS_ARGS: options after the grid's, which they override (e.g. "--D 128 --N 8192").
         for mode in ${PEERS_MODES:-all}; do
+            # shellcheck disable=SC2086
             peer_rows "$OUT/peers.jsonl" "$OUT/peers-$mode.log" "$(limit "${PEERS_TIMEOUT:-420}")" \
-                "$peer_bench" --mode "$mode" --N 1024,2048,4096,8192,16384,32768
+                "$peer_bench" --mode "$mode" --N 1024,2048,4096,8192,16384,32768 ${PEERS_ARGS:-}
             tail -2 "$OUT/peers-$mode.log"
         done
     fi

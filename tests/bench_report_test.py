@@ -184,6 +184,7 @@ esac
 """)
     script(os.path.join(tmp, "peer_bench.py"), """import json, sys, time
 a = sys.argv
+open("peer_args.txt", "a").write(" ".join(a[1:]) + "\\n")
 if "ceil" in a:
     print(json.dumps({"kind": "ceiling", "what": "d2d_copy_TBps", "value": 4.0})); sys.exit(0)
 if "--B" not in a:  # the peers step: its grid (one row here)
@@ -228,6 +229,7 @@ print(json.dumps({"kind": "prefill", "name": "fla_simple_gla", "dtype": "bf16", 
     env["OUT"] = out2
     # With the peers, as PEERS_MODES asks: one peer_bench.py run per mode, all their rows used.
     env["PEERS_MODES"] = "ceil prefill"
+    env["PREFILL_ARGS"], env["PEERS_ARGS"] = "--D 128 --N 8192", "--D 128 --N 8192"
     r = subprocess.run(["bash", "bench/run_device.sh", "fx", "prefill", "peers", "report"],
                        cwd=tmp, env=env, capture_output=True, text=True, timeout=120)
     check(r.returncode == 0, f"run_device.sh prefill exited {r.returncode}: {r.stderr[-500:]}")
@@ -241,6 +243,10 @@ print(json.dumps({"kind": "prefill", "name": "fla_simple_gla", "dtype": "bf16", 
         check(any(r.get("op") == "fwdbwd" and r.get("impl") == "fla" and r.get("ms") == 3.9 for r in rows),
               f"the peers step's FLA row is not in the report: {rows}")
         check(json.load(open(jpath))["ceilings"].get("copy_TBps") == 4.0, "the ceil mode's copy rate is not the report's")
+    check("--mode fwdbwd --D 128 --N 8192" in err2, f"PREFILL_ARGS not passed to lajit_bench: {err2[:300]}")
+    pargs = open(os.path.join(tmp, "peer_args.txt")).read() if os.path.exists(os.path.join(tmp, "peer_args.txt")) else ""
+    check(pargs.count("--N 1024,2048,4096,8192,16384,32768 --D 128 --N 8192") == 2,
+          f"PEERS_ARGS not after the grid in both peer runs: {pargs}")
     for f in ("peers-ceil.log", "peers-prefill.log"):
         check(os.path.exists(os.path.join(out2, f)), f"no {f}: PEERS_MODES not run mode by mode")
     shutil.rmtree(tmp, ignore_errors=True)
