@@ -9,13 +9,15 @@
 # then DIR/templates) and from this tree's templates, each into a fresh cache directory, and
 # the SASS of the two cubins (`cuobjdump -sass`, $CUOBJDUMP or on PATH; PyPI's
 # nvidia-cuda-cuobjdump has one) is compared, with the registers and shared memory `lajit
-# compile` reports. Only when every one is identical are the rows' template hashes rewritten to
-# this tree's hash (the one `tuned.shipped_tables_match_this_trees_templates` asks for); otherwise
-# nothing is written and the differing configurations are listed: remake the table on its GPU.
+# compile` reports; and each bucket's default (what the family's default() picks now) must be
+# the default configuration its rows recorded. Only when all of that holds are the rows' template
+# hashes rewritten to this tree's hash (the one `tuned.shipped_tables_match_this_trees_templates`
+# asks for); otherwise nothing is written and what differs is listed: remake the table on its GPU.
 # The rows' problems: their buckets' dtype, D, E, decay, N = 2^n and B·H = 2^bh (B = 4, or 1
-# below B·H = 4), which is what a bucket's kernels depend on.
+# below B·H = 4), which is what a bucket's kernels depend on. Forward buckets only (la_fwd,
+# la_fwd_sm90: dtype_D_E[_decay]_n_bh); any other bucket is refused.
 set -euo pipefail
-[ $# -ge 3 ] || { sed -n 2,16p "$0"; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,19p "$0"; exit 2; }
 family=$1 old=$2
 shift 2
 build=${BUILD:-build}
@@ -26,42 +28,57 @@ cuobjdump=${CUOBJDUMP:-$(command -v cuobjdump || true)}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# The rows' (bucket, configuration) pairs as `lajit compile` arguments, one per line.
-python3 - "$family" "$@" >"$work/list" <<'PY'
+# The rows' (bucket, configuration) pairs as `lajit compile` arguments, one per line, and (in
+# "defaults") each bucket's problem arguments with the default configuration its rows recorded.
+python3 - "$family" "$work/defaults" "$@" >"$work/list" <<'PY'
 import json, sys
-family, seen = sys.argv[1], set()
-for path in sys.argv[2:]:
+family, defaults, seen, buckets = sys.argv[1], open(sys.argv[2], "w"), set(), set()
+for path in sys.argv[3:]:
     for line in open(path):
         r = json.loads(line)
         if r.get("family") != family:
             continue
+        parts = r["bucket"].split("_")
+        try:
+            dtype, D, E = parts[0], parts[1][1:], parts[2][1:]
+            n = next(p for p in parts if p.startswith("n") and p[1:].isdigit())
+            bh = next(p for p in parts if p.startswith("bh"))
+        except (IndexError, StopIteration):
+            sys.exit(f"bucket {r['bucket']}: not a forward bucket (dtype_D_E[_decay]_n_bh); this "
+                     "script knows only those")
+        decay = "1" if "decay" in parts else "0"
+        BH = 1 << int(bh[2:])
+        B = 4 if BH >= 4 else 1
+        problem = [f"dtype={dtype}", f"D={D}", f"E={E}", f"decay={decay}", f"N={1 << int(n[1:])}",
+                   f"B={B}", f"H={BH // B}"]
+        if r["bucket"] not in buckets:
+            buckets.add(r["bucket"])
+            defaults.write(" ".join("-p " + a for a in problem) + "\t" + r["default_config"] + "\n")
         for cfg in {r["config"], r["default_config"]}:
             if (r["bucket"], cfg) in seen:
                 continue
             seen.add((r["bucket"], cfg))
-            parts = r["bucket"].split("_")
-            dtype, D, E = parts[0], parts[1][1:], parts[2][1:]
-            decay = "1" if "decay" in parts else "0"
-            n = next(p for p in parts if p.startswith("n") and p[1:].isdigit())
-            bh = next(p for p in parts if p.startswith("bh"))
-            BH = 1 << int(bh[2:])
-            B = 4 if BH >= 4 else 1
-            args = [f"dtype={dtype}", f"D={D}", f"E={E}", f"decay={decay}", f"N={1 << int(n[1:])}",
-                    f"B={B}", f"H={BH // B}"] + cfg.split()
-            print(" ".join("-p " + a for a in args))
+            print(" ".join("-p " + a for a in problem + cfg.split()))
 PY
 [ -s "$work/list" ] || { echo "no $family rows in $*"; exit 2; }
 
-# sass TEMPLATE_DIR ARGS...: the SASS and resources of the configuration's cubin(s), hashed.
+# sass TEMPLATE_DIR ARGS...: the SASS and resources of the configuration's cubin(s), hashed
+# ("compile failed" or "no cubin" where there is nothing to compare: never equal by accident, as
+# the caller also refuses an empty result).
 sass() {
     local dir=$1
     shift
     rm -rf "$work/cache" && mkdir -p "$work/cache"
-    LAJIT_TEMPLATE_DIR=$dir LAJIT_CACHE_DIR=$work/cache "$lajit" compile "$family" --arch sm_90a "$@" \
-        | awk 'NR > 1 { print $(NF-3), $(NF-2), $(NF-1) }' # registers, spills, shared memory
+    if ! LAJIT_TEMPLATE_DIR=$dir LAJIT_CACHE_DIR=$work/cache "$lajit" compile "$family" --arch sm_90a \
+        "$@" >"$work/compile.txt" 2>&1; then
+        echo "compile failed $RANDOM"
+        return 0
+    fi
+    awk 'NR > 1 { print $(NF-3), $(NF-2), $(NF-1) }' "$work/compile.txt" # registers, spills, shared memory
+    compgen -G "$work/cache/*.cubin" >/dev/null || { echo "no cubin $RANDOM"; return 0; }
     for f in "$work"/cache/*.cubin; do
         tail -c +97 "$f" >"$work/k.cubin" # the cache entry's 96-byte header (generator/cache.c)
-        "$cuobjdump" -sass "$work/k.cubin" | sha256sum
+        "$cuobjdump" -sass "$work/k.cubin" | sha256sum || echo "cuobjdump failed $RANDOM"
     done | sort
 }
 differ=0 n=0
@@ -74,8 +91,24 @@ while read -r line; do
         differ=1
     fi
 done <"$work/list"
+# Each bucket's default must still be the one its rows recorded (the family's default() may have
+# changed where its kernels did not).
+mkdir -p "$work/cache"
+while IFS=$'\t' read -r problem want; do
+    # shellcheck disable=SC2086
+    got=$({ LAJIT_CACHE_DIR=$work/cache "$lajit" compile "$family" --arch sm_90a $problem || true; } | awk -v want="$want" '
+        NR == 2 { n = split(want, w, " "); out = ""
+                  for (i = 1; i <= n; i++) { split(w[i], kv, "="); v = ""
+                      for (j = 1; j <= NF; j++) if (index($j, kv[1] "=") == 1) v = $j
+                      out = out (i > 1 ? " " : "") v }
+                  print out }')
+    if [ "$got" != "$want" ]; then
+        echo "default differs: $problem: $got (rows: $want)"
+        differ=1
+    fi
+done <"$work/defaults"
 if [ $differ = 1 ]; then
-    echo "not re-keyed: the machine code changed; remake the table on its GPU"
+    echo "not re-keyed: the machine code or a default changed; remake the table on its GPU"
     exit 1
 fi
 old_hash=$(python3 -c 'import json,sys; print({json.loads(l)["template_hash"] for l in open(sys.argv[2]) if json.loads(l)["family"] == sys.argv[1]}.pop())' "$family" "$1")
@@ -93,4 +126,4 @@ new_hash=$(LAJIT_TEST_SOURCE_DIR=$work/src "$build/tests/test_cpu_tuned" \
 for t in "$@"; do
     sed -i "s/\"family\":\"$family\",\"template_hash\":\"$old_hash\"/\"family\":\"$family\",\"template_hash\":\"$new_hash\"/" "$t"
 done
-echo "$n configurations: the same SASS, registers and shared memory; $family rows $old_hash -> $new_hash"
+echo "$n configurations: the same SASS, registers and shared memory, and the same defaults; $family rows $old_hash -> $new_hash"
