@@ -46,9 +46,10 @@ typedef struct lj_dev_buf {
 /* Makes *buf at least bytes in the current context (what names it in errors): a new allocation
  * when it is smaller (the old one freed first, which waits for the work using it), of whole
  * 16-byte units (lj_round16: buf->bytes says so), so that zeroing in 32-bit words reaches every
- * byte asked for; zeroed on stream when zero is set; unchanged otherwise. On failure *buf is empty, and a driver failure's
- * CUresult is in env->driver_result. The call that grows it allocates: the runtime's ops make
- * it before a graph can capture them (the first call of a shape). */
+ * byte asked for; zeroed on stream when zero is set; unchanged otherwise. On failure *buf is
+ * empty, and a driver failure's CUresult is in env->driver_result. The call that grows it
+ * allocates: the runtime's ops make it before a graph can capture them (the first call of a
+ * shape). */
 lajit_status lj_dev_buf_grow(lj_env *env, const lj_driver *drv, lj_dev_buf *buf, size_t bytes,
                              int zero, CUstream stream, const char *what);
 
