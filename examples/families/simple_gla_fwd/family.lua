@@ -30,15 +30,14 @@ local function static_smem(cfg)
 end
 
 -- Dynamic shared memory: the Q, K, V and gate ring, the weighted V copy (which also stages the
--- outputs), each warpgroup's 16-bit state copy, with SPLIT_QK the tiles of P (two with PREFETCH:
--- a chunk's is written while the other warpgroup may still read the previous one's, as in
--- la_fwd_sm90), each warp's 64 prefix sums, and 1 KiB to align the tiles to the swizzle period.
+-- outputs), each warpgroup's 16-bit state copy, with SPLIT_QK the tile of P, each warp's 64
+-- prefix sums, and 1 KiB to align the tiles to the swizzle period.
 -- fwd.cu static_asserts that its layout fits this.
 local function smem(cfg, problem)
     local q = cfg.BLOCK * problem.D * 2
     local v = cfg.BLOCK * cfg.WGS * cfg.TILE_V * 2
     local g = cfg.BLOCK * 4
-    local p = cfg.SPLIT_QK * (cfg.PREFETCH == 1 and 2 or 1) * cfg.BLOCK * cfg.BLOCK * 2
+    local p = cfg.SPLIT_QK * cfg.BLOCK * cfg.BLOCK * 2
     return cfg.STAGES * (2 * q + v + g) + v + p + cfg.WGS * problem.D * cfg.TILE_V * 2
         + cfg.WGS * 4 * cfg.BLOCK * 4 + 1024
 end

@@ -32,14 +32,12 @@
 // SPLIT_QK (two warpgroups) works as in la_fwd_sm90: each warpgroup computes half of Q Kᵀ (score
 // columns jb .. jb + 31, jb = 32 wg) and the gate mask of those columns only (half the
 // exponentials), writes its masked, 16-bit half into the chunk's P tile in shared memory, and
-// after a CTA barrier both read the whole of P from there as the A operand of P V. Where that
-// barrier is: without PREFETCH an extra one after the masking; with PREFETCH the chunk's scores
-// have been in registers since the previous chunk's tail, so the masking runs right after the
-// chunk's gate scan and the barrier that follows the weighted V copy publishes P. la_fwd_sm90
-// writes P of chunk c + 1 at the end of chunk c's tail instead: its mask is fixed, here it needs
-// chunk c + 1's gates (scanning them in the previous tail was measured slower). Either way P of
-// chunk c may be written while the other warpgroup still reads chunk c − 1's (no CTA barrier
-// between them), so PREFETCH keeps two P tiles.
+// after a CTA barrier both read the whole of P from there as the A operand of P V. The masking
+// runs after the barrier that publishes V_w, once the state update is issued, so the tensor cores
+// have Q S₁₆ and the update in flight while the warps form P; a second barrier publishes it.
+// (la_fwd_sm90 writes P of chunk c + 1 at the end of chunk c's tail: its mask is fixed, here it
+// needs chunk c + 1's gates.) Every warp has passed the V_w barrier when P is written, so both
+// warpgroups' P V of the previous chunk is done: one P tile serves.
 //
 // SPLIT > 1 (few heads, long sequences): each sequence is cut into up to SPLIT segments walked by
 // different CTAs at once, chained as la_fwd_sm90 chains them (common/split.cuh's protocol, in the
@@ -87,7 +85,6 @@ constexpr int MB = D / 64;              // m64 blocks of the state
 constexpr int NACC = TILE_V / 2;        // fp32 accumulators per thread of an m64 x TILE_V product
 constexpr int SCN = SPLIT_QK ? BLOCK / 2 : BLOCK; // score columns a warpgroup computes
 constexpr int NSC = SCN / 2;            // ... and its fp32 accumulators per thread
-constexpr int P_BUFS = PREFETCH ? 2 : 1; // P tiles in shared memory (SPLIT_QK)
 constexpr float LOG2E = 1.4426950408889634f;
 
 static_assert(BLOCK == 64, "one warpgroup: 64 output rows per chunk; one warp scans a chunk's gates");
@@ -113,10 +110,10 @@ constexpr unsigned P_BYTES = BLOCK * BLOCK * 2;            // one chunk's masked
 // A warpgroup's columns of a V tile start this many bytes into it (whole column blocks).
 constexpr unsigned V_SLICE = (TILE_V / BWV) * (BLOCK * SWV);
 // The kernel's layout (below): 1 KiB of slack to align the tiles, the Q, K, V, g ring, V_w, the
-// state copies, SPLIT_QK's P tiles and each warp's prefix sums; it must fit what the launch
+// state copies, SPLIT_QK's P tile and each warp's prefix sums; it must fit what the launch
 // provides.
 static_assert(1024 + STAGES * (2 * Q_BYTES + V_BYTES + G_BYTES) + V_BYTES + WGS * S_BYTES +
-                      (SPLIT_QK ? P_BUFS * P_BYTES : 0) + NWARPS * B_BYTES <= SMEM,
+                      (SPLIT_QK ? P_BYTES : 0) + NWARPS * B_BYTES <= SMEM,
               "shared memory: the layout exceeds the spec's SMEM");
 
 // 2^x (ex2.approx: relative error ~2^-22; x ≤ 0 here, so the result is in [0, 1]).
@@ -166,8 +163,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     const unsigned sV = sK + STAGES * Q_BYTES;
     const unsigned sVw = sV + STAGES * V_BYTES;
     const unsigned sS0 = sVw + V_BYTES;
-    const unsigned sP = sS0 + WGS * S_BYTES;  // SPLIT_QK: P_BUFS tiles of P (64 x 64, K-major A of P V)
-    const unsigned sG = sP + (SPLIT_QK ? P_BUFS * P_BYTES : 0); // STAGES chunks of gates
+    const unsigned sP = sS0 + WGS * S_BYTES;  // SPLIT_QK: the tile of P (64 x 64, K-major A of P V)
+    const unsigned sG = sP + (SPLIT_QK ? P_BYTES : 0); // STAGES chunks of gates
     const unsigned sB0 = sG + STAGES * G_BYTES; // each warp's prefix sums (log2 units)
 
     // tid spans the CTA (loads); wg, warp, g and t4 place a thread in its warpgroup's products,
@@ -275,6 +272,33 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         for (int mb = 0; mb < MB; mb++) lj_stmatrix_acc<T, BWV, D, TILE_V>(sS, st[mb], 64 * mb + 16 * warp, 1.f, lane);
         lj_fence_async_smem();
     };
+    // S ← d S (d = exp(b_{L−1}) of the chunk the state enters).
+    auto decay_state = [&](float d) {
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+            for (int x = 0; x < NACC; x++) st[mb][x] *= d;
+    };
+    // The gates' prefix sums b_i of chunk cc (log2 units; the chunk has landed in the ring),
+    // every warp for itself, into its pB: lane l holds tokens 2l and 2l + 1; an inclusive scan of
+    // the pair sums over the lanes. Returns b_{L−1} (= b_63: the gates past L are zero). The
+    // caller makes sure the warp no longer reads the previous chunk's sums.
+    auto scan_gates = [&](int cc) -> float {
+        const float *gc = reinterpret_cast<const float *>(smem_raw + (sG + (cc % STAGES) * G_BYTES - lj_smem_addr(smem_raw)));
+        const float2 gv = reinterpret_cast<const float2 *>(gc)[lane];
+        const float a0 = gv.x * LOG2E, a01 = fmaf(gv.y, LOG2E, a0);
+        float s = a01;
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+            const float u = __shfl_up_sync(0xffffffffu, s, off);
+            if (lane >= off) s += u;
+        }
+        const float bl = __shfl_sync(0xffffffffu, s, 31);
+        __syncwarp(); // the warp's reads of the previous chunk's sums are done
+        reinterpret_cast<float2 *>(pB)[lane] = make_float2(s - a01 + a0, s);
+        __syncwarp();
+        return bl;
+    };
 
     // Q Kᵀ of a chunk: issued first thing in the chunk, or with PREFETCH during the previous
     // chunk's tail (its outputs and state copy), so the tensor cores have it in flight there.
@@ -298,7 +322,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     };
     // The scores of chunk c (its prefix sums in pB, bi0 and bi1 those of the thread's rows):
     // masked, weighted by scale · exp(b_i − b_j), rounded to the A operand of P V: into pa
-    // (registers), or with SPLIT_QK the warpgroup's half into chunk c's P tile. The thread's rows
+    // (registers), or with SPLIT_QK the warpgroup's half into the P tile. The thread's rows
     // are i0 = 16 warp + g and i1 = i0 + 8, its columns j = 8 jt + 2 t4 (+1), jt = jb / 8 + nt the
     // column block in the chunk. Left of the warp's 16 rows (jt < 2 warp) row i1's factor is row
     // i0's times exp(b_i1 − b_i0): a product of two factors ≤ 1 (i1 > i0 ≥ j), so no range is lost
@@ -308,7 +332,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     // is the warpgroup's): with SPLIT_QK warps 0 and 1 of warpgroup 1 have no entry on or below
     // the diagonal, warps 2 and 3 of warpgroup 0 no diagonal block.
     unsigned pa[SPLIT_QK ? 1 : BLOCK / 16][4];
-    auto mask_scores = [&](int c, float bi0, float bi1) {
+    auto mask_scores = [&](float bi0, float bi1) {
         const float r10 = gla_ex2(bi1 - bi0);
         if constexpr (!PREFETCH) lj_wg_wait<2>();
         lj_fence_regs(sc);
@@ -342,7 +366,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             }
         }
         if constexpr (SPLIT_QK) {
-            lj_stmatrix_acc<T, BWQ, BLOCK, SCN>(sP + (c % P_BUFS) * P_BYTES, sc, 16 * warp, 1.f, lane, jb);
+            lj_stmatrix_acc<T, BWQ, BLOCK, SCN>(sP, sc, 16 * warp, 1.f, lane, jb);
             lj_fence_async_smem();
         }
     };
@@ -356,13 +380,16 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     auto walk = [&](auto out_tag) -> float {
     constexpr bool OUT = decltype(out_tag)::value;
     float gam = 0.f;
+    float bl_next = 0.f; // with PREFETCH: b_{L−1} of the next chunk, scanned in this one's tail
     if constexpr (OUT) state_to_smem();
     if constexpr (PREFETCH && OUT) {
         lj_cp_async_wait<STAGES - 2>();
         lj_fence_async_smem();
         __syncthreads(); // chunk 0 landed
         issue_scores(0);
+        bl_next = scan_gates(0);
         lj_wg_wait<0>();
+        decay_state(nchunks > 0 ? gla_ex2(bl_next) : 1.f);
     }
 
     for (int c = 0; c < nchunks; c++) {
@@ -401,40 +428,18 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             issue_qs();
         }
 
-        // The gates' prefix sums b_i (log2 units), every warp for itself: lane l holds tokens 2l
-        // and 2l + 1; an inclusive scan of the pair sums over the lanes. Chunk c's gates landed
-        // at the barrier above (with PREFETCH: the one before its scores were issued).
-        float bl; // b_{L−1} (= b_63: the gates past L are zero)
-        {
-            const float *gc = reinterpret_cast<const float *>(smem_raw + (sG + slotc * G_BYTES - lj_smem_addr(smem_raw)));
-            const float2 gv = reinterpret_cast<const float2 *>(gc)[lane];
-            const float a0 = gv.x * LOG2E, a01 = fmaf(gv.y, LOG2E, a0);
-            float s = a01;
-#pragma unroll
-            for (int off = 1; off < 32; off <<= 1) {
-                const float t = __shfl_up_sync(0xffffffffu, s, off);
-                if (lane >= off) s += t;
-            }
-            bl = __shfl_sync(0xffffffffu, s, 31);
-            gam += bl;
-            __syncwarp(); // the warp's reads of chunk c − 1's sums are done
-            reinterpret_cast<float2 *>(pB)[lane] = make_float2(s - a01 + a0, s);
-            __syncwarp();
-        }
-        // S ← exp(b_{L−1}) S now, so that the state update only adds. No product is in flight
-        // (the last retired at the end of the previous chunk); without PREFETCH this comes before
-        // the scores are issued, as ptxas otherwise waits for them before touching the state.
-        {
-            const float dl = gla_ex2(bl);
-#pragma unroll
-            for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-                for (int x = 0; x < NACC; x++) st[mb][x] *= dl;
-        }
+        // The chunk's prefix sums in pB: with PREFETCH scanned in the previous chunk's tail (or
+        // before the loop), while its P V ran; else now (chunk c landed at the barrier above).
+        float bl; // b_{L−1}
+        if constexpr (PREFETCH && OUT) bl = bl_next;
+        else bl = scan_gates(c);
+        gam += bl;
+        // S ← exp(b_{L−1}) S, so that the state update only adds (with PREFETCH done in the
+        // previous chunk's tail). No product is in flight (the last retired at the end of the
+        // previous chunk); without PREFETCH this comes before the scores are issued, as ptxas
+        // otherwise waits for them before touching the state.
+        if constexpr (!(PREFETCH && OUT)) decay_state(gla_ex2(bl));
         if constexpr (!PREFETCH && OUT) issue_scores(c);
-        // SPLIT_QK with PREFETCH: the scores (retired at the end of the previous iteration) into
-        // this chunk's P tile, published by the barrier after V_w below.
-        if constexpr (SPLIT_QK && PREFETCH && OUT) mask_scores(c, pB[i0], pB[i1]);
 
         // The values weighted for the state update, exp(b_{L−1} − b_j) on row j (rows past L are
         // zero). Each warpgroup weights its own columns (so the buffer's hazards stay inside it).
@@ -465,7 +470,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             lj_fence_async_smem();
         }
         const unsigned sVs = sVw + wg * V_SLICE; // this warpgroup's columns of V_w
-        // V_w (and with PREFETCH the state copy and SPLIT_QK's P) of every warp are written; with PREFETCH every
+        // V_w (and with PREFETCH the state copy) of every warp are written; with PREFETCH every
         // warp is also done with chunk c − 1's products, so its ring slot takes chunk
         // c + STAGES − 1.
         __syncthreads();
@@ -492,11 +497,13 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         }
 
         // The scores (with PREFETCH retired at the end of the previous iteration) masked while
-        // the products run; SPLIT_QK: P goes through shared memory (with PREFETCH it is there
-        // already, published by the barrier above), both halves written before P V reads it.
+        // the products run: here the mask's exponentials overlap Q S₁₆ and the state update on
+        // the tensor cores (before the barrier above they delayed both products' start by ~7 %
+        // of the kernel at B·H = 128). SPLIT_QK: P goes through shared memory, both halves
+        // written before P V reads it, so a CTA barrier follows.
         const float bi0 = pB[i0], bi1 = pB[i1];
-        if constexpr (!(SPLIT_QK && PREFETCH)) mask_scores(c, bi0, bi1);
-        if constexpr (SPLIT_QK && !PREFETCH) __syncthreads(); // both halves of P written
+        mask_scores(bi0, bi1);
+        if constexpr (SPLIT_QK) __syncthreads(); // both halves of P written
         // Q S done: the inter-chunk term decays by exp(b_i), times scale.
         const float f0 = scale * gla_ex2(bi0), f1 = scale * gla_ex2(bi1);
         lj_wg_wait<1>();
@@ -512,7 +519,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         const unsigned long long dV = lj_wg_desc<SWV>(cV + wg * V_SLICE, BLOCK * SWV);
         lj_wg_fence();
         if constexpr (SPLIT_QK) {
-            const unsigned long long dP = lj_wg_desc<SWQ>(sP + (c % P_BUFS) * P_BYTES, 16);
+            const unsigned long long dP = lj_wg_desc<SWQ>(sP, 16);
 #pragma unroll
             for (int kk = 0; kk < BLOCK / 16; kk++)
                 wg_ss${TILE_V}<0, 1>(oa, lj_wg_desc_at(dP, kk * 16 * 2), lj_wg_desc_at(dV, kk * 16 * SWV), 1);
@@ -528,6 +535,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             lj_fence_async_smem();
             __syncthreads(); // chunk c + 1 landed
             issue_scores(c + 1);
+            // Chunk c + 1's gates scanned while P V and its scores run (this chunk's sums were
+            // last read before P V was issued). Past the last chunk the slot holds stale gates:
+            // the result is not used.
+            bl_next = scan_gates(c + 1);
             lj_wg_wait<1>();
         } else {
             lj_wg_wait<0>();
@@ -560,6 +571,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             lj_wg_bar(wg); // read before the next chunk's V_w overwrites the buffer
         }
         state_to_smem();
+        // The state entering chunk c + 1 is in its copy; decayed by that chunk's gates here, off
+        // the next chunk's start (a select, not a branch, with the scores in flight).
+        if constexpr (PREFETCH) decay_state(c + 1 < nchunks ? gla_ex2(bl_next) : 1.f);
         // Nothing stays in flight across the loop's back edge: ptxas cannot follow a product
         // through it and would serialise every wgmma of the loop. The next chunk's scores have
         // had this chunk's tail to finish.
