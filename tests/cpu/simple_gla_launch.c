@@ -128,12 +128,13 @@ LJ_TEST(default_launch_through_family_path)
     ASSERT_EQ(lj_fake_launch_count(), 1);
     const lj_fake_launch *l = lj_fake_launch_get(0);
     ASSERT_STREQ(l->entry, "simple_gla_fwd");
-    /* B·H = 6 heads on the fake device's SMs: one warpgroup of 16 columns (family.lua's
-     * default), so E / 16 CTAs per head. */
+    /* B·H = 6 heads on the fake device's SMs: one warpgroup of 16 columns and the helper
+     * warpgroup (family.lua's default: HELPER with PREFETCH, the CTA alone on its SM), so E / 16
+     * CTAs per head of 256 threads. */
     ASSERT_EQ(l->grid[0], E / 16);
     ASSERT_EQ(l->grid[1], (unsigned)H);
     ASSERT_EQ(l->grid[2], (unsigned)B);
-    ASSERT_EQ(l->block[0], 128u);
+    ASSERT_EQ(l->block[0], 256u);
     ASSERT_TRUE(l->smem > 100000u);
     /* q's lj_arg<4>: address, sizes [B, H, N, D], strides of the [B, N, H, D] memory. */
     long long first[9];

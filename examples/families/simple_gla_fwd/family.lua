@@ -30,16 +30,16 @@ local function static_smem(cfg)
 end
 
 -- Dynamic shared memory: the Q, K, V and gate ring, the weighted V copy (which also stages the
--- outputs), each warpgroup's 16-bit state copy, with SPLIT_QK the tile of P, each warp's 64
--- prefix sums, and 1 KiB to align the tiles to the swizzle period.
+-- outputs; two with HELPER), each warpgroup's 16-bit state copy, with SPLIT_QK the tile of P,
+-- each warp's 64 prefix sums, and 1 KiB to align the tiles to the swizzle period.
 -- fwd.cu static_asserts that its layout fits this.
 local function smem(cfg, problem)
     local q = cfg.BLOCK * problem.D * 2
     local v = cfg.BLOCK * cfg.WGS * cfg.TILE_V * 2
     local g = cfg.BLOCK * 4
     local p = cfg.SPLIT_QK * cfg.BLOCK * cfg.BLOCK * 2
-    return cfg.STAGES * (2 * q + v + g) + v + p + cfg.WGS * problem.D * cfg.TILE_V * 2
-        + cfg.WGS * 4 * cfg.BLOCK * 4 + 1024
+    return cfg.STAGES * (2 * q + v + g) + (1 + cfg.HELPER) * v + p + cfg.WGS * problem.D * cfg.TILE_V * 2
+        + (cfg.WGS + cfg.HELPER) * 4 * cfg.BLOCK * 4 + 1024
 end
 
 -- Registers a thread holds across the chunk loop: the state (D·TILE_V/128) and the output
@@ -70,6 +70,9 @@ local function valid(cfg, problem, device)
     if cfg.BLOCK ~= 64 then return false, "BLOCK must be 64 (the wgmma M of one warpgroup)" end
     if cfg.SPLIT_QK == 1 and cfg.WGS ~= 2 then
         return false, "SPLIT_QK splits Q Kᵀ between two warpgroups (WGS = 2)"
+    end
+    if cfg.HELPER == 1 and (cfg.PREFETCH ~= 1 or cfg.SPLIT ~= 1) then
+        return false, "HELPER needs PREFETCH, and no SPLIT"
     end
     if cfg.PREFETCH == 1 and cfg.STAGES < 3 then
         return false, "PREFETCH needs STAGES >= 3 (chunk c + 1 must have landed by mid-chunk c)"
@@ -124,7 +127,7 @@ local function split_default(problem, device)
         if tv <= problem.E and problem.E % tv == 0 then
             local two = problem.E % (2 * tv) == 0
             local cfg = { BLOCK = 64, TILE_V = tv, WGS = two and 2 or 1, SPLIT_QK = two and 1 or 0,
-                          STAGES = 3, PREFETCH = 1, SPLIT = 1 }
+                          STAGES = 3, PREFETCH = 1, SPLIT = 1, HELPER = 0 }
             local ctas = problem.B * problem.H * (problem.E // (cfg.WGS * cfg.TILE_V))
             if 4 * ctas > device.sms then return nil end
             local split = 1
@@ -147,7 +150,8 @@ local function default(problem, device)
     local sc = split_default(problem, device)
     if sc then return sc end
     local bh = 1 << log2_bucket(problem.B * problem.H)
-    local cfg = { BLOCK = 64, TILE_V = 64, WGS = 1, STAGES = 2, PREFETCH = 0, SPLIT_QK = 0, SPLIT = 1 }
+    local cfg = { BLOCK = 64, TILE_V = 64, WGS = 1, STAGES = 2, PREFETCH = 0, SPLIT_QK = 0, SPLIT = 1,
+                  HELPER = 0 }
     while cfg.TILE_V > 16 and (cfg.TILE_V > problem.E or problem.E % cfg.TILE_V ~= 0) do
         cfg.TILE_V = cfg.TILE_V // 2
     end
@@ -168,6 +172,17 @@ local function default(problem, device)
     if cfg.WGS == 2 and (cfg.PREFETCH == 1 or problem.D >= 256) then
         local split = with(cfg, { SPLIT_QK = 1 })
         if smem(split, problem) <= device.smem_optin then cfg = split end
+    end
+    -- HELPER where it is valid (PREFETCH, no split), its second V_w tile fits and the CTA has its
+    -- SM to itself anyway (its 128 more threads would otherwise cost a resident CTA: not
+    -- measured): it takes the loads, the gate scan and V_w off the chain every warp of the
+    -- products waits on. H200, bf16, D = E = 128, `lajit tune` defaults (docs/notes/families.md,
+    -- session 19): B = 4, H = 32, N = 8192 0.3446 -> 0.3137 ms; B = 2, H = 32, N = 16384 (one
+    -- warpgroup) 0.4949 -> 0.3590; B = 4, H = 32, N = 2048 0.0951 -> 0.0865; B = 8, H = 16,
+    -- N = 4096 0.1785 -> 0.1633.
+    if cfg.PREFETCH == 1 and resident(cfg, problem, device, per_sm) == 1 then
+        local h = with(cfg, { HELPER = 1 })
+        if valid(h, problem, device) then cfg = h end
     end
     return cfg
 end
@@ -202,6 +217,7 @@ return {
         STAGES = { 2, 3 },               -- chunks in flight in the cp.async ring
         PREFETCH = { 0, 1 },             -- Q Kᵀ of the next chunk issued during this chunk's tail
         SPLIT_QK = { 0, 1 },             -- two warpgroups compute half of Q Kᵀ (and its mask) each, P shared
+        HELPER = { 0, 1 },               -- a third warpgroup loads the chunks, scans the gates, makes V_w
         SPLIT = { 1, 2, 4, 8, 16, 32, 64 }, -- segments per sequence (fwd.cu)
     },
 
@@ -228,7 +244,7 @@ return {
     launch = function(cfg, problem, device)
         return {
             grid = { problem.E // (cfg.WGS * cfg.TILE_V) * cfg.SPLIT, "H", "B" },
-            block = { 128 * cfg.WGS, 1, 1 },
+            block = { 128 * (cfg.WGS + cfg.HELPER), 1, 1 },
             smem = smem(cfg, problem),
             entry = "simple_gla_fwd",
             -- 16 bytes of counters, then per row of B and head the flags and the local states.

@@ -70,6 +70,7 @@ constexpr int WGS = ${WGS};         // warpgroups per CTA, side by side in E, sh
 constexpr int STAGES = ${STAGES};   // chunks in flight in the cp.async ring
 constexpr bool PREFETCH = ${PREFETCH} != 0; // Q Kᵀ of chunk c + 1 issued during chunk c's tail
 constexpr bool SPLIT_QK = ${SPLIT_QK} != 0; // the two warpgroups each compute half of Q Kᵀ
+constexpr bool HELPER = ${HELPER} != 0;     // a third warpgroup loads the chunks and does the gates' work
 constexpr bool HAS_H0 = ${HAS_H0};
 constexpr bool HAS_HT = ${HAS_HT};
 constexpr int SPLIT = ${SPLIT};     // segments per sequence, each walked by its own CTAs (1: whole)
@@ -78,7 +79,10 @@ constexpr unsigned long long WS_PER = ${WS_PER}ull;       // SPLIT: state bytes 
 constexpr unsigned long long FLAGS_PER = ${FLAGS_PER}ull; // SPLIT: flag bytes per (b, h)
 constexpr unsigned SMEM = ${SMEM};  // dynamic shared memory the launch provides (family.lua's smem())
 
-constexpr int NT = 128 * WGS;           // threads of the CTA
+constexpr int NTC = 128 * WGS;          // the threads of the warpgroups that run the products
+constexpr int NT = NTC + (HELPER ? 128 : 0); // threads of the CTA (HELPER: the last 128)
+constexpr int NLOAD = HELPER ? 128 : NT;    // threads that issue a chunk's copies
+constexpr int VW_BUFS = HELPER ? 2 : 1;     // V_w tiles (HELPER: chunk c + 1's is made during chunk c)
 constexpr int NWARPS = NT / 32;
 constexpr int VW = WGS * TILE_V;        // value columns per CTA
 constexpr int MB = D / 64;              // m64 blocks of the state
@@ -94,6 +98,7 @@ static_assert(E % VW == 0, "WGS * TILE_V divides E");
 static_assert(STAGES >= 2, "ring");
 static_assert(WGS == 1 || WGS == 2, "WGS");
 static_assert(!SPLIT_QK || WGS == 2, "SPLIT_QK shares the scores between two warpgroups");
+static_assert(!HELPER || (PREFETCH && STAGES >= 3 && SPLIT == 1), "HELPER: PREFETCH, no SPLIT");
 static_assert(SPLIT >= 1 && SPLIT <= 128 && SEG_MIN % BLOCK == 0, "SPLIT");
 static_assert(WS_PER >= (unsigned long long)(SPLIT - 1) * (D * E + E / VW) * 4 && FLAGS_PER % 16 == 0,
               "SPLIT: the workspace's layout exceeds the spec's sizes");
@@ -112,7 +117,7 @@ constexpr unsigned V_SLICE = (TILE_V / BWV) * (BLOCK * SWV);
 // The kernel's layout (below): 1 KiB of slack to align the tiles, the Q, K, V, g ring, V_w, the
 // state copies, SPLIT_QK's P tile and each warp's prefix sums; it must fit what the launch
 // provides.
-static_assert(1024 + STAGES * (2 * Q_BYTES + V_BYTES + G_BYTES) + V_BYTES + WGS * S_BYTES +
+static_assert(1024 + STAGES * (2 * Q_BYTES + V_BYTES + G_BYTES) + VW_BUFS * V_BYTES + WGS * S_BYTES +
                       (SPLIT_QK ? P_BYTES : 0) + NWARPS * B_BYTES <= SMEM,
               "shared memory: the layout exceeds the spec's SMEM");
 
@@ -124,6 +129,23 @@ __device__ __forceinline__ float gla_ex2(float x)
     return y;
 }
 
+// HELPER's named barriers (0 is __syncthreads, 1 + wg each warpgroup's own, lj_wg_bar): a wait for
+// n threads, and an arrival that does not wait; both make the thread's earlier shared-memory
+// accesses visible to the participants when the barrier completes. READY + (c & 1): the helper
+// has chunk c ready (landed, V_w and the prefix sums made); FREE + (c & 1): the two warpgroups
+// are done with chunk c (its ring slot, V_w tile and sums); P_SET: both halves of P are written;
+// P_FREE + wg: warpgroup wg is done reading the previous chunk's P. Each is arrived at by one side
+// and waited on by the other, once per chunk, so no warp arrives twice before a barrier completes.
+constexpr int BAR_READY = 4, BAR_FREE = 6, BAR_P_SET = 8, BAR_P_FREE = 9;
+__device__ __forceinline__ void gla_bar_sync(int id, int n)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void gla_bar_arrive(int id, int n)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
 //% local ty, scn = problem.dtype == "bf16" and "bf16" or "f16", SPLIT_QK ~= 0 and BLOCK // 2 or BLOCK -- scn: SCN
 //% local wgmma = import("common/wgmma_products.lua")
 ${wgmma.products({ BLOCK, TILE_V, scn }, ty)}
@@ -133,7 +155,7 @@ ${wgmma.products({ BLOCK, TILE_V, scn }, ty)}
 template <int W, int BW>
 __device__ __forceinline__ void load_tile(unsigned dst, const T *src, long long rs, int valid, int tid)
 {
-    lj_load_tile<T, BLOCK, NT, W, BW>(dst, src, rs, valid, tid);
+    lj_load_tile<T, BLOCK, NLOAD, W, BW>(dst, src, rs, valid, tid);
 }
 
 // The gates of one chunk (rows t0 .. t0 + BLOCK of g, element stride gs) into the ring: 4-byte
@@ -162,7 +184,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     const unsigned sK = sQ + STAGES * Q_BYTES;
     const unsigned sV = sK + STAGES * Q_BYTES;
     const unsigned sVw = sV + STAGES * V_BYTES;
-    const unsigned sS0 = sVw + V_BYTES;
+    const unsigned sS0 = sVw + VW_BUFS * V_BYTES;
     const unsigned sP = sS0 + WGS * S_BYTES;  // SPLIT_QK: the tile of P (64 x 64, K-major A of P V)
     const unsigned sG = sP + (SPLIT_QK ? P_BYTES : 0); // STAGES chunks of gates
     const unsigned sB0 = sG + STAGES * G_BYTES; // each warp's prefix sums (log2 units)
@@ -171,6 +193,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     // which cover columns e0 .. e0 + TILE_V of this CTA's VW.
     const int tid = threadIdx.x, lane = tid & 31, wg = WGS == 1 ? 0 : tid >> 7, warp = (tid >> 5) & 3;
     const int wtid = tid & 127; // the thread within its warpgroup
+    const int ltid = tid - (NT - NLOAD); // the thread among those that issue the copies
     const int g = lane >> 2, t4 = lane & 3;
     // This CTA's column slice, head and row (and with SPLIT its segment j, by arrival).
     int sl = blockIdx.x, h = blockIdx.y, b = blockIdx.z, j = 0;
@@ -183,6 +206,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     // This warp's prefix sums, as a generic pointer (read and written by the warp alone).
     const unsigned sB = sB0 + (tid >> 5) * B_BYTES;
     float *const pB = reinterpret_cast<float *>(smem_raw + (sB - lj_smem_addr(smem_raw)));
+    // HELPER: the prefix sums of chunks of parity 0 and 1, shared (the first two warps' slots: the
+    // warpgroups that run the products keep none of their own).
+    auto pBs = [&](int par) { return reinterpret_cast<float *>(smem_raw + (sB0 + par * B_BYTES - lj_smem_addr(smem_raw))); };
 
     // Offsets are 64-bit (sizes and strides are long long), so a tensor may span 2^31 elements
     // or more; N itself stays far below 2^31 − BLOCK (q alone would be 256 GiB there, D >= 64),
@@ -221,10 +247,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         const int st = c % STAGES;
         const long long t0 = (long long)c * BLOCK;
         const int valid = n - c * BLOCK;
-        if constexpr (OUT) load_tile<D, BWQ>(sQ + st * Q_BYTES, q + t0 * qs, qs, valid, tid);
-        load_tile<D, BWQ>(sK + st * Q_BYTES, k + t0 * ks, ks, valid, tid);
-        load_tile<VW, BWV>(sV + st * V_BYTES, v + t0 * vs, vs, valid, tid);
-        load_gates(sG + st * G_BYTES, gp + t0 * gs, gs, valid, tid);
+        if constexpr (OUT) load_tile<D, BWQ>(sQ + st * Q_BYTES, q + t0 * qs, qs, valid, ltid);
+        load_tile<D, BWQ>(sK + st * Q_BYTES, k + t0 * ks, ks, valid, ltid);
+        load_tile<VW, BWV>(sV + st * V_BYTES, v + t0 * vs, vs, valid, ltid);
+        load_gates(sG + st * G_BYTES, gp + t0 * gs, gs, valid, ltid);
     };
     // The ring's first STAGES − 1 chunks of a walk.
     auto prologue = [&](auto out_tag) {
@@ -234,7 +260,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             lj_cp_async_commit();
         }
     };
-    if constexpr (SPLIT == 1) prologue(lj_bool<true>{});
+    if constexpr (SPLIT == 1 && !HELPER) prologue(lj_bool<true>{});
 
     // The state slice: st[mb][j*4 + r] is row d = 64 mb + 16 warp + g + 8 (r >> 1), column
     // e = 8 j + 2 t4 + (r & 1) of the D x TILE_V slice (the m64 accumulator layout).
@@ -283,7 +309,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     // every warp for itself, into its pB: lane l holds tokens 2l and 2l + 1; an inclusive scan of
     // the pair sums over the lanes. Returns b_{L−1} (= b_63: the gates past L are zero). The
     // caller makes sure the warp no longer reads the previous chunk's sums.
-    auto scan_gates = [&](int cc) -> float {
+    auto scan_gates = [&](int cc, float *dst) -> float {
         const float *gc = reinterpret_cast<const float *>(smem_raw + (sG + (cc % STAGES) * G_BYTES - lj_smem_addr(smem_raw)));
         const float2 gv = reinterpret_cast<const float2 *>(gc)[lane];
         const float a0 = gv.x * LOG2E, a01 = fmaf(gv.y, LOG2E, a0);
@@ -295,9 +321,38 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         }
         const float bl = __shfl_sync(0xffffffffu, s, 31);
         __syncwarp(); // the warp's reads of the previous chunk's sums are done
-        reinterpret_cast<float2 *>(pB)[lane] = make_float2(s - a01 + a0, s);
+        reinterpret_cast<float2 *>(dst)[lane] = make_float2(s - a01 + a0, s);
         __syncwarp();
         return bl;
+    };
+
+    // V_w: the values of the ring tile at src weighted by exp(b_{L−1} − b_j) on row j (rows past L
+    // are zero), into dst (the same layout), 16-byte vectors first .. first + count of the tile,
+    // thread t of 128 taking every 128th.
+    auto weight_v = [&](unsigned src, unsigned dst, int first, int count, int t, float bl, const float *pb) {
+#pragma unroll
+        for (int i = 0; i < (count + 127) / 128; i++) {
+            const int x = first + t + i * 128;
+            if (count % 128 == 0 || x < first + count) {
+                const int row = (x * 16 % (BLOCK * SWV)) / SWV; // the swizzle stays in a row
+                const float w = gla_ex2(bl - pb[row]);
+                unsigned a0, a1, a2, a3;
+                asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+                             : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3) : "r"(src + x * 16));
+                unsigned wv[4] = {a0, a1, a2, a3};
+#pragma unroll
+                for (int y = 0; y < 4; y++) {
+                    T lo, hi;
+                    lo.bits = (unsigned short)(wv[y] & 0xffff);
+                    hi.bits = (unsigned short)(wv[y] >> 16);
+                    wv[y] = lj_pack2<T>(lj_to_float(lo) * w, lj_to_float(hi) * w);
+                }
+                asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(dst + x * 16), "r"(wv[0]),
+                             "r"(wv[1]), "r"(wv[2]), "r"(wv[3])
+                             : "memory");
+            }
+        }
+        lj_fence_async_smem();
     };
 
     // Q Kᵀ of a chunk: issued first thing in the chunk, or with PREFETCH during the previous
@@ -332,7 +387,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     // is the warpgroup's): with SPLIT_QK warps 0 and 1 of warpgroup 1 have no entry on or below
     // the diagonal, warps 2 and 3 of warpgroup 0 no diagonal block.
     unsigned pa[SPLIT_QK ? 1 : BLOCK / 16][4];
-    auto mask_scores = [&](float bi0, float bi1) {
+    auto mask_scores = [&](const float *pb, float bi0, float bi1, int c) {
         const float r10 = gla_ex2(bi1 - bi0);
         if constexpr (!PREFETCH) lj_wg_wait<2>();
         lj_fence_regs(sc);
@@ -341,19 +396,19 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             const int jt = jb / 8 + nt, j = 8 * jt + 2 * t4;
             float m[4] = {0.f, 0.f, 0.f, 0.f};
             if (jt < 2 * warp) {
-                const float2 bj = reinterpret_cast<const float2 *>(pB)[j / 2];
+                const float2 bj = reinterpret_cast<const float2 *>(pb)[j / 2];
                 m[0] = scale * gla_ex2(bi0 - bj.x);
                 m[1] = scale * gla_ex2(bi0 - bj.y);
                 m[2] = r10 * m[0];
                 m[3] = r10 * m[1];
             } else if (jt == 2 * warp) {
-                const float2 bj = reinterpret_cast<const float2 *>(pB)[j / 2];
+                const float2 bj = reinterpret_cast<const float2 *>(pb)[j / 2];
                 m[0] = j <= i0 ? scale * gla_ex2(bi0 - bj.x) : 0.f;
                 m[1] = j + 1 <= i0 ? scale * gla_ex2(bi0 - bj.y) : 0.f;
                 m[2] = scale * gla_ex2(bi1 - bj.x);
                 m[3] = scale * gla_ex2(bi1 - bj.y);
             } else if (jt == 2 * warp + 1) {
-                const float2 bj = reinterpret_cast<const float2 *>(pB)[j / 2];
+                const float2 bj = reinterpret_cast<const float2 *>(pb)[j / 2];
                 m[2] = j <= i1 ? scale * gla_ex2(bi1 - bj.x) : 0.f;
                 m[3] = j + 1 <= i1 ? scale * gla_ex2(bi1 - bj.y) : 0.f;
             }
@@ -366,6 +421,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             }
         }
         if constexpr (SPLIT_QK) {
+            // HELPER: nothing else keeps the other warpgroup's P V of the previous chunk from
+            // still reading the tile.
+            if constexpr (HELPER)
+                if (c >= 1) gla_bar_sync(BAR_P_FREE + 1 - wg, NTC);
             lj_stmatrix_acc<T, BWQ, BLOCK, SCN>(sP, sc, 16 * warp, 1.f, lane, jb);
             lj_fence_async_smem();
         }
@@ -382,12 +441,18 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     float gam = 0.f;
     float bl_next = 0.f; // with PREFETCH: b_{L−1} of the next chunk, scanned in this one's tail
     if constexpr (OUT) state_to_smem();
-    if constexpr (PREFETCH && OUT) {
+    if constexpr (HELPER && OUT) {
+        if (nchunks > 0) gla_bar_sync(BAR_READY, NT); // chunk 0 ready
+        issue_scores(0);
+        bl_next = pBs(0)[BLOCK - 1];
+        lj_wg_wait<0>();
+        decay_state(nchunks > 0 ? gla_ex2(bl_next) : 1.f);
+    } else if constexpr (PREFETCH && OUT) {
         lj_cp_async_wait<STAGES - 2>();
         lj_fence_async_smem();
         __syncthreads(); // chunk 0 landed
         issue_scores(0);
-        bl_next = scan_gates(0);
+        bl_next = scan_gates(0, pB);
         lj_wg_wait<0>();
         decay_state(nchunks > 0 ? gla_ex2(bl_next) : 1.f);
     }
@@ -431,8 +496,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         // The chunk's prefix sums in pB: with PREFETCH scanned in the previous chunk's tail (or
         // before the loop), while its P V ran; else now (chunk c landed at the barrier above).
         float bl; // b_{L−1}
+        const float *const pb = HELPER ? pBs(c & 1) : pB; // the chunk's prefix sums
         if constexpr (PREFETCH && OUT) bl = bl_next;
-        else bl = scan_gates(c);
+        else bl = scan_gates(c, pB);
         gam += bl;
         // S ← exp(b_{L−1}) S, so that the state update only adds (with PREFETCH done in the
         // previous chunk's tail). No product is in flight (the last retired at the end of the
@@ -441,40 +507,20 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         if constexpr (!(PREFETCH && OUT)) decay_state(gla_ex2(bl));
         if constexpr (!PREFETCH && OUT) issue_scores(c);
 
-        // The values weighted for the state update, exp(b_{L−1} − b_j) on row j (rows past L are
-        // zero). Each warpgroup weights its own columns (so the buffer's hazards stay inside it).
-        {
-            constexpr int VEC = V_SLICE / 16;
-#pragma unroll
-            for (int i = 0; i < (VEC + 127) / 128; i++) {
-                const int x = wtid + i * 128 + wg * (V_SLICE / 16);
-                if (VEC % 128 == 0 || x < VEC + wg * (V_SLICE / 16)) {
-                    const int row = (x * 16 % (BLOCK * SWV)) / SWV; // the swizzle stays in a row
-                    const float w = gla_ex2(bl - pB[row]);
-                    unsigned a0, a1, a2, a3;
-                    asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
-                                 : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3) : "r"(cV + x * 16));
-                    unsigned wv[4] = {a0, a1, a2, a3};
-#pragma unroll
-                    for (int y = 0; y < 4; y++) {
-                        T lo, hi;
-                        lo.bits = (unsigned short)(wv[y] & 0xffff);
-                        hi.bits = (unsigned short)(wv[y] >> 16);
-                        wv[y] = lj_pack2<T>(lj_to_float(lo) * w, lj_to_float(hi) * w);
-                    }
-                    asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(sVw + x * 16), "r"(wv[0]),
-                                 "r"(wv[1]), "r"(wv[2]), "r"(wv[3])
-                                 : "memory");
-                }
-            }
-            lj_fence_async_smem();
-        }
-        const unsigned sVs = sVw + wg * V_SLICE; // this warpgroup's columns of V_w
+        // The values weighted for the state update: each warpgroup weights its own columns (so
+        // the buffer's hazards stay inside it); HELPER: the helper made them (in this chunk's
+        // V_w tile) and the chunk's prefix sums.
+        const unsigned sVwc = sVw + (HELPER ? (c & 1) * V_BYTES : 0);
+        if constexpr (!HELPER) weight_v(cV, sVw, wg * (V_SLICE / 16), V_SLICE / 16, wtid, bl, pB);
+        const unsigned sVs = sVwc + wg * V_SLICE; // this warpgroup's columns of V_w
         // V_w (and with PREFETCH the state copy) of every warp are written; with PREFETCH every
         // warp is also done with chunk c − 1's products, so its ring slot takes chunk
-        // c + STAGES − 1.
-        __syncthreads();
-        if constexpr (PREFETCH && OUT) load_next();
+        // c + STAGES − 1. HELPER: all that is the helper's, and the state copy is the warpgroup's
+        // (its barrier at the chunk's start).
+        if constexpr (!HELPER) {
+            __syncthreads();
+            if constexpr (PREFETCH && OUT) load_next();
+        }
 
         // O = Q S₁₆ (unless issued above) and S += Kᵀ V_w (the state was decayed above).
 #pragma unroll
@@ -501,9 +547,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         // the tensor cores (before the barrier above they delayed both products' start by ~7 %
         // of the kernel at B·H = 128). SPLIT_QK: P goes through shared memory, both halves
         // written before P V reads it, so a CTA barrier follows.
-        const float bi0 = pB[i0], bi1 = pB[i1];
-        mask_scores(bi0, bi1);
-        if constexpr (SPLIT_QK) __syncthreads(); // both halves of P written
+        const float bi0 = pb[i0], bi1 = pb[i1];
+        mask_scores(pb, bi0, bi1, c);
+        if constexpr (HELPER && SPLIT_QK) gla_bar_sync(BAR_P_SET, NTC);
+        else if constexpr (SPLIT_QK) __syncthreads(); // both halves of P written
         // Q S done: the inter-chunk term decays by exp(b_i), times scale.
         const float f0 = scale * gla_ex2(bi0), f1 = scale * gla_ex2(bi1);
         lj_wg_wait<1>();
@@ -530,7 +577,14 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         lj_wg_commit();
 
         // With PREFETCH the next chunk's scores go in while this chunk's tail runs.
-        if constexpr (PREFETCH) {
+        if constexpr (HELPER) {
+            if (c + 1 < nchunks) gla_bar_sync(BAR_READY + ((c + 1) & 1), NT); // chunk c + 1 ready
+            issue_scores(c + 1);
+            bl_next = pBs((c + 1) & 1)[BLOCK - 1];
+            lj_wg_wait<1>();
+            if constexpr (SPLIT_QK)
+                if (c + 1 < nchunks) gla_bar_arrive(BAR_P_FREE + wg, NTC); // P V has read P
+        } else if constexpr (PREFETCH) {
             lj_cp_async_wait<STAGES - 2>();
             lj_fence_async_smem();
             __syncthreads(); // chunk c + 1 landed
@@ -538,7 +592,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             // Chunk c + 1's gates scanned while P V and its scores run (this chunk's sums were
             // last read before P V was issued). Past the last chunk the slot holds stale gates:
             // the result is not used.
-            bl_next = scan_gates(c + 1);
+            bl_next = scan_gates(c + 1, pB);
             lj_wg_wait<1>();
         } else {
             lj_wg_wait<0>();
@@ -552,7 +606,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         // rows. A thread keeps one piece column and steps down O_RSTEP rows per pass (a multiple
         // of 8: the swizzle repeats).
         {
-            const unsigned sO = sVw + wg * V_SLICE;
+            const unsigned sO = sVs;
             lj_stmatrix_acc<T, BWV, BLOCK, TILE_V>(sO, oa, 16 * warp, 1.f, lane);
             lj_wg_bar(wg);
             T *oc = o_thr + (long long)(c * BLOCK) * os;
@@ -578,9 +632,12 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         // through it and would serialise every wgmma of the loop. The next chunk's scores have
         // had this chunk's tail to finish.
         if constexpr (PREFETCH) lj_wg_wait<0>();
+        if constexpr (HELPER) gla_bar_arrive(BAR_FREE + (c & 1), NT); // chunk c's tiles are free
     }
-    lj_cp_async_wait<0>();
-    __syncthreads(); // the ring and the tiles are free for another walk
+    if constexpr (!HELPER) {
+        lj_cp_async_wait<0>();
+        __syncthreads(); // the ring and the tiles are free for another walk
+    }
     return gam;
     };
 
@@ -621,6 +678,32 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
                 }
         }
         prologue(lj_bool<true>{});
+    }
+    if constexpr (HELPER) {
+        if (tid >= NTC) { // the helper warpgroup: the ring, the gate scan and V_w, a chunk ahead
+            const int hw = ltid >> 5;
+            prologue(lj_bool<true>{});
+            for (int c = 0; c < nchunks; c++) {
+                lj_cp_async_wait<STAGES - 2>();
+                lj_fence_async_smem();
+                lj_wg_bar(WGS); // every helper thread's copies of chunk c have landed
+                // Each helper warp scans the gates for itself (its warp 0 into the chunk's
+                // shared sums): no barrier between the scan and the weighting.
+                float *const pbs = hw == 0 ? pBs(c & 1) : pB;
+                const float bl = scan_gates(c, pbs);
+                weight_v(sV + (c % STAGES) * V_BYTES, sVw + (c & 1) * V_BYTES, 0, V_BYTES / 16, ltid, bl, pbs);
+                gla_bar_arrive(BAR_READY + (c & 1), NT);
+                // The ring slot of chunk c − 1 takes chunk c + STAGES − 1 once both warpgroups
+                // are done with it (which also frees the V_w tile and sums of chunk c + 1).
+                if (c >= 1) gla_bar_sync(BAR_FREE + ((c - 1) & 1), NT);
+                const int nc = c + STAGES - 1;
+                if (nc < nchunks) load_chunk(nc, lj_bool<true>{});
+                lj_cp_async_commit();
+            }
+            if (nchunks > 0) gla_bar_sync(BAR_FREE + ((nchunks - 1) & 1), NT);
+            lj_cp_async_wait<0>();
+            return;
+        }
     }
     walk(lj_bool<true>{});
 
