@@ -24,6 +24,16 @@
 // Rows past the end of the sequence arrive as zero gates, so b stays at b_{L−1} there and the
 // last, ragged chunk needs no special case beyond the zero-filled K and V rows.
 //
+// HELPER: a third warpgroup (the CTA's last 128 threads) does that per-chunk work a chunk ahead:
+// it issues every copy of the ring, scans the gates (its first warp into the chunk's shared
+// prefix sums, two buffers by chunk parity) and writes V_w (two tiles by chunk parity), then
+// tells the warpgroups of the products that the chunk is ready (named barrier READY); they tell
+// it when they are done with a chunk's slot, V_w tile and sums (FREE), and it refills the slot.
+// Why: every warp of the products runs a serial chain per chunk whose products finish before the
+// warps wait for them (clock marks, docs/notes/families.md, session 19), so work taken off that
+// chain is time saved; the copies, the scan and V_w were a third of it. Without HELPER every
+// warp scans for itself into its own 64 floats and each warpgroup weights its own V columns.
+//
 // Arguments (family.lua's `args`, templates/common/args.cuh): q, k [B, H, N, D] and v, o
 // [B, H, N, E] with any strides whose last is 1 and rows 16-byte aligned; g [B, H, N] float, any
 // strides; h0, ht [B, H, D, E] float, optional (HAS_H0 / HAS_HT are baked). B and N are read from
