@@ -223,7 +223,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     // Offsets are 64-bit (sizes and strides are long long), so a tensor may span 2^31 elements
     // or more; N itself stays far below 2^31 − BLOCK (q alone would be 256 GiB there, D >= 64),
     // so n and the chunk arithmetic fit an int.
-    // The segment: n tokens from tok0; the first reads h0, the last writes ht.
+    // The segment: n tokens from tok0; the last writes ht (every segment starts from h0: Horner).
     const int n_all = (int)q_.size[2];
     int seg_len = n_all, nseg = 1;
     if constexpr (SPLIT > 1) {
@@ -233,7 +233,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             return;
         }
     }
-    const bool first = j == 0, last = j == nseg - 1;
+    const bool last = j == nseg - 1;
     const int n = SPLIT > 1 ? min(seg_len, n_all - j * seg_len) : n_all;
     const long long tok0 = (long long)j * seg_len;
     const T *q = reinterpret_cast<const T *>(q_.ptr) + b * q_.stride[0] + h * q_.stride[1] + tok0 * q_.stride[2];
