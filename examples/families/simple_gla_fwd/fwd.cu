@@ -451,18 +451,17 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     float gam = 0.f;
     float bl_next = 0.f; // with PREFETCH: b_{L−1} of the next chunk, scanned in this one's tail
     if constexpr (OUT) state_to_smem();
-    if constexpr (HELPER && OUT) {
-        if (nchunks > 0) gla_bar_sync(BAR_READY, NT); // chunk 0 ready
+    if constexpr (PREFETCH && OUT) {
+        if constexpr (HELPER) {
+            if (nchunks > 0) gla_bar_sync(BAR_READY, NT); // chunk 0 ready
+        } else {
+            lj_cp_async_wait<STAGES - 2>();
+            lj_fence_async_smem();
+            __syncthreads(); // chunk 0 landed
+        }
         issue_scores(0);
-        bl_next = pBs(0)[BLOCK - 1];
-        lj_wg_wait<0>();
-        decay_state(nchunks > 0 ? gla_ex2(bl_next) : 1.f);
-    } else if constexpr (PREFETCH && OUT) {
-        lj_cp_async_wait<STAGES - 2>();
-        lj_fence_async_smem();
-        __syncthreads(); // chunk 0 landed
-        issue_scores(0);
-        bl_next = scan_gates(0, pB);
+        if constexpr (HELPER) bl_next = pBs(0)[BLOCK - 1];
+        else bl_next = scan_gates(0, pB);
         lj_wg_wait<0>();
         decay_state(nchunks > 0 ? gla_ex2(bl_next) : 1.f);
     }
