@@ -30,16 +30,19 @@ local function static_smem(cfg)
 end
 
 -- Dynamic shared memory: the Q, K, V and gate ring, the weighted V copy (which also stages the
--- outputs; two with HELPER), each warpgroup's 16-bit state copy, with SPLIT_QK the tile of P,
+-- outputs; two with HELPER 1), each warpgroup's 16-bit state copy, with SPLIT_QK or HELPER 2 the
+-- tile of P,
 -- each warp's 64 prefix sums, and 1 KiB to align the tiles to the swizzle period.
 -- fwd.cu static_asserts that its layout fits this.
 local function smem(cfg, problem)
     local q = cfg.BLOCK * problem.D * 2
     local v = cfg.BLOCK * cfg.WGS * cfg.TILE_V * 2
     local g = cfg.BLOCK * 4
-    local p = cfg.SPLIT_QK * cfg.BLOCK * cfg.BLOCK * 2
-    return cfg.STAGES * (2 * q + v + g) + (1 + cfg.HELPER) * v + p + cfg.WGS * problem.D * cfg.TILE_V * 2
-        + (cfg.WGS + cfg.HELPER) * 4 * cfg.BLOCK * 4 + 1024
+    local helps = cfg.HELPER > 0 and 1 or 0
+    local p = (cfg.SPLIT_QK == 1 or cfg.HELPER == 2) and cfg.BLOCK * cfg.BLOCK * 2 or 0
+    local vw = cfg.HELPER == 1 and 2 or 1
+    return cfg.STAGES * (2 * q + v + g) + vw * v + p + cfg.WGS * problem.D * cfg.TILE_V * 2
+        + (cfg.WGS + helps) * 4 * cfg.BLOCK * 4 + 1024
 end
 
 -- Registers a thread holds across the chunk loop: the state (D·TILE_V/128) and the output
@@ -71,8 +74,16 @@ local function valid(cfg, problem, device)
     if cfg.SPLIT_QK == 1 and cfg.WGS ~= 2 then
         return false, "SPLIT_QK splits Q Kᵀ between two warpgroups (WGS = 2)"
     end
-    if cfg.HELPER == 1 and (cfg.PREFETCH ~= 1 or cfg.SPLIT ~= 1) then
-        return false, "HELPER needs PREFETCH, and no SPLIT"
+    if cfg.HELPER > 0 and cfg.PREFETCH ~= 1 then
+        return false, "HELPER needs PREFETCH"
+    end
+    if cfg.HELPER == 2 and cfg.SPLIT_QK == 1 then
+        return false, "HELPER 2 computes all of Q Kᵀ itself (no SPLIT_QK)"
+    end
+    if cfg.HELPER == 1 and cfg.WGS == 2 and cfg.SPLIT_QK == 0 and cfg.SPLIT > 1 then
+        -- Both warpgroups' whole scores, the state and the split's bounds spill even with the
+        -- helper's registers given to them (fwd.cu's REBALANCE; NVRTC 13.0, D = E = 128).
+        return false, "HELPER 1 with two warpgroups and SPLIT needs SPLIT_QK (registers)"
     end
     if cfg.PREFETCH == 1 and cfg.STAGES < 3 then
         return false, "PREFETCH needs STAGES >= 3 (chunk c + 1 must have landed by mid-chunk c)"
@@ -121,7 +132,11 @@ end
 -- When the whole-sequence grid of the widest slices leaves three quarters of the SMs idle or more
 -- and the sequences are long enough, the fewest segments (a power of two) that give about every SM
 -- a CTA, with 64-column slices, two warpgroups splitting Q Kᵀ where E holds two, three stages
--- and PREFETCH where they fit; nil when the problem is not worth splitting.
+-- and PREFETCH where they fit, and the helper warpgroup as default() takes it (session 20, H200,
+-- bf16, D = E = 128, `lajit tune` defaults, ms: B = 2, H = 16, N = 16384 (SPLIT 4) 0.2632,
+-- 0.2624 without a helper, 0.2515, 0.2534 with HELPER 1, 0.2376, 0.2362 with HELPER 2; B = 1,
+-- H = 8, N = 65536 (SPLIT 16) 0.3255, 0.3243 / 0.3243, 0.3248 / 0.3130, 0.3151); nil when the
+-- problem is not worth splitting.
 local function split_default(problem, device)
     for _, tv in ipairs({ 64, 32, 16 }) do
         if tv <= problem.E and problem.E % tv == 0 then
@@ -137,7 +152,8 @@ local function split_default(problem, device)
             end
             if split == 1 then return nil end
             cfg.SPLIT = split
-            for _, deep in ipairs({ { STAGES = 3, PREFETCH = 1 }, { STAGES = 2, PREFETCH = 0 } }) do
+            for _, deep in ipairs({ { STAGES = 3, PREFETCH = 1, HELPER = two and 2 or 1, SPLIT_QK = 0 },
+                                    { STAGES = 3, PREFETCH = 1 }, { STAGES = 2, PREFETCH = 0 } }) do
                 local c = with(cfg, deep)
                 if valid(c, problem, device) then return c end
             end
@@ -173,16 +189,21 @@ local function default(problem, device)
         local split = with(cfg, { SPLIT_QK = 1 })
         if smem(split, problem) <= device.smem_optin then cfg = split end
     end
-    -- HELPER where it is valid (PREFETCH, no split), its second V_w tile fits and the CTA has its
-    -- SM to itself anyway (its 128 more threads would otherwise cost a resident CTA: not
-    -- measured): it takes the loads, the gate scan and V_w off the chain every warp of the
-    -- products waits on. H200, bf16, D = E = 128, `lajit tune` defaults (docs/notes/families.md,
-    -- session 19): B = 4, H = 32, N = 8192 0.3446 -> 0.3137 ms; B = 2, H = 32, N = 16384 (one
-    -- warpgroup) 0.4949 -> 0.3590; B = 4, H = 32, N = 2048 0.0951 -> 0.0865; B = 8, H = 16,
-    -- N = 4096 0.1785 -> 0.1633.
+    -- The helper warpgroup where it is valid (PREFETCH), its tiles fit and the CTA has its SM to
+    -- itself anyway (its 128 more threads would otherwise cost a resident CTA: not measured): it
+    -- takes the loads and the gate scan off the chain every warp of the products waits on, and
+    -- V_w (HELPER 1) where one warpgroup runs the products, or the scores and P (HELPER 2) where
+    -- two share them (the helper's own chain is then the longer one with one warpgroup: B = 2,
+    -- H = 32, N = 16384 0.357 ms with HELPER 1, 0.436 with 2; with two they tie without a split,
+    -- 0.312 both at B = 4, H = 32, N = 8192, and 2 wins with it, split_default). H200, bf16,
+    -- D = E = 128, `lajit tune` defaults (docs/notes/families.md, sessions 19 and 20): B = 4,
+    -- H = 32, N = 8192 0.3446 -> 0.3137 ms; B = 2, H = 32, N = 16384 (one warpgroup) 0.4949 ->
+    -- 0.3590; B = 4, H = 32, N = 2048 0.0951 -> 0.0865; B = 8, H = 16, N = 4096 0.1785 -> 0.1633.
     if cfg.PREFETCH == 1 and resident(cfg, problem, device, per_sm) == 1 then
-        local h = with(cfg, { HELPER = 1 })
-        if valid(h, problem, device) then cfg = h end
+        for _, mods in ipairs({ { HELPER = cfg.WGS == 2 and 2 or 1, SPLIT_QK = 0 }, { HELPER = 1 } }) do
+            local h = with(cfg, mods)
+            if valid(h, problem, device) then return h end
+        end
     end
     return cfg
 end
@@ -217,7 +238,7 @@ return {
         STAGES = { 2, 3 },               -- chunks in flight in the cp.async ring
         PREFETCH = { 0, 1 },             -- Q Kᵀ of the next chunk issued during this chunk's tail
         SPLIT_QK = { 0, 1 },             -- two warpgroups compute half of Q Kᵀ (and its mask) each, P shared
-        HELPER = { 0, 1 },               -- a third warpgroup loads the chunks, scans the gates, makes V_w
+        HELPER = { 0, 1, 2 },            -- a third warpgroup loads the chunks, scans the gates, makes V_w (1) or P (2)
         SPLIT = { 1, 2, 4, 8, 16, 32, 64 }, -- segments per sequence (fwd.cu)
     },
 
@@ -244,7 +265,7 @@ return {
     launch = function(cfg, problem, device)
         return {
             grid = { problem.E // (cfg.WGS * cfg.TILE_V) * cfg.SPLIT, "H", "B" },
-            block = { 128 * (cfg.WGS + cfg.HELPER), 1, 1 },
+            block = { 128 * (cfg.WGS + (cfg.HELPER > 0 and 1 or 0)), 1, 1 },
             smem = smem(cfg, problem),
             entry = "simple_gla_fwd",
             -- 16 bytes of counters, then per row of B and head the flags and the local states.

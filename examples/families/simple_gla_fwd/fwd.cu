@@ -24,15 +24,20 @@
 // Rows past the end of the sequence arrive as zero gates, so b stays at b_{L−1} there and the
 // last, ragged chunk needs no special case beyond the zero-filled K and V rows.
 //
-// HELPER: a third warpgroup (the CTA's last 128 threads) does that per-chunk work a chunk ahead:
-// it issues every copy of the ring, scans the gates (its first warp into the chunk's shared
-// prefix sums, two buffers by chunk parity) and writes V_w (two tiles by chunk parity), then
-// tells the warpgroups of the products that the chunk is ready (named barrier READY); they tell
-// it when they are done with a chunk's slot, V_w tile and sums (FREE), and it refills the slot.
-// Why: every warp of the products runs a serial chain per chunk whose products finish before the
-// warps wait for them (clock marks, docs/notes/families.md, session 19), so work taken off that
-// chain is time saved; the copies, the scan and V_w were a third of it. Without HELPER every
-// warp scans for itself into its own 64 floats and each warpgroup weights its own V columns.
+// HELPER: a third warpgroup (the CTA's last 128 threads) does per-chunk work that is not the
+// state's or the outputs' a chunk ahead of the products' warpgroups: it issues every copy of the
+// ring and scans the gates (its first warp into the chunk's shared prefix sums, two buffers by
+// chunk parity), and with HELPER 1 writes V_w (two tiles by chunk parity), with HELPER 2 computes
+// the chunk's scores Q Kᵀ itself (one m64n64 product), masks them and writes P into a shared
+// tile (the products' warpgroups then weight their own V columns). It tells the products'
+// warpgroups that a chunk is ready (named barrier READY); they tell it when they are done with a
+// chunk's slot, V_w tile and sums (FREE), and it refills the slot. Why: every warp of the
+// products runs a serial chain per chunk whose products finish before the warps wait for them
+// (clock marks, docs/notes/families.md, session 19), so work taken off that chain is time saved:
+// the copies, the scan and V_w were a third of it, the mask and the scores' issue a fifth. Which
+// to move depends on how many warpgroups share the helper (family.lua's default: 1 with one, 2
+// with two; the helper's own chain must stay the shorter). Without a helper every warp scans for
+// itself into its own 64 floats, each warpgroup weights its own V columns and masks its scores.
 //
 // Arguments (family.lua's `args`, templates/common/args.cuh): q, k [B, H, N, D] and v, o
 // [B, H, N, E] with any strides whose last is 1 and rows 16-byte aligned; g [B, H, N] float, any
@@ -55,7 +60,12 @@
 // only: the state update) to form the segment's local state M_j from zero and its total gate
 // Γ_j = Σ g (log2 units), publishes both, then forms the state entering its segment by Horner's
 // rule over S_0 and the earlier segments' (M_i, Γ_i): S_in,j = 2^Γ_{j−1} S_in,j−1 + M_{j−1}, and
-// walks the segment again from it with outputs. The workspace (family.lua sizes it per launch):
+// walks the segment again from it with outputs. With HELPER the helper serves both walks (the
+// first without Q, scores or P), and the roles part around the walks only: every thread runs the
+// split's steps, whose CTA barriers must be reached at one place. The CTA's counters are released
+// (lj_split_done) once the waits are over, before the walk with outputs, so that the helper can
+// leave after its last walk and keep the registers setmaxnreg moved (REBALANCE).
+// The workspace (family.lua sizes it per launch):
 //     bytes 0..15      ticket, finished-CTA count, epoch (common/split.cuh)
 //     from byte 16     per (b, h), FLAGS_PER bytes: a flag per segment and 16 columns
 //     then             per (b, h), WS_PER bytes: M[SPLIT − 1][D][E] floats, Γ[SPLIT − 1][E / VW]
@@ -80,7 +90,10 @@ constexpr int WGS = ${WGS};         // warpgroups per CTA, side by side in E, sh
 constexpr int STAGES = ${STAGES};   // chunks in flight in the cp.async ring
 constexpr bool PREFETCH = ${PREFETCH} != 0; // Q Kᵀ of chunk c + 1 issued during chunk c's tail
 constexpr bool SPLIT_QK = ${SPLIT_QK} != 0; // the two warpgroups each compute half of Q Kᵀ
-constexpr bool HELPER = ${HELPER} != 0;     // a third warpgroup loads the chunks and does the gates' work
+constexpr int HELPER = ${HELPER};   // 0: none; 1: a third warpgroup loads, scans, makes V_w; 2: ... and P
+constexpr bool HELPS = HELPER != 0;     // a helper warpgroup (the CTA's last 128 threads)
+constexpr bool HELPER_VW = HELPER == 1; // the helper makes V_w, the products their scores and P
+constexpr bool HELPER_P = HELPER == 2;  // the helper makes P, the products weight their own V
 constexpr bool HAS_H0 = ${HAS_H0};
 constexpr bool HAS_HT = ${HAS_HT};
 constexpr int SPLIT = ${SPLIT};     // segments per sequence, each walked by its own CTAs (1: whole)
@@ -90,13 +103,23 @@ constexpr unsigned long long FLAGS_PER = ${FLAGS_PER}ull; // SPLIT: flag bytes p
 constexpr unsigned SMEM = ${SMEM};  // dynamic shared memory the launch provides (family.lua's smem())
 
 constexpr int NTC = 128 * WGS;          // the threads of the warpgroups that run the products
-constexpr int NT = NTC + (HELPER ? 128 : 0); // threads of the CTA (HELPER: the last 128)
-constexpr int NLOAD = HELPER ? 128 : NT;    // threads that issue a chunk's copies
-constexpr int VW_BUFS = HELPER ? 2 : 1;     // V_w tiles (HELPER: chunk c + 1's is made during chunk c)
+constexpr int NT = NTC + (HELPS ? 128 : 0); // threads of the CTA (HELPS: the last 128)
+constexpr int NLOAD = HELPS ? 128 : NT;    // threads that issue a chunk's copies
+constexpr int VW_BUFS = HELPER_VW ? 2 : 1; // V_w tiles (HELPER_VW: chunk c + 1's is made during chunk c)
+// HELPER 1 with two warpgroups of products (their scores, P and the state; with SPLIT the
+// segment's bounds too): registers move from the helper to them (setmaxnreg) for the walk with
+// outputs, out of the 168 each of 384 threads gets at launch: HELPER_REGS for the helper,
+// (168·384 − HELPER_REGS·128) / 256 rounded down to a multiple of 8 for the others. Only from
+// where the roles part for good (ptxas keeps the regions only when they do not meet again). With
+// SPLIT, 168 spill 100–200 bytes otherwise; with 64 or 96 the helper spills (NVRTC 13.0).
+constexpr bool REBALANCE = HELPER_VW && WGS == 2;
+constexpr int LAUNCH_REGS = 168, HELPER_REGS = 112;
+constexpr int PRODUCT_REGS = (LAUNCH_REGS * 384 - HELPER_REGS * 128) / 256 / 8 * 8;
 constexpr int NWARPS = NT / 32;
 constexpr int VW = WGS * TILE_V;        // value columns per CTA
 constexpr int MB = D / 64;              // m64 blocks of the state
 constexpr int NACC = TILE_V / 2;        // fp32 accumulators per thread of an m64 x TILE_V product
+constexpr bool P_TILE = SPLIT_QK || HELPER_P; // P goes through a shared tile (else registers)
 constexpr int SCN = SPLIT_QK ? BLOCK / 2 : BLOCK; // score columns a warpgroup computes
 constexpr int NSC = SCN / 2;            // ... and its fp32 accumulators per thread
 constexpr float LOG2E = 1.4426950408889634f;
@@ -108,7 +131,8 @@ static_assert(E % VW == 0, "WGS * TILE_V divides E");
 static_assert(STAGES >= 2, "ring");
 static_assert(WGS == 1 || WGS == 2, "WGS");
 static_assert(!SPLIT_QK || WGS == 2, "SPLIT_QK shares the scores between two warpgroups");
-static_assert(!HELPER || (PREFETCH && STAGES >= 3 && SPLIT == 1), "HELPER: PREFETCH, no SPLIT");
+static_assert(HELPER >= 0 && HELPER <= 2 && (!HELPS || (PREFETCH && STAGES >= 3)) && !(HELPER_P && SPLIT_QK),
+              "HELPER: PREFETCH, and 2 without SPLIT_QK");
 static_assert(SPLIT >= 1 && SPLIT <= 128 && SEG_MIN % BLOCK == 0, "SPLIT");
 static_assert(WS_PER >= (unsigned long long)(SPLIT - 1) * (D * E + E / VW) * 4 && FLAGS_PER % 16 == 0,
               "SPLIT: the workspace's layout exceeds the spec's sizes");
@@ -121,14 +145,14 @@ constexpr unsigned V_BYTES = BLOCK * VW * 2;               // one chunk of V (al
 constexpr unsigned S_BYTES = D * TILE_V * 2;               // one warpgroup's state copy
 constexpr unsigned G_BYTES = BLOCK * 4;                    // one chunk of gates
 constexpr unsigned B_BYTES = BLOCK * 4;                    // one warp's prefix sums
-constexpr unsigned P_BYTES = BLOCK * BLOCK * 2;            // one chunk's masked scores P (SPLIT_QK)
+constexpr unsigned P_BYTES = BLOCK * BLOCK * 2;            // one chunk's masked scores P (P_TILE)
 // A warpgroup's columns of a V tile start this many bytes into it (whole column blocks).
 constexpr unsigned V_SLICE = (TILE_V / BWV) * (BLOCK * SWV);
 // The kernel's layout (below): 1 KiB of slack to align the tiles, the Q, K, V, g ring, V_w, the
-// state copies, SPLIT_QK's P tile and each warp's prefix sums; it must fit what the launch
+// state copies, the P tile (P_TILE) and each warp's prefix sums; it must fit what the launch
 // provides.
 static_assert(1024 + STAGES * (2 * Q_BYTES + V_BYTES + G_BYTES) + VW_BUFS * V_BYTES + WGS * S_BYTES +
-                      (SPLIT_QK ? P_BYTES : 0) + NWARPS * B_BYTES <= SMEM,
+                      (P_TILE ? P_BYTES : 0) + NWARPS * B_BYTES <= SMEM,
               "shared memory: the layout exceeds the spec's SMEM");
 
 // 2^x (ex2.approx: relative error ~2^-22; x ≤ 0 here, so the result is in [0, 1]).
@@ -142,11 +166,24 @@ __device__ __forceinline__ float gla_ex2(float x)
 // HELPER's named barriers (0 is __syncthreads, 1 + wg each warpgroup's own, lj_wg_bar): a wait for
 // n threads, and an arrival that does not wait; both make the thread's earlier shared-memory
 // accesses visible to the participants when the barrier completes. READY + (c & 1): the helper
-// has chunk c ready (landed, V_w and the prefix sums made); FREE + (c & 1): the two warpgroups
-// are done with chunk c (its ring slot, V_w tile and sums); P_SET: both halves of P are written;
-// P_FREE + wg: warpgroup wg is done reading the previous chunk's P. Each is arrived at by one side
-// and waited on by the other, once per chunk, so no warp arrives twice before a barrier completes.
-constexpr int BAR_READY = 4, BAR_FREE = 6, BAR_P_SET = 8, BAR_P_FREE = 9;
+// has chunk c ready (landed, the prefix sums made, and V_w with HELPER 1, P with HELPER 2);
+// FREE + (c & 1): the products' warpgroups are done with chunk c (its ring slot, V_w tile and
+// sums). HELPER 1 with SPLIT_QK: P_SET, both halves of P are written; P_FREE + wg, warpgroup wg
+// is done reading the previous chunk's P. HELPER 2: P_READ, the products have read chunk c's P
+// (their P V is done; the helper makes chunk c + 1's after it, the products read that after
+// READY of chunk c + 1). Each is arrived at by one side and waited on by the other, once per
+// chunk, and neither side gets a generation ahead of the other, so no warp arrives twice before
+// a barrier completes.
+constexpr int BAR_READY = 4, BAR_FREE = 6, BAR_P_SET = 8, BAR_P_FREE = 9, BAR_P_READ = 11;
+// setmaxnreg: this warpgroup's registers per thread from here on (N a multiple of 8).
+template <int N> __device__ __forceinline__ void gla_regs_dec()
+{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N> __device__ __forceinline__ void gla_regs_inc()
+{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
 __device__ __forceinline__ void gla_bar_sync(int id, int n)
 {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
@@ -195,8 +232,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     const unsigned sV = sK + STAGES * Q_BYTES;
     const unsigned sVw = sV + STAGES * V_BYTES;
     const unsigned sS0 = sVw + VW_BUFS * V_BYTES;
-    const unsigned sP = sS0 + WGS * S_BYTES;  // SPLIT_QK: the tile of P (64 x 64, K-major A of P V)
-    const unsigned sG = sP + (SPLIT_QK ? P_BYTES : 0); // STAGES chunks of gates
+    const unsigned sP = sS0 + WGS * S_BYTES;  // P_TILE: the tile of P (64 x 64, K-major A of P V)
+    const unsigned sG = sP + (P_TILE ? P_BYTES : 0); // STAGES chunks of gates
     const unsigned sB0 = sG + STAGES * G_BYTES; // each warp's prefix sums (log2 units)
 
     // tid spans the CTA (loads); wg, warp, g and t4 place a thread in its warpgroup's products,
@@ -270,19 +307,22 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             lj_cp_async_commit();
         }
     };
-    if constexpr (SPLIT == 1 && !HELPER) prologue(lj_bool<true>{});
+    if constexpr (SPLIT == 1 && !HELPS) prologue(lj_bool<true>{});
 
     // The state slice: st[mb][j*4 + r] is row d = 64 mb + 16 warp + g + 8 (r >> 1), column
     // e = 8 j + 2 t4 + (r & 1) of the D x TILE_V slice (the m64 accumulator layout).
     float st[MB][NACC];
     auto st_row = [&](int mb, int x) { return 64 * mb + 16 * warp + g + 8 * ((x & 3) >> 1); };
     auto st_col = [&](int x) { return e0 + 8 * (x >> 2) + 2 * t4 + (x & 1); };
-    // The initial state h0 (zero when left out), into st.
-    auto load_h0 = [&]() {
+    auto zero_state = [&]() {
 #pragma unroll
         for (int mb = 0; mb < MB; mb++)
 #pragma unroll
             for (int x = 0; x < NACC; x++) st[mb][x] = 0.f;
+    };
+    // The initial state h0 (zero when left out), into st.
+    auto load_h0 = [&]() {
+        zero_state();
         if constexpr (HAS_H0) {
             if (h0_.ptr != nullptr) {
                 const float *s0 = reinterpret_cast<const float *>(h0_.ptr) + b * h0_.stride[0] + h * h0_.stride[1];
@@ -295,12 +335,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         }
     };
     if constexpr (SPLIT == 1) load_h0();
-    else {
-#pragma unroll
-        for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-            for (int x = 0; x < NACC; x++) st[mb][x] = 0.f;
-    }
+    else zero_state();
     // The 16-bit state copy: rows d, columns e, MN-major B of Q S. Written from the state that
     // enters the chunk; the registers are decayed afterwards, once the chunk's gates are known.
     auto state_to_smem = [&]() {
@@ -385,9 +420,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         }
         lj_wg_commit();
     };
-    // The scores of chunk c (its prefix sums in pB, bi0 and bi1 those of the thread's rows):
+    // The scores of a chunk (its prefix sums in pb, bi0 and bi1 those of the thread's rows):
     // masked, weighted by scale · exp(b_i − b_j), rounded to the A operand of P V: into pa
-    // (registers), or with SPLIT_QK the warpgroup's half into the P tile. The thread's rows
+    // (registers), or with P_TILE in place in sc, for store_p (SPLIT_QK: the warpgroup's half;
+    // HELPER: the helper's whole tile). The thread's rows
     // are i0 = 16 warp + g and i1 = i0 + 8, its columns j = 8 jt + 2 t4 (+1), jt = jb / 8 + nt the
     // column block in the chunk. Left of the warp's 16 rows (jt < 2 warp) row i1's factor is row
     // i0's times exp(b_i1 − b_i0): a product of two factors ≤ 1 (i1 > i0 ≥ j), so no range is lost
@@ -396,8 +432,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     // row i0 is wholly above); past them everything is zero. jt against warp is warp-uniform (jb
     // is the warpgroup's): with SPLIT_QK warps 0 and 1 of warpgroup 1 have no entry on or below
     // the diagonal, warps 2 and 3 of warpgroup 0 no diagonal block.
-    unsigned pa[SPLIT_QK ? 1 : BLOCK / 16][4];
-    auto mask_scores = [&](const float *pb, float bi0, float bi1, int c) {
+    unsigned pa[P_TILE ? 1 : BLOCK / 16][4];
+    auto mask_scores = [&](const float *pb, float bi0, float bi1) {
         const float r10 = gla_ex2(bi1 - bi0);
         if constexpr (!PREFETCH) lj_wg_wait<2>();
         lj_fence_regs(sc);
@@ -422,7 +458,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
                 m[2] = j <= i1 ? scale * gla_ex2(bi1 - bj.x) : 0.f;
                 m[3] = j + 1 <= i1 ? scale * gla_ex2(bi1 - bj.y) : 0.f;
             }
-            if constexpr (SPLIT_QK) {
+            if constexpr (P_TILE) {
 #pragma unroll
                 for (int r = 0; r < 4; r++) sc[4 * nt + r] *= m[r];
             } else {
@@ -430,14 +466,11 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
                 pa[nt / 2][2 * (nt & 1) + 1] = lj_pack2<T>(sc[4 * nt + 2] * m[2], sc[4 * nt + 3] * m[3]);
             }
         }
-        if constexpr (SPLIT_QK) {
-            // HELPER: nothing else keeps the other warpgroup's P V of the previous chunk from
-            // still reading the tile.
-            if constexpr (HELPER)
-                if (c >= 1) gla_bar_sync(BAR_P_FREE + 1 - wg, NTC);
-            lj_stmatrix_acc<T, BWQ, BLOCK, SCN>(sP, sc, 16 * warp, 1.f, lane, jb);
-            lj_fence_async_smem();
-        }
+    };
+    // P_TILE: the masked scores (columns jb .. jb + SCN) into the P tile, for the async proxy.
+    auto store_p = [&]() {
+        lj_stmatrix_acc<T, BWQ, BLOCK, SCN>(sP, sc, 16 * warp, 1.f, lane, jb);
+        lj_fence_async_smem();
     };
     // With PREFETCH the products are issued unconditionally (for an empty sequence, and for the
     // chunk after the last), so none sits in a branch: a branch around wgmma makes ptxas
@@ -452,17 +485,19 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     float bl_next = 0.f; // with PREFETCH: b_{L−1} of the next chunk, scanned in this one's tail
     if constexpr (OUT) state_to_smem();
     if constexpr (PREFETCH && OUT) {
-        if constexpr (HELPER) {
+        if constexpr (HELPS) {
             if (nchunks > 0) gla_bar_sync(BAR_READY, NT); // chunk 0 ready
+            if constexpr (HELPER_VW) issue_scores(0);
+            bl_next = pBs(0)[BLOCK - 1];
+            lj_wg_wait<0>();
         } else {
             lj_cp_async_wait<STAGES - 2>();
             lj_fence_async_smem();
             __syncthreads(); // chunk 0 landed
+            issue_scores(0);
+            bl_next = scan_gates(0, pB);
+            lj_wg_wait<0>();
         }
-        issue_scores(0);
-        if constexpr (HELPER) bl_next = pBs(0)[BLOCK - 1];
-        else bl_next = scan_gates(0, pB);
-        lj_wg_wait<0>();
         decay_state(nchunks > 0 ? gla_ex2(bl_next) : 1.f);
     }
 
@@ -475,7 +510,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             if (nc < nchunks) load_chunk(nc, out_tag);
             lj_cp_async_commit();
         };
-        if constexpr (!PREFETCH || !OUT) {
+        if constexpr (HELPS && !OUT) {
+            gla_bar_sync(BAR_READY + (c & 1), NT); // chunk c ready
+        } else if constexpr (!PREFETCH || !OUT) {
             lj_cp_async_wait<STAGES - 2>();
             lj_fence_async_smem();
             __syncthreads(); // chunk c landed; chunk c − 1's products and state copy are done
@@ -505,8 +542,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         // The chunk's prefix sums in pB: with PREFETCH scanned in the previous chunk's tail (or
         // before the loop), while its P V ran; else now (chunk c landed at the barrier above).
         float bl; // b_{L−1}
-        const float *const pb = HELPER ? pBs(c & 1) : pB; // the chunk's prefix sums
+        const float *const pb = HELPS ? pBs(c & 1) : pB; // the chunk's prefix sums
         if constexpr (PREFETCH && OUT) bl = bl_next;
+        else if constexpr (HELPS) bl = pb[BLOCK - 1];
         else bl = scan_gates(c, pB);
         gam += bl;
         // S ← exp(b_{L−1}) S, so that the state update only adds (with PREFETCH done in the
@@ -517,16 +555,18 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         if constexpr (!PREFETCH && OUT) issue_scores(c);
 
         // The values weighted for the state update: each warpgroup weights its own columns (so
-        // the buffer's hazards stay inside it); HELPER: the helper made them (in this chunk's
-        // V_w tile) and the chunk's prefix sums.
-        const unsigned sVwc = sVw + (HELPER ? (c & 1) * V_BYTES : 0);
-        if constexpr (!HELPER) weight_v(cV, sVw, wg * (V_SLICE / 16), V_SLICE / 16, wtid, bl, pB);
+        // the buffer's hazards stay inside it); HELPER 1: the helper made them (in this chunk's
+        // V_w tile).
+        const unsigned sVwc = sVw + (HELPER_VW ? (c & 1) * V_BYTES : 0);
+        if constexpr (!HELPER_VW) weight_v(cV, sVw, wg * (V_SLICE / 16), V_SLICE / 16, wtid, bl, pb);
         const unsigned sVs = sVwc + wg * V_SLICE; // this warpgroup's columns of V_w
         // V_w (and with PREFETCH the state copy) of every warp are written; with PREFETCH every
         // warp is also done with chunk c − 1's products, so its ring slot takes chunk
-        // c + STAGES − 1. HELPER: all that is the helper's, and the state copy is the warpgroup's
-        // (its barrier at the chunk's start).
-        if constexpr (!HELPER) {
+        // c + STAGES − 1. HELPER: the ring is the helper's, and V_w and the state copy are the
+        // warpgroup's own (HELPER 2) or the helper's (HELPER 1).
+        if constexpr (HELPER_P) {
+            lj_wg_bar(wg);
+        } else if constexpr (!HELPS) {
             __syncthreads();
             if constexpr (PREFETCH && OUT) load_next();
         }
@@ -548,6 +588,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             lj_wg_wait<0>();
 #pragma unroll
             for (int mb = 0; mb < MB; mb++) lj_fence_regs(st[mb]);
+            if constexpr (HELPS) gla_bar_arrive(BAR_FREE + (c & 1), NT); // chunk c's tiles are free
             continue;
         }
 
@@ -555,11 +596,20 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         // the products run: here the mask's exponentials overlap Q S₁₆ and the state update on
         // the tensor cores (before the barrier above they delayed both products' start by ~7 %
         // of the kernel at B·H = 128). SPLIT_QK: P goes through shared memory, both halves
-        // written before P V reads it, so a CTA barrier follows.
+        // written before P V reads it, so a barrier follows (HELPER 1: nothing else keeps the
+        // other warpgroup's P V of the previous chunk from still reading the tile, so a second
+        // one comes before). HELPER 2: P is the helper's, in its tile since READY.
         const float bi0 = pb[i0], bi1 = pb[i1];
-        mask_scores(pb, bi0, bi1, c);
-        if constexpr (HELPER && SPLIT_QK) gla_bar_sync(BAR_P_SET, NTC);
-        else if constexpr (SPLIT_QK) __syncthreads(); // both halves of P written
+        if constexpr (!HELPER_P) {
+            mask_scores(pb, bi0, bi1);
+            if constexpr (SPLIT_QK) {
+                if constexpr (HELPER_VW)
+                    if (c >= 1) gla_bar_sync(BAR_P_FREE + 1 - wg, NTC);
+                store_p();
+                if constexpr (HELPER_VW) gla_bar_sync(BAR_P_SET, NTC);
+                else __syncthreads(); // both halves of P written
+            }
+        }
         // Q S done: the inter-chunk term decays by exp(b_i), times scale.
         const float f0 = scale * gla_ex2(bi0), f1 = scale * gla_ex2(bi1);
         lj_wg_wait<1>();
@@ -574,7 +624,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         lj_fence_regs(oa);
         const unsigned long long dV = lj_wg_desc<SWV>(cV + wg * V_SLICE, BLOCK * SWV);
         lj_wg_fence();
-        if constexpr (SPLIT_QK) {
+        if constexpr (P_TILE) {
             const unsigned long long dP = lj_wg_desc<SWQ>(sP, 16);
 #pragma unroll
             for (int kk = 0; kk < BLOCK / 16; kk++)
@@ -585,14 +635,18 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         }
         lj_wg_commit();
 
-        // With PREFETCH the next chunk's scores go in while this chunk's tail runs.
-        if constexpr (HELPER) {
+        // With PREFETCH the next chunk's scores go in while this chunk's tail runs (HELPER 2: the
+        // helper makes the next chunk's P once P V has read this one's).
+        if constexpr (HELPER_VW) {
             if (c + 1 < nchunks) gla_bar_sync(BAR_READY + ((c + 1) & 1), NT); // chunk c + 1 ready
             issue_scores(c + 1);
             bl_next = pBs((c + 1) & 1)[BLOCK - 1];
             lj_wg_wait<1>();
             if constexpr (SPLIT_QK)
                 if (c + 1 < nchunks) gla_bar_arrive(BAR_P_FREE + wg, NTC); // P V has read P
+        } else if constexpr (HELPER_P) {
+            lj_wg_wait<0>();
+            if (c + 1 < nchunks) gla_bar_arrive(BAR_P_READ, NT); // P V has read P
         } else if constexpr (PREFETCH) {
             lj_cp_async_wait<STAGES - 2>();
             lj_fence_async_smem();
@@ -634,6 +688,13 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             lj_wg_bar(wg); // read before the next chunk's V_w overwrites the buffer
         }
         state_to_smem();
+        // HELPER 2: chunk c + 1's prefix sums (and the rest of it) are ready.
+        if constexpr (HELPER_P) {
+            if (c + 1 < nchunks) {
+                gla_bar_sync(BAR_READY + ((c + 1) & 1), NT);
+                bl_next = pBs((c + 1) & 1)[BLOCK - 1];
+            }
+        }
         // The state entering chunk c + 1 is in its copy; decayed by that chunk's gates here, off
         // the next chunk's start (a select, not a branch, with the scores in flight).
         if constexpr (PREFETCH) decay_state(c + 1 < nchunks ? gla_ex2(bl_next) : 1.f);
@@ -641,14 +702,56 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         // through it and would serialise every wgmma of the loop. The next chunk's scores have
         // had this chunk's tail to finish.
         if constexpr (PREFETCH) lj_wg_wait<0>();
-        if constexpr (HELPER) gla_bar_arrive(BAR_FREE + (c & 1), NT); // chunk c's tiles are free
+        if constexpr (HELPS) gla_bar_arrive(BAR_FREE + (c & 1), NT); // chunk c's tiles are free
     }
-    if constexpr (!HELPER) {
+    if constexpr (!HELPS) {
         lj_cp_async_wait<0>();
         __syncthreads(); // the ring and the tiles are free for another walk
     }
     return gam;
     };
+
+    // HELPER: the helper warpgroup's side of a walk (the ring, the gate scan, V_w and with OUT P,
+    // a chunk ahead of the products' warpgroups), its prologue included.
+    auto helper_walk = [&](auto out_tag) {
+        constexpr bool OUT = decltype(out_tag)::value;
+        const int hw = ltid >> 5;
+        prologue(out_tag);
+        for (int c = 0; c < nchunks; c++) {
+            lj_cp_async_wait<STAGES - 2>();
+            lj_fence_async_smem();
+            lj_wg_bar(WGS); // every helper thread's copies of chunk c have landed
+            // HELPER 2: the scores on the tensor cores while the gates are scanned.
+            if constexpr (OUT && HELPER_P) issue_scores(c);
+            // Each helper warp scans the gates for itself (its warp 0 into the chunk's shared
+            // sums): no barrier between the scan, the weighting and the mask.
+            float *const pbs = hw == 0 ? pBs(c & 1) : pB;
+            const float bl = scan_gates(c, pbs);
+            if constexpr (HELPER_VW)
+                weight_v(sV + (c % STAGES) * V_BYTES, sVw + (c & 1) * V_BYTES, 0, V_BYTES / 16, ltid, bl, pbs);
+            if constexpr (OUT && HELPER_P) {
+                lj_wg_wait<0>();
+                mask_scores(pbs, pbs[i0], pbs[i1]);
+                if (c >= 1) gla_bar_sync(BAR_P_READ, NT); // the products have read chunk c − 1's P
+                store_p();
+            }
+            gla_bar_arrive(BAR_READY + (c & 1), NT);
+            // The ring slot of chunk c − 1 takes chunk c + STAGES − 1 once both warpgroups are
+            // done with it (which also frees the V_w tile and sums of chunk c + 1).
+            if (c >= 1) gla_bar_sync(BAR_FREE + ((c - 1) & 1), NT);
+            const int nc = c + STAGES - 1;
+            if (nc < nchunks) load_chunk(nc, out_tag);
+            lj_cp_async_commit();
+        }
+        if (nchunks > 0) gla_bar_sync(BAR_FREE + ((nchunks - 1) & 1), NT);
+        lj_cp_async_wait<0>();
+    };
+    // The two roles part around the walks only: every thread runs the split's steps (their CTA
+    // barriers) at the same place. The helper's threads hold no state: it is redefined after
+    // their walks and read after the products' walks only, so that ptxas does not keep it live
+    // beside the helper's scores (the products' state and the helper's scores do not both fit
+    // the 168 registers a 384-thread CTA allows).
+    const bool helper = HELPS && tid >= NTC;
 
     if constexpr (SPLIT > 1) {
         // The segment's local state M_j and total gate Γ_j (not needed from the last segment),
@@ -661,20 +764,27 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             return reinterpret_cast<float *>(base) + (long long)(SPLIT - 1) * D * E + i * NSL + sl;
         };
         if (!last) {
-            prologue(lj_bool<false>{});
-            const float gam = walk(lj_bool<false>{});
-            float *m = lj_split_state<SPLIT, D, E>(st_base, WS_PER, b, H, h, j);
+            if (helper) {
+                helper_walk(lj_bool<false>{});
+                zero_state();
+            } else {
+                if constexpr (!HELPS) prologue(lj_bool<false>{});
+                const float gam = walk(lj_bool<false>{});
+                float *m = lj_split_state<SPLIT, D, E>(st_base, WS_PER, b, H, h, j);
 #pragma unroll
-            for (int mb = 0; mb < MB; mb++)
+                for (int mb = 0; mb < MB; mb++)
 #pragma unroll
-                for (int x = 0; x < NACC; x += 2)
-                    __stcg(reinterpret_cast<float2 *>(m + st_row(mb, x) * E + st_col(x)), make_float2(st[mb][x], st[mb][x + 1]));
-            if (tid == 0) __stcg(gam_at(j), gam);
+                    for (int x = 0; x < NACC; x += 2)
+                        __stcg(reinterpret_cast<float2 *>(m + st_row(mb, x) * E + st_col(x)),
+                               make_float2(st[mb][x], st[mb][x + 1]));
+                if (tid == 0) __stcg(gam_at(j), gam);
+            }
             lj_split_publish(lj_split_flag<SPLIT, D, E>(ws, FLAGS_PER, b, H, h, j, ec), epoch);
         }
-        load_h0();
+        if (!helper) load_h0();
         for (int i = 0; i < j; i++) {
             lj_split_wait(lj_split_flag<SPLIT, D, E>(ws, FLAGS_PER, b, H, h, i, ec), epoch);
+            if (helper) continue;
             const float *m = lj_split_state<SPLIT, D, E>(st_base, WS_PER, b, H, h, i);
             const float f = gla_ex2(__ldcg(gam_at(i)));
 #pragma unroll
@@ -686,44 +796,27 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
                     st[mb][x + 1] = fmaf(f, st[mb][x + 1], mv.y);
                 }
         }
-        prologue(lj_bool<true>{});
+        // Every CTA has claimed its ticket by now: the counters can be reset for the next launch
+        // (the epoch this launch's flags carry is held in registers).
+        lj_split_done(ws);
+        if constexpr (!HELPS) prologue(lj_bool<true>{});
     }
-    if constexpr (HELPER) {
-        if (tid >= NTC) { // the helper warpgroup: the ring, the gate scan and V_w, a chunk ahead
-            const int hw = ltid >> 5;
-            prologue(lj_bool<true>{});
-            for (int c = 0; c < nchunks; c++) {
-                lj_cp_async_wait<STAGES - 2>();
-                lj_fence_async_smem();
-                lj_wg_bar(WGS); // every helper thread's copies of chunk c have landed
-                // Each helper warp scans the gates for itself (its warp 0 into the chunk's
-                // shared sums): no barrier between the scan and the weighting.
-                float *const pbs = hw == 0 ? pBs(c & 1) : pB;
-                const float bl = scan_gates(c, pbs);
-                weight_v(sV + (c % STAGES) * V_BYTES, sVw + (c & 1) * V_BYTES, 0, V_BYTES / 16, ltid, bl, pbs);
-                gla_bar_arrive(BAR_READY + (c & 1), NT);
-                // The ring slot of chunk c − 1 takes chunk c + STAGES − 1 once both warpgroups
-                // are done with it (which also frees the V_w tile and sums of chunk c + 1).
-                if (c >= 1) gla_bar_sync(BAR_FREE + ((c - 1) & 1), NT);
-                const int nc = c + STAGES - 1;
-                if (nc < nchunks) load_chunk(nc, lj_bool<true>{});
-                lj_cp_async_commit();
+    if (helper) {
+        if constexpr (REBALANCE) gla_regs_dec<HELPER_REGS>();
+        helper_walk(lj_bool<true>{});
+        return;
+    } else {
+        if constexpr (REBALANCE) gla_regs_inc<PRODUCT_REGS>();
+        walk(lj_bool<true>{});
+        if constexpr (HAS_HT) {
+            if (ht_.ptr != nullptr && last) {
+                float *sn = reinterpret_cast<float *>(ht_.ptr) + b * ht_.stride[0] + h * ht_.stride[1];
+#pragma unroll
+                for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                    for (int x = 0; x < NACC; x++)
+                        sn[st_row(mb, x) * ht_.stride[2] + st_col(x) * ht_.stride[3]] = st[mb][x];
             }
-            if (nchunks > 0) gla_bar_sync(BAR_FREE + ((nchunks - 1) & 1), NT);
-            lj_cp_async_wait<0>();
-            return;
         }
     }
-    walk(lj_bool<true>{});
-
-    if constexpr (HAS_HT) {
-        if (ht_.ptr != nullptr && last) {
-            float *sn = reinterpret_cast<float *>(ht_.ptr) + b * ht_.stride[0] + h * ht_.stride[1];
-#pragma unroll
-            for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-                for (int x = 0; x < NACC; x++) sn[st_row(mb, x) * ht_.stride[2] + st_col(x) * ht_.stride[3]] = st[mb][x];
-        }
-    }
-    if constexpr (SPLIT > 1) lj_split_done(ws);
 }
