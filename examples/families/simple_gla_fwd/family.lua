@@ -130,15 +130,18 @@ end
 -- and at D = 256 where Q Kᵀ is the largest product. H200, bf16, D = E = 128, `lajit tune` over the
 -- whole space (docs/notes/families.md): the default is the winner at B·H = 8 (1.501 ms) and 32
 -- (0.407); at B·H = 128 it runs 0.3588 ms against the winner's 0.3545 (SPLIT_QK without PREFETCH).
--- Few heads, long sequences: la_fwd_sm90's split choice (its family.lua has the measurements).
--- When the whole-sequence grid of the widest slices leaves three quarters of the SMs idle or more
--- and the sequences are long enough, the fewest segments (a power of two) that give about every SM
--- a CTA, with 64-column slices, two warpgroups splitting Q Kᵀ where E holds two, three stages
--- and PREFETCH where they fit, and the helper warpgroup as default() takes it (session 20, H200,
--- bf16, D = E = 128, `lajit tune` defaults, ms: B = 2, H = 16, N = 16384 (SPLIT 4) 0.2632,
--- 0.2624 without a helper, 0.2515, 0.2534 with HELPER 1, 0.2376, 0.2362 with HELPER 2; B = 1,
--- H = 8, N = 65536 (SPLIT 16) 0.3255, 0.3243 / 0.3243, 0.3248 / 0.3130, 0.3151); nil when the
--- problem is not worth splitting.
+-- Few heads, long sequences. When the whole-sequence grid of the widest slices leaves three
+-- quarters of the SMs idle or more and the sequences are long enough: 64-column slices, two
+-- warpgroups where E holds two, and the fewest segments (a power of two) that give every SM
+-- about as many CTAs as its shared memory holds (at most two); three stages and PREFETCH, and
+-- the helper as default() takes it where a CTA has its SM to itself; nil when the problem is not
+-- worth splitting. H200, bf16, `lajit tune` over the whole space (docs/notes/families.md,
+-- session 20), ms: B = 2, H = 16, N = 131072, D = E = 64: 0.9669 with one CTA per SM (SPLIT 4,
+-- HELPER 1), 0.7730 with two (SPLIT 8, no helper: the winner). With D = E = 128 and 8 heads one
+-- warpgroup per slice and half the segments won at N = 16384 (0.0968 ms against 0.1468) while
+-- segment j folded its j predecessors' states one round trip after another; with the fold's
+-- waits made parallel (fwd.cu) two warpgroups are the rule again (they won at N = 262144, 0.9240
+-- against 1.1062, and at B = 2, H = 16, N = 16384, 0.2375 against 0.2869).
 local function split_default(problem, device)
     for _, tv in ipairs({ 64, 32, 16 }) do
         if tv <= problem.E and problem.E % tv == 0 then
@@ -147,15 +150,16 @@ local function split_default(problem, device)
                           STAGES = 3, PREFETCH = 1, SPLIT = 1, HELPER = 0 }
             local ctas = problem.B * problem.H * (problem.E // (cfg.WGS * cfg.TILE_V))
             if 4 * ctas > device.sms then return nil end
+            local per_sm = resident(cfg, problem, device, 2)
             local split = 1
-            while split < 64 and 10 * ctas * split < 9 * device.sms
+            while split < 64 and 10 * ctas * split < 9 * device.sms * per_sm
                 and problem.N >= 2 * split * SEG_MIN do
                 split = split * 2
             end
             if split == 1 then return nil end
             cfg.SPLIT = split
-            for _, deep in ipairs({ { STAGES = 3, PREFETCH = 1, HELPER = two and 2 or 1, SPLIT_QK = 0 },
-                                    { STAGES = 3, PREFETCH = 1 }, { STAGES = 2, PREFETCH = 0 } }) do
+            local helper = { HELPER = two and 2 or 1, SPLIT_QK = 0 }
+            for _, deep in ipairs({ per_sm == 1 and helper or {}, {}, { STAGES = 2, PREFETCH = 0 } }) do
                 local c = with(cfg, deep)
                 if valid(c, problem, device) then return c end
             end
