@@ -141,24 +141,36 @@ end
 -- warpgroup per slice and half the segments won at N = 16384 (0.0968 ms against 0.1468) while
 -- segment j folded its j predecessors' states one round trip after another; with the fold's
 -- waits made parallel (fwd.cu) two warpgroups are the rule again (they won at N = 262144, 0.9240
--- against 1.1062, and at B = 2, H = 16, N = 16384, 0.2375 against 0.2869).
+-- against 1.1062, and at B = 2, H = 16, N = 16384, 0.2375 against 0.2869) except where their
+-- segments would be the shortest (SEG_MIN): B = 1, H = 8, N = 16384 0.1298 ms with two
+-- warpgroups and 16 segments of 1024 tokens, 0.0919 with one and 8 (the tuner's winner), the
+-- fold of 15 states of 64 KiB costing about as much as the walks.
 local function split_default(problem, device)
     for _, tv in ipairs({ 64, 32, 16 }) do
         if tv <= problem.E and problem.E % tv == 0 then
             local two = problem.E % (2 * tv) == 0
             local cfg = { BLOCK = 64, TILE_V = tv, WGS = two and 2 or 1, SPLIT_QK = two and 1 or 0,
                           STAGES = 3, PREFETCH = 1, SPLIT = 1, HELPER = 0 }
-            local ctas = problem.B * problem.H * (problem.E // (cfg.WGS * cfg.TILE_V))
-            if 4 * ctas > device.sms then return nil end
-            local per_sm = resident(cfg, problem, device, 2)
-            local split = 1
-            while split < 64 and 10 * ctas * split < 9 * device.sms * per_sm
-                and problem.N >= 2 * split * SEG_MIN do
-                split = split * 2
+            if 4 * problem.B * problem.H * (problem.E // (cfg.WGS * tv)) > device.sms then return nil end
+            local function segments(c)
+                local ctas = problem.B * problem.H * (problem.E // (c.WGS * c.TILE_V))
+                local per_sm = resident(c, problem, device, 2)
+                local split = 1
+                while split < 64 and 10 * ctas * split < 9 * device.sms * per_sm
+                    and problem.N >= 2 * split * SEG_MIN do
+                    split = split * 2
+                end
+                return split, per_sm
+            end
+            local split, per_sm = segments(cfg)
+            -- Segments of the shortest length: one warpgroup per slice instead, half as many.
+            if two and split > 1 and problem.N <= split * SEG_MIN then
+                cfg = with(cfg, { WGS = 1, SPLIT_QK = 0 })
+                split, per_sm = segments(cfg)
             end
             if split == 1 then return nil end
             cfg.SPLIT = split
-            local helper = { HELPER = two and 2 or 1, SPLIT_QK = 0 }
+            local helper = { HELPER = cfg.WGS == 2 and 2 or 1, SPLIT_QK = 0 }
             for _, deep in ipairs({ per_sm == 1 and helper or {}, {}, { STAGES = 2, PREFETCH = 0 } }) do
                 local c = with(cfg, deep)
                 if valid(c, problem, device) then return c end
