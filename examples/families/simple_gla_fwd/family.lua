@@ -29,20 +29,29 @@ local function static_smem(cfg)
     return cfg.SPLIT > 1 and SPLIT_STATIC or 0
 end
 
+-- The CTA's warpgroups: WGS for the products, and the helper's (fwd.cu's NT).
+local function warpgroups(cfg)
+    return cfg.WGS + (cfg.HELPER > 0 and 1 or 0)
+end
+
+-- Which helper a configuration takes where it takes one: V_w's (1) for one warpgroup of products,
+-- the scores' and P's (2) for two (default() has the measurements).
+local function helper_mods(cfg)
+    return { HELPER = cfg.WGS == 2 and 2 or 1, SPLIT_QK = 0 }
+end
+
 -- Dynamic shared memory: the Q, K, V and gate ring, the weighted V copy (which also stages the
 -- outputs; two with HELPER 1), each warpgroup's 16-bit state copy, with SPLIT_QK or HELPER 2 the
--- tile of P,
--- each warp's 64 prefix sums, and 1 KiB to align the tiles to the swizzle period.
+-- tile of P, each warp's 64 prefix sums, and 1 KiB to align the tiles to the swizzle period.
 -- fwd.cu static_asserts that its layout fits this.
 local function smem(cfg, problem)
     local q = cfg.BLOCK * problem.D * 2
     local v = cfg.BLOCK * cfg.WGS * cfg.TILE_V * 2
     local g = cfg.BLOCK * 4
-    local helps = cfg.HELPER > 0 and 1 or 0
     local p = (cfg.SPLIT_QK == 1 or cfg.HELPER == 2) and cfg.BLOCK * cfg.BLOCK * 2 or 0
     local vw = cfg.HELPER == 1 and 2 or 1
     return cfg.STAGES * (2 * q + v + g) + vw * v + p + cfg.WGS * problem.D * cfg.TILE_V * 2
-        + (cfg.WGS + helps) * 4 * cfg.BLOCK * 4 + 1024
+        + warpgroups(cfg) * 4 * cfg.BLOCK * 4 + 1024
 end
 
 -- Registers a thread holds across the chunk loop: the state (D·TILE_V/128) and the output
@@ -170,8 +179,7 @@ local function split_default(problem, device)
             end
             if split == 1 then return nil end
             cfg.SPLIT = split
-            local helper = { HELPER = cfg.WGS == 2 and 2 or 1, SPLIT_QK = 0 }
-            for _, deep in ipairs({ per_sm == 1 and helper or {}, {}, { STAGES = 2, PREFETCH = 0 } }) do
+            for _, deep in ipairs({ per_sm == 1 and helper_mods(cfg) or {}, {}, { STAGES = 2, PREFETCH = 0 } }) do
                 local c = with(cfg, deep)
                 if valid(c, problem, device) then return c end
             end
@@ -218,7 +226,7 @@ local function default(problem, device)
     -- H = 32, N = 8192 0.3446 -> 0.3137 ms; B = 2, H = 32, N = 16384 (one warpgroup) 0.4949 ->
     -- 0.3590; B = 4, H = 32, N = 2048 0.0951 -> 0.0865; B = 8, H = 16, N = 4096 0.1785 -> 0.1633.
     if cfg.PREFETCH == 1 and resident(cfg, problem, device, per_sm) == 1 then
-        for _, mods in ipairs({ { HELPER = cfg.WGS == 2 and 2 or 1, SPLIT_QK = 0 }, { HELPER = 1 } }) do
+        for _, mods in ipairs({ helper_mods(cfg), { HELPER = 1 } }) do
             local h = with(cfg, mods)
             if valid(h, problem, device) then return h end
         end
@@ -283,7 +291,7 @@ return {
     launch = function(cfg, problem, device)
         return {
             grid = { problem.E // (cfg.WGS * cfg.TILE_V) * cfg.SPLIT, "H", "B" },
-            block = { 128 * (cfg.WGS + (cfg.HELPER > 0 and 1 or 0)), 1, 1 },
+            block = { 128 * warpgroups(cfg), 1, 1 },
             smem = smem(cfg, problem),
             entry = "simple_gla_fwd",
             -- 16 bytes of counters, then per row of B and head the flags and the local states.

@@ -108,13 +108,14 @@ constexpr int NLOAD = HELPS ? 128 : NT;    // threads that issue a chunk's copie
 constexpr int VW_BUFS = HELPER_VW ? 2 : 1; // V_w tiles (HELPER_VW: chunk c + 1's is made during chunk c)
 // HELPER 1 with two warpgroups of products (their scores, P and the state; with SPLIT the
 // segment's bounds too): registers move from the helper to them (setmaxnreg) for the walk with
-// outputs, out of the 168 each of 384 threads gets at launch: HELPER_REGS for the helper,
-// (168·384 − HELPER_REGS·128) / 256 rounded down to a multiple of 8 for the others. Only from
-// where the roles part for good (ptxas keeps the regions only when they do not meet again). With
-// SPLIT, 168 spill 100–200 bytes otherwise; with 64 or 96 the helper spills (NVRTC 13.0).
+// outputs, out of the LAUNCH_REGS each thread gets at launch (the SM's 64 Ki registers over NT,
+// a multiple of 8: 168 for 384 threads): HELPER_REGS for the helper, the rest shared by the
+// others. Only from where the roles part for good (ptxas keeps the regions only when they do not
+// meet again). With SPLIT, 168 spill 100–200 bytes otherwise; with 64 or 96 the helper spills
+// (NVRTC 13.0).
 constexpr bool REBALANCE = HELPER_VW && WGS == 2;
-constexpr int LAUNCH_REGS = 168, HELPER_REGS = 112;
-constexpr int PRODUCT_REGS = (LAUNCH_REGS * 384 - HELPER_REGS * 128) / 256 / 8 * 8;
+constexpr int LAUNCH_REGS = 65536 / NT / 8 * 8, HELPER_REGS = 112;
+constexpr int PRODUCT_REGS = (LAUNCH_REGS * NT - HELPER_REGS * 128) / NTC / 8 * 8;
 constexpr int NWARPS = NT / 32;
 constexpr int VW = WGS * TILE_V;        // value columns per CTA
 constexpr int MB = D / 64;              // m64 blocks of the state
@@ -786,7 +787,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         // first walks run at the same time, so the flags are set at about the same time; waited
         // for one by one with lj_split_wait, a few round trips each, the fold took ~6 µs a
         // segment), then one CTA barrier, as lj_split_wait ends; then S_in,j, each segment's Γ
-        // and state loaded together.
+        // and state loaded together. The poll is lj_split_wait's, by another thread: a form of
+        // it for many flags belongs in common/split.cuh (la_fwd_sm90's fold waits the same way),
+        // but any change there retires every built-in family's shipped rows.
         if (tid < j) {
             const volatile unsigned *fl = lj_split_flag<SPLIT, D, E>(ws, FLAGS_PER, b, H, h, tid, ec);
             while (*fl != epoch + 1u) __nanosleep(32);
