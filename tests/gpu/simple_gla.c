@@ -329,8 +329,10 @@ LJ_TEST(bf16_d128_e64_n1000_states_graph)
 /* Few heads, long sequences: the defaults cut each sequence into segments walked by their own
  * CTAs, chained through the family's workspace (fwd.cu's SPLIT). SPLIT 16 with 1280-token
  * segments and a ragged last one (800 tokens) from h0 to ht; SPLIT 8 in f16 with FLA's strided
- * layout and strong gates (a segment's total gate underflows to 0); SPLIT 4 at D = E = 64 inside
- * a CUDA graph. Checked with `lajit expand -p ...` when written. */
+ * layout and strong gates (a segment's total gate underflows to 0), 16-column slices; SPLIT 8 at
+ * D = E = 64 inside a CUDA graph; SPLIT 4 of a short sequence (320-token segments, the last of
+ * 140) in 32-column slices. The defaults were read with `lajit compile simple_gla_fwd -p ...`
+ * (the configuration each case runs) when written. */
 LJ_TEST(bf16_d128_b1h4_n20000_split_states)
 {
     run((gla_case){LJ_BF16, 1, 4, 20000, 128, 128, 1, 1, 0, -0.05f, 0, 17, 0});
@@ -344,4 +346,9 @@ LJ_TEST(f16_d128_e64_b2h2_n9000_split_strong_ht_bnhd)
 LJ_TEST(bf16_d64_b1h2_n5000_split_states_graph)
 {
     run((gla_case){LJ_BF16, 1, 2, 5000, 64, 64, 1, 1, 0, -0.02f, 0, 19, 1});
+}
+
+LJ_TEST(bf16_d128_b2h4_n1100_short_segments_states)
+{
+    run((gla_case){LJ_BF16, 2, 4, 1100, 128, 128, 1, 1, 0, -0.1f, 0, 20, 0});
 }

@@ -13,11 +13,12 @@ local log2_bucket, with = spec.log2_bucket, spec.with
 
 local ELEM = { f16 = "lj_f16", bf16 = "lj_bf16" }
 
--- SPLIT > 1 (fwd.cu): each sequence cut into up to SPLIT segments of at least SEG_MIN tokens,
--- chained through the family's workspace. Per (b, h): SPLIT − 1 local states (fp32 D x E) and
--- their total gates (a float per column slice), and apart from them a flag per segment and 16
--- columns; 16 bytes of counters before the flags. The arrival ticket is static shared memory.
-local SEG_MIN, SPLIT_STATIC = 1024, 16
+-- SPLIT > 1 (fwd.cu): each sequence cut into up to SPLIT segments of at least SEG_MIN tokens
+-- (two chunks), chained through the family's workspace. Per (b, h): SPLIT − 1 local states
+-- (fp32 D x E) and their total gates (a float per column slice), and apart from them a flag per
+-- segment and 16 columns; 16 bytes of counters before the flags. The arrival ticket is static
+-- shared memory.
+local SEG_MIN, SPLIT_STATIC = 128, 16
 local function ws_per(cfg, problem)
     local nsl = problem.E // (cfg.WGS * cfg.TILE_V)
     return ((cfg.SPLIT - 1) * (problem.D * problem.E + nsl) * 4 + 15) // 16 * 16
@@ -140,52 +141,70 @@ end
 -- whole space (docs/notes/families.md): the default is the winner at B·H = 8 (1.501 ms) and 32
 -- (0.407); at B·H = 128 it runs 0.3588 ms against the winner's 0.3545 (SPLIT_QK without PREFETCH).
 -- Few heads, long sequences. When the whole-sequence grid of the widest slices leaves three
--- quarters of the SMs idle or more and the sequences are long enough: 64-column slices, two
--- warpgroups where E holds two, and the fewest segments (a power of two) that give every SM
--- about as many CTAs as its shared memory holds (at most two); three stages and PREFETCH, and
--- the helper as default() takes it where a CTA has its SM to itself; nil when the problem is not
--- worth splitting. H200, bf16, `lajit tune` over the whole space (docs/notes/families.md,
--- session 20), ms: B = 2, H = 16, N = 131072, D = E = 64: 0.9669 with one CTA per SM (SPLIT 4,
--- HELPER 1), 0.7730 with two (SPLIT 8, no helper: the winner). With D = E = 128 and 8 heads one
--- warpgroup per slice and half the segments won at N = 16384 (0.0968 ms against 0.1468) while
--- segment j folded its j predecessors' states one round trip after another; with the fold's
--- waits made parallel (fwd.cu) two warpgroups are the rule again (they won at N = 262144, 0.9240
--- against 1.1062, and at B = 2, H = 16, N = 16384, 0.2375 against 0.2869) except where their
--- segments would be the shortest (SEG_MIN): B = 1, H = 8, N = 16384 0.1298 ms with two
--- warpgroups and 16 segments of 1024 tokens, 0.0919 with one and 8 (the tuner's winner), the
--- fold of 15 states of 64 KiB costing about as much as the walks.
+-- quarters of the SMs idle or more, each slice width (two warpgroups of 64 columns, one of 64, 32,
+-- 16) is given the segments that suit it, and the one with the shortest estimated time is taken;
+-- nil when no slice width is worth splitting (fewer than four segments). The estimate: every CTA
+-- walks its segment twice (the first walk without outputs) at WALK_US a chunk, and the last
+-- segment folds the S − 1 others' states at FOLD_US per 128 x 64 floats of its slice; more CTAs
+-- than SMs share them. Measured on the H200 (docs/notes/families.md, sessions 20 and 21):
+-- WALK_US from the fit of session 20 (1.73 µs with two warpgroups, 1.05 with one; narrower
+-- slices were the tuner's winners where wider ones left SMs idle: ~0.9), FOLD_US from the fold
+-- of 16-byte pieces (B = 1, H = 8, N = 65536: 15 states of 64 KiB, 0.2915 -> 0.2415 ms).
+local SEG_LEN = 256 -- the shortest segments taken (the tuner found four chunks in 32-column
+                    -- slices faster than two in 64-column ones, B = 2, H = 4, N = 1024)
+local FOLD_US = 0.5
+local function walk_us(c)
+    if c.WGS == 2 then return 1.73 end
+    return c.TILE_V >= 64 and 1.05 or 0.9
+end
 local function split_default(problem, device)
-    for _, tv in ipairs({ 64, 32, 16 }) do
-        if tv <= problem.E and problem.E % tv == 0 then
-            local two = problem.E % (2 * tv) == 0
-            local cfg = { BLOCK = 64, TILE_V = tv, WGS = two and 2 or 1, SPLIT_QK = two and 1 or 0,
+    local function ctas(c) return problem.B * problem.H * (problem.E // (c.WGS * c.TILE_V)) end
+    local function fold_us(c) return FOLD_US * problem.D * c.WGS * c.TILE_V / 8192 end
+    -- The fewest segments (a power of two) that give every SM about as many CTAs as it holds,
+    -- none under SEG_LEN tokens, and no more than pay for their fold: S segments take about
+    -- 2·(N / 64S)·walk + S·fold, which doubling S shortens while S² < N·walk / (64·fold).
+    local function segments(c)
+        local per_sm = resident(c, problem, device, 2)
+        local split = 1
+        while split < 64 and 10 * ctas(c) * split < 9 * device.sms * per_sm
+            and problem.N >= 2 * split * SEG_LEN
+            and 64 * split * split * fold_us(c) < problem.N * walk_us(c) do
+            split = split * 2
+        end
+        return split, per_sm
+    end
+    local function estimate(c)
+        local len = math.max(SEG_MIN, ((problem.N + c.SPLIT - 1) // c.SPLIT + 63) // 64 * 64)
+        local t = 2 * (len // 64) * walk_us(c) + (c.SPLIT - 1) * fold_us(c)
+        return t * math.max(1, ctas(c) * c.SPLIT / device.sms)
+    end
+    local pick, best, widest = nil, math.huge, true
+    for _, slice in ipairs({ { 64, 2 }, { 64, 1 }, { 32, 1 }, { 16, 1 } }) do
+        local tv, wgs = slice[1], slice[2]
+        if problem.E % (wgs * tv) == 0 then
+            local cfg = { BLOCK = 64, TILE_V = tv, WGS = wgs, SPLIT_QK = wgs == 2 and 1 or 0,
                           STAGES = 3, PREFETCH = 1, SPLIT = 1, HELPER = 0 }
-            if 4 * problem.B * problem.H * (problem.E // (cfg.WGS * tv)) > device.sms then return nil end
-            local function segments(c)
-                local ctas = problem.B * problem.H * (problem.E // (c.WGS * c.TILE_V))
-                local per_sm = resident(c, problem, device, 2)
-                local split = 1
-                while split < 64 and 10 * ctas * split < 9 * device.sms * per_sm
-                    and problem.N >= 2 * split * SEG_MIN do
-                    split = split * 2
-                end
-                return split, per_sm
-            end
+            if widest and 4 * ctas(cfg) > device.sms then return nil end
+            widest = false
             local split, per_sm = segments(cfg)
-            -- Segments of the shortest length: one warpgroup per slice instead, half as many.
-            if two and split > 1 and problem.N <= split * SEG_MIN then
-                cfg = with(cfg, { WGS = 1, SPLIT_QK = 0 })
-                split, per_sm = segments(cfg)
-            end
-            if split == 1 then return nil end
-            cfg.SPLIT = split
-            for _, deep in ipairs({ per_sm == 1 and helper_mods(cfg) or {}, {}, { STAGES = 2, PREFETCH = 0 } }) do
-                local c = with(cfg, deep)
-                if valid(c, problem, device) then return c end
+            -- Two segments walk as many chunks one after the other as the whole sequence.
+            if split >= 4 then
+                cfg.SPLIT = split
+                -- The helper where a CTA has its SM to itself anyway (one fits, or the grid
+                -- gives each SM one).
+                local alone = per_sm == 1 or ctas(cfg) * split <= device.sms
+                for _, deep in ipairs({ alone and helper_mods(cfg) or {}, {}, { STAGES = 2, PREFETCH = 0 } }) do
+                    local c = with(cfg, deep)
+                    if valid(c, problem, device) then
+                        local t = estimate(c)
+                        if t < best then pick, best = c, t end
+                        break
+                    end
+                end
             end
         end
     end
-    return nil
+    return pick
 end
 
 local function default(problem, device)

@@ -68,7 +68,9 @@
 // The workspace (family.lua sizes it per launch):
 //     bytes 0..15      ticket, finished-CTA count, epoch (common/split.cuh)
 //     from byte 16     per (b, h), FLAGS_PER bytes: a flag per segment and 16 columns
-//     then             per (b, h), WS_PER bytes: M[SPLIT − 1][D][E] floats, Γ[SPLIT − 1][E / VW]
+//     then             per (b, h), WS_PER bytes: M[SPLIT − 1] (D·E floats each, the column slices
+//                      one after another, each in the products' register order: m_slice),
+//                      Γ[SPLIT − 1][E / VW]
 // Zeroed when lajit allocates it; every launch leaves the counters as it found them.
 //
 // Left out beside la_fwd_sm90: REVERSE / GRAD_STATE (the backward's scans) and varlen. PREFETCH is
@@ -764,6 +766,16 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             const unsigned long long base = st_base + ((unsigned long long)b * H + h) * WS_PER;
             return reinterpret_cast<float *>(base) + (long long)(SPLIT - 1) * D * E + i * NSL + sl;
         };
+        // This CTA's slice of M_i (D x VW floats) in the products' register order: float4 q of
+        // thread p at q·NTC + p, so that each thread stores and loads its state as 16-byte pieces
+        // and a warp's access is 512 contiguous bytes (the row-major D x E form, 8-byte pieces of
+        // the accumulator layout, folded at ~16 GB/s a CTA; docs/notes/families.md, session 21).
+        // Only this kernel reads the local states, so their form is its own.
+        static_assert(NACC % 4 == 0 && (long long)MB * NACC * NTC == (long long)D * VW, "state pieces");
+        auto m_slice = [&](int i) {
+            return reinterpret_cast<float4 *>(lj_split_state<SPLIT, D, E>(st_base, WS_PER, b, H, h, i)) +
+                   (long long)sl * D * VW / 4;
+        };
         if (!last) {
             if (helper) {
                 helper_walk(lj_bool<false>{});
@@ -771,13 +783,13 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             } else {
                 if constexpr (!HELPS) prologue(lj_bool<false>{});
                 const float gam = walk(lj_bool<false>{});
-                float *m = lj_split_state<SPLIT, D, E>(st_base, WS_PER, b, H, h, j);
+                float4 *m = m_slice(j) + tid;
 #pragma unroll
                 for (int mb = 0; mb < MB; mb++)
 #pragma unroll
-                    for (int x = 0; x < NACC; x += 2)
-                        __stcg(reinterpret_cast<float2 *>(m + st_row(mb, x) * E + st_col(x)),
-                               make_float2(st[mb][x], st[mb][x + 1]));
+                    for (int x = 0; x < NACC; x += 4)
+                        __stcg(m + (mb * (NACC / 4) + x / 4) * NTC,
+                               make_float4(st[mb][x], st[mb][x + 1], st[mb][x + 2], st[mb][x + 3]));
                 if (tid == 0) __stcg(gam_at(j), gam);
             }
             lj_split_publish(lj_split_flag<SPLIT, D, E>(ws, FLAGS_PER, b, H, h, j, ec), epoch);
@@ -790,24 +802,38 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         // and state loaded together. The poll is lj_split_wait's, by another thread: a form of
         // it for many flags belongs in common/split.cuh (la_fwd_sm90's fold waits the same way),
         // but any change there retires every built-in family's shipped rows.
+        // The poller of segment i also turns its Γ_i into the factor 2^Γ_i, into shared memory
+        // (the gate ring's, idle between the walks: SPLIT ≤ 128 floats fit STAGES·BLOCK), so that
+        // the fold's chain holds the states' loads only.
+        float *const fold_f = reinterpret_cast<float *>(smem_raw + (sG - lj_smem_addr(smem_raw)));
+        static_assert(SPLIT <= STAGES * BLOCK, "the fold's factors fit the gate ring");
         if (tid < j) {
             const volatile unsigned *fl = lj_split_flag<SPLIT, D, E>(ws, FLAGS_PER, b, H, h, tid, ec);
             while (*fl != epoch + 1u) __nanosleep(32);
             __threadfence();
+            fold_f[tid] = gla_ex2(__ldcg(gam_at(tid)));
         }
         __syncthreads();
-        for (int i = 0; i < (helper ? 0 : j); i++) {
-            const float *m = lj_split_state<SPLIT, D, E>(st_base, WS_PER, b, H, h, i);
-            const float f = gla_ex2(__ldcg(gam_at(i)));
+        // One m64 block of the state at a time (its NACC / 4 pieces of a segment in flight at
+        // once): the whole slice's pieces beside the state spill at the 168 registers a
+        // 384-thread CTA has (16 bytes, HELPER 2 with two warpgroups, NVRTC 13.0).
 #pragma unroll
-            for (int mb = 0; mb < MB; mb++)
+        for (int mb = 0; mb < MB; mb++)
+            for (int i = 0; i < (helper ? 0 : j); i++) {
+                const float4 *m = m_slice(i) + mb * (NACC / 4) * NTC + tid;
+                const float f = fold_f[i];
+                float4 mv[NACC / 4];
 #pragma unroll
-                for (int x = 0; x < NACC; x += 2) {
-                    const float2 mv = __ldcg(reinterpret_cast<const float2 *>(m + st_row(mb, x) * E + st_col(x)));
-                    st[mb][x] = fmaf(f, st[mb][x], mv.x);
-                    st[mb][x + 1] = fmaf(f, st[mb][x + 1], mv.y);
+                for (int q = 0; q < NACC / 4; q++) mv[q] = __ldcg(m + q * NTC);
+#pragma unroll
+                for (int x = 0; x < NACC; x += 4) {
+                    const float4 w = mv[x / 4];
+                    st[mb][x] = fmaf(f, st[mb][x], w.x);
+                    st[mb][x + 1] = fmaf(f, st[mb][x + 1], w.y);
+                    st[mb][x + 2] = fmaf(f, st[mb][x + 2], w.z);
+                    st[mb][x + 3] = fmaf(f, st[mb][x + 3], w.w);
                 }
-        }
+            }
         // Every CTA has claimed its ticket by now: the counters can be reset for the next launch
         // (the epoch this launch's flags carry is held in registers).
         lj_split_done(ws);
