@@ -352,3 +352,16 @@ LJ_TEST(bf16_d128_b2h4_n1100_short_segments_states)
 {
     run((gla_case){LJ_BF16, 2, 4, 1100, 128, 128, 1, 1, 0, -0.1f, 0, 20, 0});
 }
+
+/* The split's local states at D = 192 and 256 (three and four m64 blocks of the state in each
+ * thread's 16-byte pieces): SPLIT 16 in 64-column slices, and SPLIT 8 in 32-column slices of an
+ * f16 E = 256. */
+LJ_TEST(bf16_d192_b1h4_n6000_split_states)
+{
+    run((gla_case){LJ_BF16, 1, 4, 6000, 192, 192, 1, 1, 0, -0.05f, 0, 21, 0});
+}
+
+LJ_TEST(f16_d256_b1h2_n8000_split_states)
+{
+    run((gla_case){LJ_F16, 1, 2, 8000, 256, 256, 1, 1, 0, -0.05f, 0, 22, 0});
+}

@@ -141,43 +141,37 @@ end
 -- whole space (docs/notes/families.md): the default is the winner at B·H = 8 (1.501 ms) and 32
 -- (0.407); at B·H = 128 it runs 0.3588 ms against the winner's 0.3545 (SPLIT_QK without PREFETCH).
 -- Few heads, long sequences. When the whole-sequence grid of the widest slices leaves three
--- quarters of the SMs idle or more, each slice width (two warpgroups of 64 columns, one of 64, 32,
--- 16) is given the segments that suit it, and the one with the shortest estimated time is taken;
--- nil when no slice width is worth splitting (fewer than four segments). The estimate: every CTA
--- walks its segment twice (the first walk without outputs) at WALK_US a chunk, and the last
--- segment folds the S − 1 others' states at FOLD_US per 128 x 64 floats of its slice; more CTAs
--- than SMs share them. Measured on the H200 (docs/notes/families.md, sessions 20 and 21):
--- WALK_US from the fit of session 20 (1.73 µs with two warpgroups, 1.05 with one; narrower
--- slices were the tuner's winners where wider ones left SMs idle: ~0.9), FOLD_US from the fold
--- of 16-byte pieces (B = 1, H = 8, N = 65536: 15 states of 64 KiB, 0.2915 -> 0.2415 ms).
+-- quarters of the SMs idle or more, every slice width (two warpgroups of 64 columns, one of 64, 32,
+-- 16) and segment count is estimated, and the shortest estimate taken; nil when none is worth
+-- splitting (fewer than four segments). The estimate: every CTA walks its segment twice (the
+-- first walk without outputs) at walk_us() a chunk, the last segment folds the S − 1 others'
+-- states at FOLD_US per 128 x 64 floats of its slice, and where the grid holds more CTAs than
+-- SMs those that share an SM take SHARED of the time each would take alone. H200, bf16
+-- (docs/notes/families.md, sessions 20 and 21): walk_us() from session 20's fit (1.73 µs a chunk
+-- with two warpgroups, 1.05 with one; 32- and 16-column slices ~0.9, where the tuner took them);
+-- FOLD_US fitted to the tuner's choices of one against two warpgroups (B = 1, H = 8, N = 16384: two
+-- and 16 segments 0.0844 ms, one and 8 0.0869; B = 2, H = 4, N = 8192: one and 8 the winner);
+-- SHARED to two CTAs an SM against one with the helper (D = E = 64: B = 2, H = 16, N = 131072
+-- 0.773 against 0.967 ms; B = 1, H = 4, N = 32768 0.0622 against 0.0511).
 local SEG_LEN = 256 -- the shortest segments taken (the tuner found four chunks in 32-column
                     -- slices faster than two in 64-column ones, B = 2, H = 4, N = 1024)
-local FOLD_US = 0.5
+local FOLD_US, SHARED = 0.5, 0.8
 local function walk_us(c)
     if c.WGS == 2 then return 1.73 end
     return c.TILE_V >= 64 and 1.05 or 0.9
 end
 local function split_default(problem, device)
     local function ctas(c) return problem.B * problem.H * (problem.E // (c.WGS * c.TILE_V)) end
-    local function fold_us(c) return FOLD_US * problem.D * c.WGS * c.TILE_V / 8192 end
-    -- The fewest segments (a power of two) that give every SM about as many CTAs as it holds,
-    -- none under SEG_LEN tokens, and no more than pay for their fold: S segments take about
-    -- 2·(N / 64S)·walk + S·fold, which doubling S shortens while S² < N·walk / (64·fold).
-    local function segments(c)
-        local per_sm = resident(c, problem, device, 2)
-        local split = 1
-        while split < 64 and 10 * ctas(c) * split < 9 * device.sms * per_sm
-            and problem.N >= 2 * split * SEG_LEN
-            and 64 * split * split * fold_us(c) < problem.N * walk_us(c) do
-            split = split * 2
-        end
-        return split, per_sm
-    end
     local function estimate(c)
         local len = math.max(SEG_MIN, ((problem.N + c.SPLIT - 1) // c.SPLIT + 63) // 64 * 64)
-        local t = 2 * (len // 64) * walk_us(c) + (c.SPLIT - 1) * fold_us(c)
-        return t * math.max(1, ctas(c) * c.SPLIT / device.sms)
+        local fold = FOLD_US * problem.D * c.WGS * c.TILE_V / 8192
+        local t = 2 * (len // 64) * walk_us(c) + (c.SPLIT - 1) * fold
+        return t * math.max(1, SHARED * ctas(c) * c.SPLIT / device.sms)
     end
+    -- Every slice width, and every segment count (a power of two from 4: two segments walk as
+    -- many chunks one after the other as the whole sequence) with segments of SEG_LEN tokens or
+    -- more, up to the count that gives every SM about as many CTAs as it holds; the helper where
+    -- a CTA has its SM to itself anyway (one fits, or the grid gives each SM one).
     local pick, best, widest = nil, math.huge, true
     for _, slice in ipairs({ { 64, 2 }, { 64, 1 }, { 32, 1 }, { 16, 1 } }) do
         local tv, wgs = slice[1], slice[2]
@@ -186,21 +180,20 @@ local function split_default(problem, device)
                           STAGES = 3, PREFETCH = 1, SPLIT = 1, HELPER = 0 }
             if widest and 4 * ctas(cfg) > device.sms then return nil end
             widest = false
-            local split, per_sm = segments(cfg)
-            -- Two segments walk as many chunks one after the other as the whole sequence.
-            if split >= 4 then
-                cfg.SPLIT = split
-                -- The helper where a CTA has its SM to itself anyway (one fits, or the grid
-                -- gives each SM one).
+            local per_sm = resident(cfg, problem, device, 2)
+            local split = 4
+            while split <= 64 and problem.N >= split * SEG_LEN
+                and 10 * ctas(cfg) * split < 2 * 9 * device.sms * per_sm do
                 local alone = per_sm == 1 or ctas(cfg) * split <= device.sms
                 for _, deep in ipairs({ alone and helper_mods(cfg) or {}, {}, { STAGES = 2, PREFETCH = 0 } }) do
-                    local c = with(cfg, deep)
+                    local c = with(with(cfg, deep), { SPLIT = split })
                     if valid(c, problem, device) then
                         local t = estimate(c)
                         if t < best then pick, best = c, t end
                         break
                     end
                 end
+                split = split * 2
             end
         end
     end
