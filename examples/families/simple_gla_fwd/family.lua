@@ -163,6 +163,7 @@ end
 local function split_default(problem, device)
     local function ctas(c) return problem.B * problem.H * (problem.E // (c.WGS * c.TILE_V)) end
     local function estimate(c)
+        -- the segment length as common/split.cuh's lj_split_segments cuts the sequence
         local len = math.max(SEG_MIN, ((problem.N + c.SPLIT - 1) // c.SPLIT + 63) // 64 * 64)
         local fold = FOLD_US * problem.D * c.WGS * c.TILE_V / 8192
         local t = 2 * (len // 64) * walk_us(c) + (c.SPLIT - 1) * fold
