@@ -164,9 +164,9 @@ local function split_default(problem, device)
     local function ctas(c) return problem.B * problem.H * (problem.E // (c.WGS * c.TILE_V)) end
     local function estimate(c)
         -- the segment length as common/split.cuh's lj_split_segments cuts the sequence
-        local len = math.max(SEG_MIN, ((problem.N + c.SPLIT - 1) // c.SPLIT + 63) // 64 * 64)
-        local fold = FOLD_US * problem.D * c.WGS * c.TILE_V / 8192
-        local t = 2 * (len // 64) * walk_us(c) + (c.SPLIT - 1) * fold
+        local len = math.max(SEG_MIN, ((problem.N + c.SPLIT - 1) // c.SPLIT + c.BLOCK - 1) // c.BLOCK * c.BLOCK)
+        local fold = FOLD_US * problem.D * c.WGS * c.TILE_V / (128 * 64)
+        local t = 2 * (len // c.BLOCK) * walk_us(c) + (c.SPLIT - 1) * fold
         return t * math.max(1, SHARED * ctas(c) * c.SPLIT / device.sms)
     end
     -- Every slice width, and every segment count (a power of two from 4: two segments walk as
@@ -183,11 +183,13 @@ local function split_default(problem, device)
             widest = false
             local per_sm = resident(cfg, problem, device, 2)
             local split = 4
+            -- (half as many segments still leave the SMs short of CTAs)
             while split <= 64 and problem.N >= split * SEG_LEN
-                and 10 * ctas(cfg) * split < 2 * 9 * device.sms * per_sm do
-                local alone = per_sm == 1 or ctas(cfg) * split <= device.sms
-                for _, deep in ipairs({ alone and helper_mods(cfg) or {}, {}, { STAGES = 2, PREFETCH = 0 } }) do
-                    local c = with(with(cfg, deep), { SPLIT = split })
+                and 10 * ctas(cfg) * (split // 2) < 9 * device.sms * per_sm do
+                local at = with(cfg, { SPLIT = split })
+                local alone = per_sm == 1 or ctas(at) * split <= device.sms
+                for _, deep in ipairs({ alone and helper_mods(at) or {}, {}, { STAGES = 2, PREFETCH = 0 } }) do
+                    local c = with(at, deep)
                     if valid(c, problem, device) then
                         local t = estimate(c)
                         if t < best then pick, best = c, t end
