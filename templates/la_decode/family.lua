@@ -33,7 +33,7 @@ local function geometry(cfg, problem)
     local rs = nt // lpr
     if rs == 0 then -- a row needs more threads than the CTA has: valid() rejects this first
         return { nt = nt, sv = sv, cw = cw, rd = rd, lpr = lpr, rs = 0, nr = 0, nslot = 0,
-                 data_regs = 0 }
+                 state_regs = 0, data_regs = 0 }
     end
     local nr = (rd + rs - 1) // rs
     local nslot
@@ -46,9 +46,11 @@ local function geometry(cfg, problem)
     -- its d, v for its e, each for all T steps, and T output partial sums.
     local nq = problem.vk and sv or nr
     local nv = problem.vk and nr or sv
-    local data_regs = sv * nr + problem.T * (2 * nq + 2 * nv)
+    -- (PACKED holds the state as stored: 4 registers per 16-byte vector.)
+    local state_regs = cfg.PACKED == 1 and 4 * nr or sv * nr
+    local data_regs = state_regs + problem.T * (2 * nq + 2 * nv)
     return { nt = nt, sv = sv, cw = cw, rd = rd, lpr = lpr, rs = rs, nr = nr, nslot = nslot,
-             data_regs = data_regs }
+             state_regs = state_regs, data_regs = data_regs }
 end
 
 -- Dynamic shared memory: staged q, k, v (DIRECT = 0) and the output reduction buffer.
@@ -68,6 +70,7 @@ return {
         DIRECT = { 0, 1 },  -- 1: q, k, v loaded straight into registers (best at T = 1);
                             -- 0: staged once per CTA in shared memory (best at T > 1)
         CACHE = { 0, 1, 2, 3 }, -- state access hint: 0 none, 1 .cs, 2 L2 evict-first, 3 L2 256B
+        PACKED = { 0, 1 },  -- 1 (KV, T = 1, a 16-bit state): vectors widened at their row's turn
     },
 
     problems = {
@@ -99,6 +102,9 @@ return {
             return false, string.format("a row of %d state elements needs %d threads, the CTA has %d",
                                         g.cw, g.lpr, g.nt)
         end
+        if cfg.PACKED == 1 and (problem.vk or problem.T ~= 1 or g.sv ~= 8) then
+            return false, "PACKED=1 needs the KV layout, T = 1 and a 16-bit state"
+        end
         if g.nr * g.sv > 128 then
             return false, string.format("%d state floats per thread (over 128 registers)", g.nr * g.sv)
         end
@@ -127,7 +133,10 @@ return {
     -- for fewer states than SMs, staged q, k, v and the L2 evict-first hint from one state per SM
     -- to four, then 64-column tiles of 16 warps; a 16-bit pool (8 values per 16-byte vector)
     -- wants the same bytes per row: 32-column tiles of 4 warps at small batches, 128-column tiles
-    -- of 16 warps from two states per SM on, with the streaming hint. VK tiles are contiguous, so
+    -- of 16 warps from two states per SM on (but one-warp tiles of 16 rows per thread at about
+    -- four), with the streaming hint; the small batches' tiles keep the stored vectors packed
+    -- until used (PACKED: 2.73 -> 2.62 us at B = 1, session 22; 0.2-0.6 % slower with the
+    -- 128-column tiles, which do without). VK tiles are contiguous, so
     -- narrow tiles cost less there (a 16-bit VK pool: at least 32 rows per tile). T > 1 stages q, k, v in shared memory (direct loads of T rows
     -- of q and k per thread are slow) except for fewer states than SMs. The thresholds compare
     -- log2 buckets, the same buckets as key(), so one bucket always gets one config.
@@ -158,7 +167,11 @@ return {
             if wide and cfg.TILE_V == 16 then cfg.TILE_V = 32 end
         elseif wide then
             if lb <= ls then
-                cfg = { TILE_V = 32, WARPS = 4, DIRECT = 1, CACHE = 1 }
+                cfg = { TILE_V = 32, WARPS = 4, DIRECT = 1, CACHE = 1, PACKED = 1 }
+            elseif lb == ls + 2 then
+                -- About four states per SM: one-warp CTAs of 16 packed rows per thread put the
+                -- whole step's state in flight in one wave (B = 8: 10.2 -> 9.4 us, session 22).
+                cfg = { TILE_V = 32, WARPS = 1, DIRECT = 1, CACHE = 3, PACKED = 1 }
             else
                 cfg = { TILE_V = 128, WARPS = 16, DIRECT = 1, CACHE = lb <= ls + 6 and 1 or 0 }
             end
@@ -178,11 +191,12 @@ return {
             end
         end
         if device.cc < 80 then cfg.CACHE = 0 end
+        cfg.PACKED = cfg.PACKED or 0
         -- Other shapes: the widest tile that divides E, then warps so that every thread holds
-        -- state (at most 64 floats of it) and a row fits in the CTA.
+        -- state (at most 64 registers of it) and a row fits in the CTA.
         while problem.E % cfg.TILE_V ~= 0 or cfg.TILE_V > problem.E do cfg.TILE_V = cfg.TILE_V // 2 end
         local g = geometry(cfg, problem)
-        while g.nr * g.sv > 64 and cfg.WARPS < 16 do
+        while g.state_regs > 64 and cfg.WARPS < 16 do
             cfg.WARPS = cfg.WARPS * 2
             g = geometry(cfg, problem)
         end
@@ -216,8 +230,11 @@ return {
             -- the H200 (docs/notes/la_decode.md, session 11): T = 1 gains up to 10 % at small
             -- batches (B = 1: 3.51 -> 3.27 us fp32 pool, 2.70 -> 2.42 bf16) and loses nothing
             -- beyond; T = 4 loses up to 17 % at small batches (waiting CTAs crowd the SMs
-            -- that a longer step needs), so only single steps ask for it.
-            pdl = device.cc >= 90 and problem.T == 1,
+            -- that a longer step needs), so only single steps ask for it. Not the one-warp packed
+            -- tiles either (the default at about four states per SM, one wave of long CTAs): bf16
+            -- pool B = 8 ran 9.50 us without, 10.20 with (session 22) — the next step's CTAs,
+            -- resident early where slots free first, leave its single wave unevenly spread.
+            pdl = device.cc >= 90 and problem.T == 1 and not (cfg.PACKED == 1 and cfg.WARPS == 1),
         }
     end,
 
@@ -241,6 +258,7 @@ return {
                 VK = spec.b(problem.vk),
                 DECAY = spec.b(problem.decay),
                 STEP_STATES = spec.b(problem.step_states),
+                PACKED = spec.b(cfg.PACKED == 1),
                 LPR = g.lpr,
                 RS = g.rs,
                 NR = g.nr,

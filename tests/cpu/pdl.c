@@ -9,7 +9,9 @@
 #include "test.h"
 
 #include <stdint.h>
+#include <string.h>
 
+#include "config.h"
 #include "context.h"
 #include "embedded.h"
 #include "fake_driver.h"
@@ -288,6 +290,40 @@ LJ_TEST(only_decode_specs_say_pdl)
     }
     ASSERT_TRUE(decode_checked >= 4);
     ASSERT_TRUE(decode_multi_step_checked >= 2);
+    lajit_ctx_destroy(ctx);
+}
+
+/* The one exception inside la_decode: its one-warp packed tiles (the default for a 16-bit pool at
+ * about four states per SM) launch without PDL — measured slower with it (docs/notes/la_decode.md,
+ * session 22) — while another configuration of the same problem asks for it. */
+LJ_TEST(decode_one_warp_packed_tiles_launch_without_pdl)
+{
+    lajit_ctx *ctx = fake_ctx(NULL, lj_fake_driver());
+    lj_family *f;
+    ASSERT_OK(lajit__ctx_family(ctx, "la_decode", &f));
+    lj_device_info dev;
+    ASSERT_TRUE(lj_device_info_for_arch("sm_90a", &dev));
+    lj_problem p;
+    memset(&p, 0, sizeof p);
+    p.op = LJ_OP_DECODE;
+    p.dtype = LJ_BF16;
+    p.B = 8, p.H = 64, p.N = 1, p.D = 128, p.E = 128, p.T = 1, p.decay = 1;
+    p.state_dtype = LJ_BF16;
+    lj_config def, other;
+    char text[256];
+    ASSERT_OK(lj_family_default(f, &p, &dev, &def));
+    lj_config_format(&def, text, sizeof text);
+    /* The parameters print in name order: WARPS last. */
+    size_t n = strlen(text);
+    if (!strstr(text, "PACKED=1") || n < 8 || strcmp(text + n - 8, " WARPS=1") != 0)
+        lj_test_fail(__FILE__, __LINE__, "default is [%s], not a one-warp packed tile", text);
+    lj_launch l;
+    ASSERT_OK(lj_family_launch(f, &def, &p, &dev, &l));
+    ASSERT_EQ(l.pdl, 0);
+    ASSERT_OK(lj_config_parse(&ctx->env, f, &def, "CACHE=1 DIRECT=1 PACKED=0 TILE_V=128 WARPS=16",
+                              &other));
+    ASSERT_OK(lj_family_launch(f, &other, &p, &dev, &l));
+    ASSERT_EQ(l.pdl, 1);
     lajit_ctx_destroy(ctx);
 }
 

@@ -59,6 +59,12 @@ constexpr int NR = 4;              // passes: 16-byte state vectors held per thr
 // same for an fp32 pool or VK was slower (their state streams better with rows r0 + i·RS, and they
 // gain little from fewer loads), so they keep the strided rows and per-element input loads.
 constexpr bool RUNS = !VK && sizeof(state_t) == 2;
+// PACKED (KV, one step, a 16-bit state): each loaded vector stays as stored (4 registers for its 8
+// values) until its row's turn, then is widened, updated, rounded and stored at once. Measured on
+// the H200 (docs/notes/la_decode.md, session 22): 2.73 -> 2.62 us at B = 1, H = 64, D = 128 (a
+// small batch's 32-column tiles), 0.2-0.6 % slower with the large batches' 128-column tiles.
+constexpr bool PACKED = false;
+static_assert(!PACKED || (!VK && T == 1 && sizeof(state_t) == 2), "PACKED: KV, T = 1, a 16-bit state");
 constexpr bool FULL_COLS = LPR * SV == CW;
 constexpr bool FULL_ROWS = NR * RS == RD;
 // Partial output sums per column that meet in shared memory: KV, one per warp (or per row of a
@@ -211,7 +217,8 @@ struct Job {
     int slot, slot_out; // read (−1: start from zero) and written (−1: the row is skipped)
 };
 struct Regs {
-    sv_t st[NR];
+    sv_t st[PACKED ? 1 : NR]; // widened state (not PACKED)
+    lj_vec16 raw[PACKED ? NR : 1]; // stored state vectors (PACKED)
     float q[T][NQ], k[T][NQ], v[T][NV];
     float s; // decay rate s_h
 };
@@ -287,8 +294,12 @@ __device__ __forceinline__ void load_job(const la_params &p, const Job &j, const
     const state_t *src = state_src(p, j, L);
 #pragma unroll
     for (int i = 0; i < NR; ++i) {
-        if (!skip_load && L.col_ok && L.row_ok(i)) R.st[i] = ld_state(src + L.row(i) * rs, pol);
-        else {
+        if constexpr (PACKED) {
+            if (!skip_load && L.col_ok && L.row_ok(i)) R.raw[i] = ld16(src + L.row(i) * rs, pol);
+            else R.raw[i] = {0u, 0u, 0u, 0u};
+        } else if (!skip_load && L.col_ok && L.row_ok(i)) {
+            R.st[i] = ld_state(src + L.row(i) * rs, pol);
+        } else {
 #pragma unroll
             for (int x = 0; x < SV; ++x) R.st[i].v[x] = 0.f;
         }
@@ -349,6 +360,39 @@ __device__ __forceinline__ void stage_inputs(const la_params &p, const Job &j, c
     }
 }
 
+// Output: the partial sums acc reduced in a fixed order (shuffles, then shared memory, one
+// barrier). Every thread of the CTA calls it with the same job.
+__device__ __forceinline__ void write_output(const la_params &p, const Job &j, const Lane &L,
+                                             float (&acc)[T][NV], float *red)
+{
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+#pragma unroll
+        for (int a = 0; a < NV; ++a) {
+            float x = acc[t][a];
+            if (!VK) {
+#pragma unroll
+                for (int off = LPR; off < 32; off *= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
+                const int sl = LPR >= 32 ? L.r0 : L.warp;
+                if ((LPR >= 32 || L.lane < LPR) && L.col_ok) red[(t * NSLOT + sl) * TILE_V + L.c + a] = x;
+            } else {
+#pragma unroll
+                for (int off = 1; off < LW; off *= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
+                if (L.cg % LW == 0 && L.row_ok(a)) red[(t * NSLOT + L.cg / 32) * TILE_V + L.e_of(a)] = x;
+            }
+        }
+    }
+    __syncthreads();
+    out_t *o = reinterpret_cast<out_t *>(p.o.ptr) + j.b * p.o.s0 + j.h * p.o.s1 + j.e0;
+    for (int i = L.tid; i < T * TILE_V; i += NT) {
+        const int t = i / TILE_V, e = i - t * TILE_V;
+        float x = 0.f;
+#pragma unroll
+        for (int s = 0; s < NSLOT; ++s) x += red[(t * NSLOT + s) * TILE_V + e];
+        o[t * (int)p.o.s2 + e] = lj_from_float<out_t>(p.scale * x);
+    }
+}
+
 // The T steps, the state write-back and the output of job j; red is this job's reduction buffer.
 // Every thread of the CTA calls it with the same job (one barrier inside).
 __device__ __forceinline__ void finish_job(const la_params &p, const Job &j, const Lane &L, Regs &R,
@@ -356,6 +400,33 @@ __device__ __forceinline__ void finish_job(const la_params &p, const Job &j, con
 {
     const float lam = DECAY ? expf(-R.s) : 1.f;
     float acc[T][NV];
+    if constexpr (PACKED) { // one step: each row widened, updated, rounded and stored in turn
+        const int rs = (int)p.sn.s2;
+        state_t *dst = reinterpret_cast<state_t *>(p.sn.ptr) + j.slot_out * p.sn.s0 + j.h * p.sn.s1 + j.e0 + L.c;
+#pragma unroll
+        for (int a = 0; a < NV; ++a) acc[0][a] = 0.f;
+#pragma unroll
+        for (int i = 0; i < NR; ++i) {
+            if (!L.row_ok(i)) continue;
+            sv_t x;
+#pragma unroll
+            for (int jj = 0; jj < SV; ++jj) {
+                float s = lj_vec_get<state_t>(R.raw[i], jj);
+                s = DECAY ? lam * s : s;
+                s = fmaf(R.k[0][i], R.v[0][jj], s);
+                x.v[jj] = s;
+                acc[0][jj] = fmaf(R.q[0][i], s, acc[0][jj]);
+            }
+            if (STEP_STATES) {
+                state_t *ss = reinterpret_cast<state_t *>(p.step_states.ptr) + (long long)j.b * p.step_states.s0
+                            + j.h * p.step_states.s1 + j.e0 + L.c;
+                if (L.col_ok) st_state(ss + L.row(i) * (int)p.step_states.s2, x, pol);
+            }
+            if (L.col_ok) st_state(dst + L.row(i) * rs, x, pol);
+        }
+        write_output(p, j, L, acc, red);
+        return;
+    }
 #pragma unroll
     for (int t = 0; t < T; ++t) {
 #pragma unroll
@@ -394,33 +465,7 @@ __device__ __forceinline__ void finish_job(const la_params &p, const Job &j, con
             if (L.col_ok && L.row_ok(i)) st_state(dst + L.row(i) * rs, R.st[i], pol);
     }
 
-    // Output: partial sums reduced in a fixed order (shuffles, then shared memory).
-#pragma unroll
-    for (int t = 0; t < T; ++t) {
-#pragma unroll
-        for (int a = 0; a < NV; ++a) {
-            float x = acc[t][a];
-            if (!VK) {
-#pragma unroll
-                for (int off = LPR; off < 32; off *= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
-                const int sl = LPR >= 32 ? L.r0 : L.warp;
-                if ((LPR >= 32 || L.lane < LPR) && L.col_ok) red[(t * NSLOT + sl) * TILE_V + L.c + a] = x;
-            } else {
-#pragma unroll
-                for (int off = 1; off < LW; off *= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
-                if (L.cg % LW == 0 && L.row_ok(a)) red[(t * NSLOT + L.cg / 32) * TILE_V + L.e_of(a)] = x;
-            }
-        }
-    }
-    __syncthreads();
-    out_t *o = reinterpret_cast<out_t *>(p.o.ptr) + j.b * p.o.s0 + j.h * p.o.s1 + j.e0;
-    for (int i = L.tid; i < T * TILE_V; i += NT) {
-        const int t = i / TILE_V, e = i - t * TILE_V;
-        float x = 0.f;
-#pragma unroll
-        for (int s = 0; s < NSLOT; ++s) x += red[(t * NSLOT + s) * TILE_V + e];
-        o[t * (int)p.o.s2 + e] = lj_from_float<out_t>(p.scale * x);
-    }
+    write_output(p, j, L, acc, red);
 }
 
 } // namespace

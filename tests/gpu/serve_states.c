@@ -222,9 +222,39 @@ LJ_TEST(decode_bf16_pool_t1)
     run_dec(&c);
 }
 
+/* B·H = 192, above the SM count's bucket: the large-batch tile (128 columns) without PACKED; the
+ * case above (B·H = 24) runs the small batches' PACKED tile. */
+LJ_TEST(decode_bf16_pool_t1_large_batch)
+{
+    dec_case c = {LJ_BF16, LJ_BF16, LJ_BF16, 6, 32, 128, 128, 1, 0, 1, 17};
+    run_dec(&c);
+}
+
+/* B·H = 512, about four states per SM on a 132-SM GPU: one-warp CTAs of 16 packed rows per
+ * thread (the default there). */
+LJ_TEST(decode_bf16_pool_t1_four_states_per_sm)
+{
+    dec_case c = {LJ_BF16, LJ_BF16, LJ_BF16, 8, 64, 128, 128, 1, 0, 1, 18};
+    run_dec(&c);
+}
+
 LJ_TEST(decode_f16_pool_t1_d_ne_e)
 {
     dec_case c = {LJ_F16, LJ_F16, LJ_F16, 5, 3, 64, 192, 1, 0, 0, 12};
+    run_dec(&c);
+}
+
+/* One step with its per-step state on 16-bit pools, at small B·H (the packed tiles): the step
+ * state and the pool get the same rounded values. */
+LJ_TEST(decode_bf16_pool_t1_step_states_fresh)
+{
+    dec_case c = {LJ_BF16, LJ_BF16, LJ_BF16, 5, 4, 128, 128, 1, 1, 1, 19};
+    run_dec(&c);
+}
+
+LJ_TEST(decode_f16_pool_t1_step_states_d_ne_e)
+{
+    dec_case c = {LJ_F16, LJ_F16, LJ_F16, 3, 4, 64, 96, 1, 1, 0, 20};
     run_dec(&c);
 }
 
