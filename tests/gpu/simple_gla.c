@@ -299,6 +299,19 @@ LJ_TEST(bf16_d64_b16h32_n200_two_stages_no_prefetch)
     run((gla_case){LJ_BF16, 16, 32, 200, 64, 64, 1, 1, 0, -0.1f, 0, 12, 0});
 }
 
+/* Long walks with the SM to itself take a deeper ring (family.lua): five chunks in flight at
+ * D = E = 64, four at D = 128 with one warpgroup (the ring's slots reused mod 5 and 4 while the
+ * helper's barriers alternate by parity), with a ragged last chunk. */
+LJ_TEST(bf16_d64_b4h32_n4100_five_stages_states)
+{
+    run((gla_case){LJ_BF16, 4, 32, 4100, 64, 64, 1, 1, 0, -0.1f, 0, 31, 0});
+}
+
+LJ_TEST(f16_d128_b2h32_n4160_four_stages_strong_ht_bnhd)
+{
+    run((gla_case){LJ_F16, 2, 32, 4160, 128, 128, 0, 1, 1, -2.f, 0, 32, 0});
+}
+
 /* Defaults with SPLIT_QK (two warpgroups, each computing half of Q Kᵀ and its gate mask, P
  * shared through shared memory): with PREFETCH (two P tiles, P written after the chunk's gate
  * scan) at D = E = 128, with states, and in f16 with FLA's strided layout and strong gates; and

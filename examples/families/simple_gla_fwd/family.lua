@@ -41,9 +41,24 @@ local function helper_mods(cfg)
     return { HELPER = cfg.WGS == 2 and 2 or 1, SPLIT_QK = 0 }
 end
 
+-- Whether the scores are masked by column factors (fwd.cu's mask_scores: a thread's exponentials
+-- no longer growing with its row, each warp's factors made as soon as the chunk's sums are known,
+-- in 64 floats of shared memory per warp) or entry by entry. Measured on the H200 (bf16, defaults,
+-- docs/notes/families.md, session 23): where the helper masks (HELPER 2) the factors take the
+-- mask off its chain, 4 % at B = 4, H = 32, N = 8192, D = 128; where the products mask their own
+-- scores, their Q S and state update (m64 x TILE_V products) run meanwhile, and at 64 columns
+-- they hide the exponentials, so the factors' own making only adds (1.6 % slower at D = 64 and at
+-- B = 2, H = 32, N = 16384), while at 16 and 32 columns the exponentials showed (6 % faster at
+-- B = 2, H = 4, N = 512; 1.5 % at N = 1024). Not measured without a helper, so not taken there
+-- (nor its 1–3 KiB: D = 256 with 32 columns and no helper fits 227 KiB by 256 bytes).
+local function mask_by_factors(cfg)
+    return cfg.HELPER == 2 or (cfg.HELPER == 1 and cfg.TILE_V <= 32)
+end
+
 -- Dynamic shared memory: the Q, K, V and gate ring, the weighted V copy (which also stages the
 -- outputs; two with HELPER 1), each warpgroup's 16-bit state copy, with SPLIT_QK or HELPER 2 the
--- tile of P, each warp's 64 prefix sums, and 1 KiB to align the tiles to the swizzle period.
+-- tile of P, each warp's 64 prefix sums (and 64 column factors), and 1 KiB to align the tiles
+-- to the swizzle period.
 -- fwd.cu static_asserts that its layout fits this.
 local function smem(cfg, problem)
     local q = cfg.BLOCK * problem.D * 2
@@ -52,7 +67,7 @@ local function smem(cfg, problem)
     local p = (cfg.SPLIT_QK == 1 or cfg.HELPER == 2) and cfg.BLOCK * cfg.BLOCK * 2 or 0
     local vw = cfg.HELPER == 1 and 2 or 1
     return cfg.STAGES * (2 * q + v + g) + vw * v + p + cfg.WGS * problem.D * cfg.TILE_V * 2
-        + warpgroups(cfg) * 4 * cfg.BLOCK * 4 + 1024
+        + warpgroups(cfg) * 4 * (mask_by_factors(cfg) and 2 or 1) * cfg.BLOCK * 4 + 1024
 end
 
 -- Registers a thread holds across the chunk loop: the state (D·TILE_V/128) and the output
@@ -240,10 +255,22 @@ local function default(problem, device)
     -- D = E = 128, `lajit tune` defaults (docs/notes/families.md, sessions 19 and 20): B = 4,
     -- H = 32, N = 8192 0.3446 -> 0.3137 ms; B = 2, H = 32, N = 16384 (one warpgroup) 0.4949 ->
     -- 0.3590; B = 4, H = 32, N = 2048 0.0951 -> 0.0865; B = 8, H = 16, N = 4096 0.1785 -> 0.1633.
+    -- With the SM to itself and a walk of 64 chunks or more (a power of two: the key's N buckets)
+    -- the CTA also takes the deepest ring that fits, up to five chunks in flight: B = 4, H = 32,
+    -- D = E = 64, N = 8192 0.160 -> 0.150 ms with five (N = 4096 0.0846 -> 0.0792); B = 2, H = 32,
+    -- N = 16384 0.357 -> 0.354 with four; but B = 2, H = 4, N = 512 0.0111 -> 0.0113 with five
+    -- (H200, bf16, session 23).
+    local deep_ring = problem.N >= 64 * cfg.BLOCK
     if cfg.PREFETCH == 1 and resident(cfg, problem, device, per_sm) == 1 then
         for _, mods in ipairs({ helper_mods(cfg), { HELPER = 1 } }) do
             local h = with(cfg, mods)
-            if valid(h, problem, device) then return h end
+            if valid(h, problem, device) then
+                for stages = deep_ring and 5 or 3, 4, -1 do
+                    local deeper = with(h, { STAGES = stages })
+                    if valid(deeper, problem, device) then return deeper end
+                end
+                return h
+            end
         end
     end
     return cfg
@@ -276,7 +303,7 @@ return {
         BLOCK = { 64 },                  -- tokens per chunk: the M of one warpgroup's wgmma
         TILE_V = { 16, 32, 64, 128 },    -- E columns per warpgroup
         WGS = { 1, 2 },                  -- warpgroups per CTA, sharing the Q and K tiles
-        STAGES = { 2, 3 },               -- chunks in flight in the cp.async ring
+        STAGES = { 2, 3, 4, 5 },         -- chunks in flight in the cp.async ring
         PREFETCH = { 0, 1 },             -- Q Kᵀ of the next chunk issued during this chunk's tail
         SPLIT_QK = { 0, 1 },             -- two warpgroups compute half of Q Kᵀ (and its mask) each, P shared
         HELPER = { 0, 1, 2 },            -- a third warpgroup loads the chunks, scans the gates, makes V_w (1) or P (2)
@@ -332,6 +359,7 @@ return {
                 HAS_H0 = spec.b(problem.has_h0),
                 HAS_HT = spec.b(problem.has_ht),
                 SMEM = smem(cfg, problem),
+                MASK_BY_FACTORS = spec.b(mask_by_factors(cfg)),
                 SPLIT = cfg.SPLIT,
                 SEG_MIN = SEG_MIN,
                 WS_PER = ws_per(cfg, problem),

@@ -97,6 +97,9 @@ constexpr bool HELPS = HELPER != 0;     // a helper warpgroup (the CTA's last 12
 constexpr bool HELPER_VW = HELPER == 1; // the helper makes V_w, the products their scores and P
 constexpr bool HELPER_P = HELPER == 2;  // the helper makes P, the products weight their own V
 constexpr bool HAS_H0 = ${HAS_H0};
+// The scores masked by column factors made per warp (mask_scores; family.lua says where that pays)
+// or entry by entry.
+constexpr bool MASK_BY_FACTORS = ${MASK_BY_FACTORS};
 constexpr bool HAS_HT = ${HAS_HT};
 constexpr int SPLIT = ${SPLIT};     // segments per sequence, each walked by its own CTAs (1: whole)
 constexpr int SEG_MIN = ${SEG_MIN}; // SPLIT: no segment shorter than this
@@ -148,14 +151,15 @@ constexpr unsigned V_BYTES = BLOCK * VW * 2;               // one chunk of V (al
 constexpr unsigned S_BYTES = D * TILE_V * 2;               // one warpgroup's state copy
 constexpr unsigned G_BYTES = BLOCK * 4;                    // one chunk of gates
 constexpr unsigned B_BYTES = BLOCK * 4;                    // one warp's prefix sums
+constexpr unsigned C_BYTES = MASK_BY_FACTORS ? BLOCK * 4 : 0; // one warp's column factors
 constexpr unsigned P_BYTES = BLOCK * BLOCK * 2;            // one chunk's masked scores P (P_TILE)
 // A warpgroup's columns of a V tile start this many bytes into it (whole column blocks).
 constexpr unsigned V_SLICE = (TILE_V / BWV) * (BLOCK * SWV);
 // The kernel's layout (below): 1 KiB of slack to align the tiles, the Q, K, V, g ring, V_w, the
-// state copies, the P tile (P_TILE) and each warp's prefix sums; it must fit what the launch
+// state copies, the P tile (P_TILE), each warp's prefix sums and column factors; it must fit what the launch
 // provides.
 static_assert(1024 + STAGES * (2 * Q_BYTES + V_BYTES + G_BYTES) + VW_BUFS * V_BYTES + WGS * S_BYTES +
-                      (P_TILE ? P_BYTES : 0) + NWARPS * B_BYTES <= SMEM,
+                      (P_TILE ? P_BYTES : 0) + NWARPS * (B_BYTES + C_BYTES) <= SMEM,
               "shared memory: the layout exceeds the spec's SMEM");
 
 // 2^x (ex2.approx: relative error ~2^-22; x ≤ 0 here, so the result is in [0, 1]).
@@ -238,6 +242,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     const unsigned sP = sS0 + WGS * S_BYTES;  // P_TILE: the tile of P (64 x 64, K-major A of P V)
     const unsigned sG = sP + (P_TILE ? P_BYTES : 0); // STAGES chunks of gates
     const unsigned sB0 = sG + STAGES * G_BYTES; // each warp's prefix sums (log2 units)
+    const unsigned sC0 = sB0 + NWARPS * B_BYTES; // each warp's column factors (mask_scores)
 
     // tid spans the CTA (loads); wg, warp, g and t4 place a thread in its warpgroup's products,
     // which cover columns e0 .. e0 + TILE_V of this CTA's VW.
@@ -256,6 +261,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     // This warp's prefix sums, as a generic pointer (read and written by the warp alone).
     const unsigned sB = sB0 + (tid >> 5) * B_BYTES;
     float *const pB = reinterpret_cast<float *>(smem_raw + (sB - lj_smem_addr(smem_raw)));
+    // ... and its column factors (MASK_BY_FACTORS; the warp's own as well).
+    float *const pC = reinterpret_cast<float *>(smem_raw + (sC0 + (tid >> 5) * C_BYTES - lj_smem_addr(smem_raw)));
     // HELPER: the prefix sums of chunks of parity 0 and 1, shared (the first two warps' slots: the
     // warpgroups that run the products keep none of their own).
     auto pBs = [&](int par) { return reinterpret_cast<float *>(smem_raw + (sB0 + par * B_BYTES - lj_smem_addr(smem_raw))); };
@@ -426,18 +433,47 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     // The scores of a chunk (its prefix sums in pb, bi0 and bi1 those of the thread's rows):
     // masked, weighted by scale · exp(b_i − b_j), rounded to the A operand of P V: into pa
     // (registers), or with P_TILE in place in sc, for store_p (SPLIT_QK: the warpgroup's half;
-    // HELPER: the helper's whole tile). The thread's rows
-    // are i0 = 16 warp + g and i1 = i0 + 8, its columns j = 8 jt + 2 t4 (+1), jt = jb / 8 + nt the
-    // column block in the chunk. Left of the warp's 16 rows (jt < 2 warp) row i1's factor is row
-    // i0's times exp(b_i1 − b_i0): a product of two factors ≤ 1 (i1 > i0 ≥ j), so no range is lost
-    // and half the exponentials are saved. The two 8-column blocks of the warp's diagonal test
-    // j ≤ i per entry (in the first, row i1 is wholly below: j ≤ 16 warp + 7 < i1; in the second,
-    // row i0 is wholly above); past them everything is zero. jt against warp is warp-uniform (jb
-    // is the warpgroup's): with SPLIT_QK warps 0 and 1 of warpgroup 1 have no entry on or below
-    // the diagonal, warps 2 and 3 of warpgroup 0 no diagonal block.
+    // HELPER: the helper's whole tile). The thread's rows are i0 = 16 warp + g and i1 = i0 + 8, its
+    // columns j = 8 jt + 2 t4 (+1), jt = jb / 8 + nt the column block in the chunk.
+    // Most entries are products of factors, each the exponential of a difference b_later −
+    // b_earlier ≤ 0, so none exceeds 1 and no range is lost: left of the warp's 16 rows
+    // (jt < 2 warp) row i1's factor is row i0's times exp(b_i1 − b_i0), which saves half the
+    // exponentials. MASK_BY_FACTORS also splits row i0's there, exp(b_i0 − b_p) · exp(b_p − b_j)
+    // with the pivot p = 16 warp, and in the warp's first 8 columns row i1's (wholly below them),
+    // exp(b_i1 − b_p') · exp(b_p' − b_j) with p' = 16 warp + 8. Its column factors are made once
+    // per warp (lane l those of tokens 2l, 2l + 1) into its own 64 floats at pC by col_factors, as
+    // soon as the chunk's sums are known (the scan's tail, or its READY), off the mask's chain; a
+    // thread's exponentials there no longer grow with its row: 7 a chunk instead of 4 warp + 7.
+    // Either way the two 8 x 8 triangles on the diagonal are exponentiated entry by entry (j ≤ i
+    // tested; no pivot lies between j and i there). Past them everything is zero. jt against warp is warp-uniform (jb is
+    // the warpgroup's): with SPLIT_QK warps 0 and 1 of warpgroup 1 have no entry on or below the
+    // diagonal, warps 2 and 3 of warpgroup 0 no diagonal block.
     unsigned pa[P_TILE ? 1 : BLOCK / 16][4];
-    auto mask_scores = [&](const float *pb, float bi0, float bi1) {
-        const float r10 = gla_ex2(bi1 - bi0);
+    // The column factors 2^(b_p − b_j) (j < p = 16 warp) and 2^(b_p' − b_j) (p' = 16 warp + 8,
+    // 16 warp ≤ j < p') of a chunk whose sums are in pb, into pC. The caller makes sure the warp
+    // is done with the previous chunk's mask. Nothing without MASK_BY_FACTORS.
+    auto col_factors = [&](const float *pb) {
+        if constexpr (!MASK_BY_FACTORS) return;
+        const float2 bt = reinterpret_cast<const float2 *>(pb)[lane];
+        const float piv = pb[2 * lane < 16 * warp ? 16 * warp : 16 * warp + 8];
+        __syncwarp(); // every lane's reads of the previous chunk's factors are done
+        if (2 * lane < 16 * warp + 8)
+            reinterpret_cast<float2 *>(pC)[lane] = make_float2(gla_ex2(piv - bt.x), gla_ex2(piv - bt.y));
+        __syncwarp();
+    };
+    // The thread's row factors: 2^(b_i1 − b_i0), and with MASK_BY_FACTORS scale · 2^(b_i0 − b_p)
+    // and scale · 2^(b_i1 − b_p').
+    struct RowFactors { float r10, r0, r1; };
+    auto row_factors = [&](const float *pb, float bi0, float bi1) {
+        RowFactors f{gla_ex2(bi1 - bi0), 0.f, 0.f};
+        if constexpr (MASK_BY_FACTORS) {
+            f.r0 = scale * gla_ex2(bi0 - pb[16 * warp]);
+            f.r1 = scale * gla_ex2(bi1 - pb[16 * warp + 8]);
+        }
+        return f;
+    };
+    auto mask_scores = [&](const float *pb, float bi0, float bi1, RowFactors rf) {
+        const float r10 = rf.r10, r0 = rf.r0, r1 = rf.r1;
         if constexpr (!PREFETCH) lj_wg_wait<2>();
         lj_fence_regs(sc);
 #pragma unroll
@@ -445,17 +481,29 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             const int jt = jb / 8 + nt, j = 8 * jt + 2 * t4;
             float m[4] = {0.f, 0.f, 0.f, 0.f};
             if (jt < 2 * warp) {
-                const float2 bj = reinterpret_cast<const float2 *>(pb)[j / 2];
-                m[0] = scale * gla_ex2(bi0 - bj.x);
-                m[1] = scale * gla_ex2(bi0 - bj.y);
+                if constexpr (MASK_BY_FACTORS) {
+                    const float2 cj = reinterpret_cast<const float2 *>(pC)[j / 2];
+                    m[0] = r0 * cj.x;
+                    m[1] = r0 * cj.y;
+                } else {
+                    const float2 bj = reinterpret_cast<const float2 *>(pb)[j / 2];
+                    m[0] = scale * gla_ex2(bi0 - bj.x);
+                    m[1] = scale * gla_ex2(bi0 - bj.y);
+                }
                 m[2] = r10 * m[0];
                 m[3] = r10 * m[1];
             } else if (jt == 2 * warp) {
                 const float2 bj = reinterpret_cast<const float2 *>(pb)[j / 2];
                 m[0] = j <= i0 ? scale * gla_ex2(bi0 - bj.x) : 0.f;
                 m[1] = j + 1 <= i0 ? scale * gla_ex2(bi0 - bj.y) : 0.f;
-                m[2] = scale * gla_ex2(bi1 - bj.x);
-                m[3] = scale * gla_ex2(bi1 - bj.y);
+                if constexpr (MASK_BY_FACTORS) {
+                    const float2 cj = reinterpret_cast<const float2 *>(pC)[j / 2];
+                    m[2] = r1 * cj.x;
+                    m[3] = r1 * cj.y;
+                } else {
+                    m[2] = scale * gla_ex2(bi1 - bj.x);
+                    m[3] = scale * gla_ex2(bi1 - bj.y);
+                }
             } else if (jt == 2 * warp + 1) {
                 const float2 bj = reinterpret_cast<const float2 *>(pb)[j / 2];
                 m[2] = j <= i1 ? scale * gla_ex2(bi1 - bj.x) : 0.f;
@@ -492,6 +540,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             if (nchunks > 0) gla_bar_sync(BAR_READY, NT); // chunk 0 ready
             if constexpr (HELPER_VW) issue_scores(0);
             bl_next = pBs(0)[BLOCK - 1];
+            if constexpr (!HELPER_P) col_factors(pBs(0));
             lj_wg_wait<0>();
         } else {
             lj_cp_async_wait<STAGES - 2>();
@@ -499,6 +548,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             __syncthreads(); // chunk 0 landed
             issue_scores(0);
             bl_next = scan_gates(0, pB);
+            col_factors(pB);
             lj_wg_wait<0>();
         }
         decay_state(nchunks > 0 ? gla_ex2(bl_next) : 1.f);
@@ -548,7 +598,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         const float *const pb = HELPS ? pBs(c & 1) : pB; // the chunk's prefix sums
         if constexpr (PREFETCH && OUT) bl = bl_next;
         else if constexpr (HELPS) bl = pb[BLOCK - 1];
-        else bl = scan_gates(c, pB);
+        else {
+            bl = scan_gates(c, pB);
+            if constexpr (OUT) col_factors(pB);
+        }
         gam += bl;
         // S ← exp(b_{L−1}) S, so that the state update only adds (with PREFETCH done in the
         // previous chunk's tail). No product is in flight (the last retired at the end of the
@@ -604,7 +657,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         // one comes before). HELPER 2: P is the helper's, in its tile since READY.
         const float bi0 = pb[i0], bi1 = pb[i1];
         if constexpr (!HELPER_P) {
-            mask_scores(pb, bi0, bi1);
+            mask_scores(pb, bi0, bi1, row_factors(pb, bi0, bi1));
             if constexpr (SPLIT_QK) {
                 if constexpr (HELPER_VW)
                     if (c >= 1) gla_bar_sync(BAR_P_FREE + 1 - wg, NTC);
@@ -644,6 +697,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             if (c + 1 < nchunks) gla_bar_sync(BAR_READY + ((c + 1) & 1), NT); // chunk c + 1 ready
             issue_scores(c + 1);
             bl_next = pBs((c + 1) & 1)[BLOCK - 1];
+            col_factors(pBs((c + 1) & 1));
             lj_wg_wait<1>();
             if constexpr (SPLIT_QK)
                 if (c + 1 < nchunks) gla_bar_arrive(BAR_P_FREE + wg, NTC); // P V has read P
@@ -659,6 +713,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             // last read before P V was issued). Past the last chunk the slot holds stale gates:
             // the result is not used.
             bl_next = scan_gates(c + 1, pB);
+            col_factors(pB);
             lj_wg_wait<1>();
         } else {
             lj_wg_wait<0>();
@@ -733,8 +788,12 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             if constexpr (HELPER_VW)
                 weight_v(sV + (c % STAGES) * V_BYTES, sVw + (c & 1) * V_BYTES, 0, V_BYTES / 16, ltid, bl, pbs);
             if constexpr (OUT && HELPER_P) {
+                // The factors while Q Kᵀ is on the tensor cores.
+                col_factors(pbs);
+                const float bi0 = pbs[i0], bi1 = pbs[i1];
+                const RowFactors rf = row_factors(pbs, bi0, bi1);
                 lj_wg_wait<0>();
-                mask_scores(pbs, pbs[i0], pbs[i1]);
+                mask_scores(pbs, bi0, bi1, rf);
                 if (c >= 1) gla_bar_sync(BAR_P_READ, NT); // the products have read chunk c − 1's P
                 store_p();
             }
