@@ -155,13 +155,20 @@ end
 -- and at D = 256 where Q Kᵀ is the largest product. H200, bf16, D = E = 128, `lajit tune` over the
 -- whole space (docs/notes/families.md): the default is the winner at B·H = 8 (1.501 ms) and 32
 -- (0.407); at B·H = 128 it runs 0.3588 ms against the winner's 0.3545 (SPLIT_QK without PREFETCH).
--- Few heads, long sequences. When the whole-sequence grid of the widest slices leaves three
--- quarters of the SMs idle or more, every slice width (two warpgroups of 64 columns, one of 64, 32,
--- 16) and segment count is estimated, and the shortest estimate taken; nil when none is worth
--- splitting (fewer than four segments). The estimate: every CTA walks its segment twice (the
--- first walk without outputs) at walk_us() a chunk, the last segment folds the S − 1 others'
--- states at FOLD_US per 128 x 64 floats of its slice, and where the grid holds more CTAs than
--- SMs those that share an SM take SHARED of the time each would take alone. H200, bf16
+-- Few heads, long sequences. When the whole-sequence grid of the widest slices leaves half the
+-- SMs idle or more, every slice width (two warpgroups of 64 columns, one of 64, 32, 16) and
+-- segment count is estimated, and the shortest estimate taken — where that grid fills a quarter
+-- of the SMs or more, only with segments of SEG_LEN_FILLED tokens or more and if it also beats
+-- the whole sequence's estimate (the shortest of the slice widths unsplit); nil when none does, or
+-- none is worth splitting (fewer than four segments). The estimate: every CTA walks its segment
+-- twice (the first walk without outputs; a whole sequence once) at walk_us() a chunk, the last
+-- segment folds the S − 1 others' states at FOLD_US per 128 x 64 floats of its slice, and where
+-- the grid holds more CTAs than SMs those that share an SM take SHARED of the time each would
+-- take alone. Until session
+-- 23 only grids leaving three quarters of the SMs idle were split; at B·H = 64, D = E = 64 (64
+-- CTAs of the widest slices) the tuner's winner is four segments of 64 columns, 0.114 ms against
+-- 0.128 for whole sequences of 32 columns (B = 2, H = 32, N = 8192; the estimates 105 and 115 µs;
+-- docs/notes/families.md, session 23, has the other shapes measured). H200, bf16
 -- (docs/notes/families.md, sessions 20 and 21): walk_us() from session 20's fit (1.73 µs a chunk
 -- with two warpgroups, 1.05 with one; 32- and 16-column slices ~0.9, where the tuner took them);
 -- FOLD_US fitted to the tuner's choices of one against two warpgroups (B = 1, H = 8, N = 16384: two
@@ -170,6 +177,9 @@ end
 -- 0.773 against 0.967 ms; B = 1, H = 4, N = 32768 0.0622 against 0.0511).
 local SEG_LEN = 256 -- the shortest segments taken (the tuner found four chunks in 32-column
                     -- slices faster than two in 64-column ones, B = 2, H = 4, N = 1024)
+local SEG_LEN_FILLED = 1024 -- ... where the whole-sequence grid fills a quarter of the SMs or more
+                            -- (B = 2, H = 32, N = 1024, D = E = 64: four segments of 256 tokens
+                            -- 0.0219 ms against 0.0190 whole, session 23)
 local FOLD_US, SHARED = 0.5, 0.8
 local function walk_us(c)
     if c.WGS == 2 then return 1.73 end
@@ -179,27 +189,33 @@ local function split_default(problem, device)
     local function ctas(c) return problem.B * problem.H * (problem.E // (c.WGS * c.TILE_V)) end
     local function estimate(c)
         -- the segment length as common/split.cuh's lj_split_segments cuts the sequence
-        local len = math.max(SEG_MIN, ((problem.N + c.SPLIT - 1) // c.SPLIT + c.BLOCK - 1) // c.BLOCK * c.BLOCK)
+        local len = c.SPLIT == 1 and (problem.N + c.BLOCK - 1) // c.BLOCK * c.BLOCK
+            or math.max(SEG_MIN, ((problem.N + c.SPLIT - 1) // c.SPLIT + c.BLOCK - 1) // c.BLOCK * c.BLOCK)
         local fold = FOLD_US * problem.D * c.WGS * c.TILE_V / (128 * 64)
-        local t = 2 * (len // c.BLOCK) * walk_us(c) + (c.SPLIT - 1) * fold
+        local t = (c.SPLIT == 1 and 1 or 2) * (len // c.BLOCK) * walk_us(c) + (c.SPLIT - 1) * fold
         return t * math.max(1, SHARED * ctas(c) * c.SPLIT / device.sms)
     end
     -- Every slice width, and every segment count (a power of two from 4: two segments walk as
     -- many chunks one after the other as the whole sequence) with segments of SEG_LEN tokens or
     -- more, up to the count that gives every SM about as many CTAs as it holds; the helper where
     -- a CTA has its SM to itself anyway (one fits, or the grid gives each SM one).
-    local pick, best, widest = nil, math.huge, true
+    local pick, best, whole, widest = nil, math.huge, math.huge, true
+    local beat_whole = false -- the widest slices fill a quarter of the SMs to half
     for _, slice in ipairs({ { 64, 2 }, { 64, 1 }, { 32, 1 }, { 16, 1 } }) do
         local tv, wgs = slice[1], slice[2]
         if problem.E % (wgs * tv) == 0 then
             local cfg = { BLOCK = 64, TILE_V = tv, WGS = wgs, SPLIT_QK = wgs == 2 and 1 or 0,
                           STAGES = 3, PREFETCH = 1, SPLIT = 1, HELPER = 0 }
-            if widest and 4 * ctas(cfg) > device.sms then return nil end
+            if widest then
+                if 2 * ctas(cfg) > device.sms then return nil end
+                beat_whole = 4 * ctas(cfg) > device.sms
+            end
             widest = false
+            whole = math.min(whole, estimate(cfg))
             local per_sm = resident(cfg, problem, device, 2)
             local split = 4
             -- (half as many segments still leave the SMs short of CTAs)
-            while split <= 64 and problem.N >= split * SEG_LEN
+            while split <= 64 and problem.N >= split * (beat_whole and SEG_LEN_FILLED or SEG_LEN)
                 and 10 * ctas(cfg) * (split // 2) < 9 * device.sms * per_sm do
                 local at = with(cfg, { SPLIT = split })
                 local alone = per_sm == 1 or ctas(at) * split <= device.sms
@@ -215,6 +231,7 @@ local function split_default(problem, device)
             end
         end
     end
+    if beat_whole and best >= whole then return nil end
     return pick
 end
 
