@@ -115,6 +115,11 @@ local function valid(cfg, problem, device)
     if cfg.PREFETCH == 1 and cfg.STAGES < 3 then
         return false, "PREFETCH needs STAGES >= 3 (chunk c + 1 must have landed by mid-chunk c)"
     end
+    if cfg.STAGES > 3 and cfg.PREFETCH == 0 then
+        -- Measured, not assumed: the tuner at nine buckets (H200, session 23) found them at
+        -- 1.15-1.54x its winner, never near the top; they only lengthened the tuning.
+        return false, "STAGES 4 and 5 need PREFETCH"
+    end
     local ok, why = spec.check_tile(cfg.WGS * cfg.TILE_V, E, "WGS*TILE_V")
     if not ok then return false, why end
     local r = regs(cfg, problem)
