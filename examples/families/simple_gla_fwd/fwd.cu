@@ -97,10 +97,10 @@ constexpr bool HELPS = HELPER != 0;     // a helper warpgroup (the CTA's last 12
 constexpr bool HELPER_VW = HELPER == 1; // the helper makes V_w, the products their scores and P
 constexpr bool HELPER_P = HELPER == 2;  // the helper makes P, the products weight their own V
 constexpr bool HAS_H0 = ${HAS_H0};
+constexpr bool HAS_HT = ${HAS_HT};
 // The scores masked by column factors made per warp (mask_scores; family.lua says where that pays)
 // or entry by entry.
 constexpr bool MASK_BY_FACTORS = ${MASK_BY_FACTORS};
-constexpr bool HAS_HT = ${HAS_HT};
 constexpr int SPLIT = ${SPLIT};     // segments per sequence, each walked by its own CTAs (1: whole)
 constexpr int SEG_MIN = ${SEG_MIN}; // SPLIT: no segment shorter than this
 constexpr unsigned long long WS_PER = ${WS_PER}ull;       // SPLIT: state bytes per (b, h)
@@ -156,8 +156,8 @@ constexpr unsigned P_BYTES = BLOCK * BLOCK * 2;            // one chunk's masked
 // A warpgroup's columns of a V tile start this many bytes into it (whole column blocks).
 constexpr unsigned V_SLICE = (TILE_V / BWV) * (BLOCK * SWV);
 // The kernel's layout (below): 1 KiB of slack to align the tiles, the Q, K, V, g ring, V_w, the
-// state copies, the P tile (P_TILE), each warp's prefix sums and column factors; it must fit what the launch
-// provides.
+// state copies, the P tile (P_TILE), each warp's prefix sums and column factors; it must fit what
+// the launch provides.
 static_assert(1024 + STAGES * (2 * Q_BYTES + V_BYTES + G_BYTES) + VW_BUFS * V_BYTES + WGS * S_BYTES +
                       (P_TILE ? P_BYTES : 0) + NWARPS * (B_BYTES + C_BYTES) <= SMEM,
               "shared memory: the layout exceeds the spec's SMEM");
@@ -445,9 +445,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     // soon as the chunk's sums are known (the scan's tail, or its READY), off the mask's chain; a
     // thread's exponentials there no longer grow with its row: 7 a chunk instead of 4 warp + 7.
     // Either way the two 8 x 8 triangles on the diagonal are exponentiated entry by entry (j ≤ i
-    // tested; no pivot lies between j and i there). Past them everything is zero. jt against warp is warp-uniform (jb is
-    // the warpgroup's): with SPLIT_QK warps 0 and 1 of warpgroup 1 have no entry on or below the
-    // diagonal, warps 2 and 3 of warpgroup 0 no diagonal block.
+    // tested; no pivot lies between j and i there). Past them everything is zero. jt against warp
+    // is warp-uniform (jb is the warpgroup's): with SPLIT_QK warps 0 and 1 of warpgroup 1 have no
+    // entry on or below the diagonal, warps 2 and 3 of warpgroup 0 no diagonal block.
     unsigned pa[P_TILE ? 1 : BLOCK / 16][4];
     // The column factors 2^(b_p − b_j) (j < p = 16 warp) and 2^(b_p' − b_j) (p' = 16 warp + 8,
     // 16 warp ≤ j < p') of a chunk whose sums are in pb, into pC. The caller makes sure the warp
