@@ -169,11 +169,10 @@ end
 -- twice (the first walk without outputs; a whole sequence once) at walk_us() a chunk, the last
 -- segment folds the S − 1 others' states at FOLD_US per 128 x 64 floats of its slice, and where
 -- the grid holds more CTAs than SMs those that share an SM take SHARED of the time each would
--- take alone. Until session
--- 23 only grids leaving three quarters of the SMs idle were split; at B·H = 64, D = E = 64 (64
--- CTAs of the widest slices) the tuner's winner is four segments of 64 columns, 0.114 ms against
--- 0.128 for whole sequences of 32 columns (B = 2, H = 32, N = 8192; the estimates 105 and 115 µs;
--- docs/notes/families.md, session 23, has the other shapes measured). H200, bf16
+-- take alone. Until session 23 only grids leaving three quarters of the SMs idle were split; at
+-- B·H = 64, D = E = 64 (64 CTAs of the widest slices) the tuner's winner is four segments of 64
+-- columns, 0.114 ms against 0.128 for whole sequences of 32 columns (B = 2, H = 32, N = 8192; the
+-- estimates 105 and 115 µs; docs/notes/families.md, session 23, has the other shapes). H200, bf16
 -- (docs/notes/families.md, sessions 20 and 21): walk_us() from session 20's fit (1.73 µs a chunk
 -- with two warpgroups, 1.05 with one; 32- and 16-column slices ~0.9, where the tuner took them);
 -- FOLD_US fitted to the tuner's choices of one against two warpgroups (B = 1, H = 8, N = 16384: two
